@@ -1,0 +1,37 @@
+# CacheScout developer entry points. Every target creates .venv on first use.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test install bench dashboards e2e-vllm clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## The main job: simulated engine + proxy + multi-agent workload, direct vs through the proxy.
+demo: $(STAMP)
+	$(VENV)/bin/cachescout demo
+
+## The test suite (no GPU, no network beyond loopback).
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) benchmarks/overhead.py
+	$(PY) benchmarks/policy_core.py
+	$(PY) benchmarks/replay_speed.py
+
+dashboards: $(STAMP)
+	$(PY) dashboards/generate.py
+
+e2e-vllm: $(STAMP)
+	bash tests/e2e_vllm/run.sh
+
+clean:
+	rm -rf $(VENV) .pytest_cache
