@@ -1,0 +1,87 @@
+"""Forwarder hooks: how the policy watches traffic without being able to change it.
+
+The forwarder owns the bytes; an observer only sees them. Each hook is called synchronously on the
+request path, wrapped in try/except by the forwarder (a failing observer is counted in
+`cachescout_policy_errors_total` and otherwise ignored), so observers must be O(microseconds) and
+push anything heavier onto the executor queue. `NullObserver` is what runs when the policy is off
+or failed to start; `FanoutObserver` lets tests and extra tooling watch alongside the policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """One client request as received. Created by the forwarder, shared with every hook."""
+
+    request_id: int
+    method: str
+    path: str  # e.g. "/v1/chat/completions" (no query string)
+    headers: Mapping[str, str]  # lower-cased names, as received
+    body: bytes  # exactly as received (never re-serialised)
+    json: Any | None  # parsed copy when the body is JSON, else None
+    started: float  # clock() at receipt
+    state: dict = field(default_factory=dict)  # scratch space for the observer
+
+
+@runtime_checkable
+class RequestObserver(Protocol):
+    """What the forwarder calls. All times come from the app's clock."""
+
+    def on_request(self, ctx: RequestContext) -> None: ...
+
+    def on_response_start(self, ctx: RequestContext, status: int, headers: Mapping[str, str], now: float) -> None: ...
+
+    def on_response_chunk(self, ctx: RequestContext, chunk: bytes, now: float) -> None: ...
+
+    def on_response_end(self, ctx: RequestContext, error: str | None, now: float) -> None: ...
+
+
+class NullObserver:
+    """Sees everything, does nothing: the pass-through proxy."""
+
+    def on_request(self, ctx: RequestContext) -> None:
+        return None
+
+    def on_response_start(self, ctx: RequestContext, status: int, headers: Mapping[str, str], now: float) -> None:
+        return None
+
+    def on_response_chunk(self, ctx: RequestContext, chunk: bytes, now: float) -> None:
+        return None
+
+    def on_response_end(self, ctx: RequestContext, error: str | None, now: float) -> None:
+        return None
+
+
+class FanoutObserver:
+    """Calls several observers in order. One failing does not stop the others; the first error is re-raised
+    after all have run, so the forwarder still counts it."""
+
+    def __init__(self, observers: Sequence[RequestObserver]) -> None:
+        self.observers = tuple(observers)
+
+    def _each(self, name: str, *args: Any) -> None:
+        first: BaseException | None = None
+        for obs in self.observers:
+            try:
+                getattr(obs, name)(*args)
+            except Exception as exc:  # noqa: BLE001 - isolate observers from each other
+                first = first or exc
+        if first is not None:
+            raise first
+
+    def on_request(self, ctx: RequestContext) -> None:
+        self._each("on_request", ctx)
+
+    def on_response_start(self, ctx: RequestContext, status: int, headers: Mapping[str, str], now: float) -> None:
+        self._each("on_response_start", ctx, status, headers, now)
+
+    def on_response_chunk(self, ctx: RequestContext, chunk: bytes, now: float) -> None:
+        self._each("on_response_chunk", ctx, chunk, now)
+
+    def on_response_end(self, ctx: RequestContext, error: str | None, now: float) -> None:
+        self._each("on_response_end", ctx, error, now)

@@ -1,0 +1,152 @@
+"""Every `cachescout_*` Prometheus metric, defined once, on a per-app registry.
+
+Why one module: names, units, label sets and buckets are a contract with the dashboards and alerts;
+defining them in one place stops two areas from registering the same name with different labels.
+Why a per-app registry (no globals): tests build many apps in one process, and each must start from
+zero. Other areas never create metrics: they receive this object and call its attributes, e.g.
+`metrics.actions_total.labels(kind="touch", reason="transition", outcome="ok").inc()`.
+
+Route labels are a fixed set (`route_label`), never a raw path, so a client cannot blow up the
+series count by requesting random URLs.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+KNOWN_ROUTES = (
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/responses",
+    "/v1/embeddings",
+    "/v1/models",
+)
+OTHER_ROUTE = "other"
+CODE_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
+UPSTREAM_ERROR_KINDS = ("connect", "timeout", "protocol", "other")
+ACTION_OUTCOMES = ("ok", "error", "dropped_stale", "dropped_busy", "dropped_full", "unsupported")
+
+_ROUTE_SET = frozenset(KNOWN_ROUTES)
+
+# Request latency spans 1 ms (a cached /v1/models) to minutes (a long generation).
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+FIRST_BYTE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0)
+# The policy's budget on the request path is microseconds.
+OBSERVE_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2)
+
+
+def route_label(path: str) -> str:
+    """The bounded `route` label for a request path."""
+    return path if path in _ROUTE_SET else OTHER_ROUTE
+
+
+def code_class(status: int) -> str:
+    """'2xx' for 200..299 etc.; anything out of range counts as 5xx (it is a server fault)."""
+    return f"{status // 100}xx" if 100 <= status < 600 else "5xx"
+
+
+class ProxyMetrics:
+    """All metrics of one proxy instance. Attribute name = metric name without `cachescout_`."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+
+        # --- forwarder (proxy/http) --------------------------------------------------------
+        self.requests_total = Counter(
+            "cachescout_requests_total", "Client requests forwarded, by route and status class",
+            ("route", "code_class"), registry=r,
+        )
+        self.request_duration_seconds = Histogram(
+            "cachescout_request_duration_seconds", "Client request duration until the last byte was sent, seconds",
+            ("route",), buckets=DURATION_BUCKETS, registry=r,
+        )
+        self.upstream_first_byte_seconds = Histogram(
+            "cachescout_upstream_first_byte_seconds", "Time from receipt to upstream response headers, seconds",
+            ("route",), buckets=FIRST_BYTE_BUCKETS, registry=r,
+        )
+        self.inflight_requests = Gauge(
+            "cachescout_inflight_requests", "Client requests currently being forwarded", registry=r,
+        )
+        self.upstream_errors_total = Counter(
+            "cachescout_upstream_errors_total", "Upstream failures seen by the forwarder, by kind",
+            ("kind",), registry=r,
+        )
+
+        # --- policy actions (proxy/runtime/executor) ----------------------------------------
+        self.actions_total = Counter(
+            "cachescout_actions_total", "Cache actions planned, by kind, reason and outcome",
+            ("kind", "reason", "outcome"), registry=r,
+        )
+        self.warmup_tokens_total = Counter(
+            "cachescout_warmup_tokens_total", "Prompt tokens sent in warmup/touch requests", registry=r,
+        )
+        self.action_queue_depth = Gauge(
+            "cachescout_action_queue_depth", "Actions waiting in the executor queue", registry=r,
+        )
+
+        # --- learned state (proxy/runtime/live_policy) --------------------------------------
+        self.prediction_total = Counter(
+            "cachescout_prediction_total", "Next-agent predictions checked against the real next agent",
+            ("outcome",), registry=r,
+        )
+        self.predictability_ratio = Gauge(
+            "cachescout_predictability_ratio", "Predictability gate R (entropy reduction of next agent), 0..1",
+            registry=r,
+        )
+        self.agents = Gauge("cachescout_agents", "Agents (prompt-prefix fingerprints) currently tracked", registry=r)
+        self.sessions = Gauge("cachescout_sessions", "Sessions currently tracked", registry=r)
+        self.policy_errors_total = Counter(
+            "cachescout_policy_errors_total", "Exceptions raised by the policy/observer (never seen by clients)",
+            registry=r,
+        )
+        self.policy_observe_seconds = Histogram(
+            "cachescout_policy_observe_seconds", "Time spent in observe+plan on the request path, seconds",
+            buckets=OBSERVE_BUCKETS, registry=r,
+        )
+
+        # --- cache effect (usage + engine scrape) ------------------------------------------
+        self.engine_prefix_cache_hit_ratio = Gauge(
+            "cachescout_engine_prefix_cache_hit_ratio", "Engine-reported prefix cache hit ratio, 0..1", registry=r,
+        )
+        self.prompt_tokens_total = Counter(
+            "cachescout_prompt_tokens_total", "usage.prompt_tokens of client requests", registry=r,
+        )
+        self.cached_prompt_tokens_total = Counter(
+            "cachescout_cached_prompt_tokens_total", "usage.prompt_tokens_details.cached_tokens of client requests",
+            registry=r,
+        )
+        self.predicted_cached_tokens_total = Counter(
+            "cachescout_predicted_cached_tokens_total", "Residency shadow's predicted cached tokens of client requests",
+            registry=r,
+        )
+        self.converted_tokens_total = Counter(
+            "cachescout_converted_tokens_total", "Acted-on tokens that became a real cache hit, by action reason",
+            ("reason",), registry=r,
+        )
+
+        # Pre-bound children: the forwarder's per-request label lookups become dict hits, and every
+        # route/class series exists from the start (dashboards show 0, not "no data").
+        routes = (*KNOWN_ROUTES, OTHER_ROUTE)
+        self._requests = {(rt, cc): self.requests_total.labels(rt, cc) for rt in routes for cc in CODE_CLASSES}
+        self._durations = {rt: self.request_duration_seconds.labels(rt) for rt in routes}
+        self._first_bytes = {rt: self.upstream_first_byte_seconds.labels(rt) for rt in routes}
+        self._upstream_errors = {k: self.upstream_errors_total.labels(k) for k in UPSTREAM_ERROR_KINDS}
+        for outcome in ("hit", "miss"):
+            self.prediction_total.labels(outcome)
+
+    # --- fast paths for the forwarder ---------------------------------------------------------
+    def observe_request(self, route: str, status: int, duration_s: float) -> None:
+        self._requests[(route, code_class(status))].inc()
+        self._durations[route].observe(duration_s)
+
+    def observe_first_byte(self, route: str, seconds: float) -> None:
+        self._first_bytes[route].observe(seconds)
+
+    def upstream_error(self, kind: str) -> None:
+        self._upstream_errors[kind if kind in self._upstream_errors else "other"].inc()
+
+    def render(self) -> tuple[bytes, str]:
+        """Prometheus text exposition and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,109 @@
+"""Proxy configuration: one `Settings` object, read from flags and `CACHESCOUT_*` env vars.
+
+Why pydantic-settings: every knob gets one name, one type and one default, shared by the CLI
+(`cachescout serve --read-timeout 600`), the environment (`CACHESCOUT_READ_TIMEOUT=600`) and tests
+(`Settings(upstream_url=...)`). Bad values must stop the process at start with ONE readable line
+(`load_settings` turns pydantic's multi-line report into `SettingsError`), not fail on the first
+request an hour later.
+
+Timeouts: the read timeout is long on purpose. It bounds the gap between two bytes of a response,
+and a reasoning model may think for minutes before its first streamed token; httpx's 5 s default
+would cut those streams.
+
+Extending: other areas append their fields at the end of the class, inside a marked block, with a
+default so that existing configurations stay valid.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
+
+class SettingsError(ValueError):
+    """A configuration problem, already formatted as one line for the operator."""
+
+
+class Settings(BaseSettings):
+    """Everything `cachescout serve` needs. Field names map to `CACHESCOUT_<NAME>` env vars."""
+
+    model_config = SettingsConfigDict(env_prefix="CACHESCOUT_", extra="ignore", frozen=True)
+
+    # --- where to listen, where to forward -------------------------------------------------
+    upstream_url: str = Field("http://127.0.0.1:8000", description="base URL of the OpenAI-compatible engine")
+    host: str = Field("127.0.0.1", description="address the proxy binds")
+    port: int = Field(9000, ge=1, le=65535, description="port the proxy binds")
+
+    # --- upstream HTTP client ----------------------------------------------------------------
+    connect_timeout: float = Field(5.0, gt=0, description="seconds to open a TCP connection upstream")
+    read_timeout: float = Field(600.0, gt=0, description="max seconds between two bytes from upstream (streams!)")
+    write_timeout: float = Field(60.0, gt=0, description="max seconds to send the request body upstream")
+    pool_timeout: float = Field(30.0, gt=0, description="max seconds to wait for a free upstream connection")
+    max_connections: int = Field(512, ge=1, description="upstream connection pool size")
+    max_keepalive_connections: int = Field(128, ge=0, description="idle upstream connections kept open")
+    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1, description="largest request body accepted (413 above)")
+
+    # --- operations --------------------------------------------------------------------------
+    log_level: str = Field("info", description="critical|error|warning|info|debug|trace")
+    admin_token: SecretStr | None = Field(None, description="token for /debug/*; unset = /debug/* is 404")
+    readiness_cache_seconds: float = Field(2.0, ge=0, description="how long /readyz reuses an upstream probe")
+    policy_enabled: bool = Field(True, description="run the cache policy (off = a plain pass-through proxy)")
+    upstream_transport: str = Field(
+        "aiohttp", description="httpx transport to the engine: 'aiohttp' (faster, via httpx-aiohttp) or 'httpx'"
+    )
+
+    @field_validator("upstream_url")
+    @classmethod
+    def _check_upstream(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"must look like http://host:port, got {value!r}")
+        try:
+            parts.port  # noqa: B018 - raises on a non-numeric port
+        except ValueError as exc:
+            raise ValueError(f"bad port in {value!r}") from exc
+        if parts.query or parts.fragment:
+            raise ValueError(f"must not carry a query or fragment, got {value!r}")
+        return value.rstrip("/")
+
+    @field_validator("log_level")
+    @classmethod
+    def _check_log_level(cls, value: str) -> str:
+        low = value.lower()
+        if low not in LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
+        return low
+
+    @field_validator("upstream_transport")
+    @classmethod
+    def _check_transport(cls, value: str) -> str:
+        low = value.lower()
+        if low not in ("aiohttp", "httpx"):
+            raise ValueError("must be 'aiohttp' or 'httpx'")
+        return low
+
+    # ======== policy / engine settings (appended by the live-wiring area below this line) ========
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build Settings from env + overrides (None overrides are ignored); raise SettingsError in one line."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        raise SettingsError(_one_line(exc)) from None
+
+
+def _one_line(exc: ValidationError) -> str:
+    problems = []
+    for err in exc.errors():
+        name = ".".join(str(p) for p in err.get("loc", ())) or "settings"
+        env = f"CACHESCOUT_{name.upper()}"
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        problems.append(f"{name} ({env}): {msg}")
+    return "invalid configuration: " + "; ".join(problems)
