@@ -88,6 +88,32 @@ class Settings(BaseSettings):
         return low
 
     # ======== policy / engine settings (appended by the live-wiring area below this line) ========
+    # --- policy and engine (live wiring) ---
+    engine: str = Field("auto", description="engine adapter: auto (probe) | vllm | sglang | sim | none")
+    engine_api_key: SecretStr | None = Field(None, description="the proxy's own engine credential for warmups")
+    engine_model: str = Field("", description="model name for warmups when the traffic's is unknown")
+    policy_r_min: float | None = Field(None, ge=0, le=1, description="predictability gate R_min (None = core default)")
+    policy_plan_interval: float = Field(0.25, gt=0, description="seconds between background plan() ticks")
+    action_queue_size: int = Field(256, ge=1, description="executor queue bound (full = dropped_full)")
+    action_concurrency: int = Field(2, ge=1, description="warmup/touch requests in flight at once")
+    action_max_inflight: int = Field(64, ge=0, description="pause actions while more client requests are in flight")
+    action_max_waiting: int = Field(4, ge=0, description="pause actions while the engine queue is longer")
+    action_ttl: float = Field(5.0, gt=0, description="max seconds an action may wait before it is stale")
+    scrape_interval: float = Field(5.0, gt=0, description="seconds between engine /metrics scrapes")
+    kv_events_endpoint: str | None = Field(None, description="vLLM KV-events ZMQ endpoint, e.g. tcp://127.0.0.1:5557")
+    lmcache_url: str | None = Field(None, description="LMCache controller base URL (lookup/pin), optional")
+    state_path: str | None = Field(None, description="file to save learned state at shutdown and load at start")
+    kv_hints: bool = Field(False, description="opt-in: add vLLM kv_hints to forwarded requests")
+    request_priority: bool = Field(False, description="opt-in: add SGLang priority to forwarded requests")
+
+    @field_validator("engine")
+    @classmethod
+    def _check_engine(cls, value: str) -> str:
+        low = value.lower()
+        if low not in ("auto", "vllm", "sglang", "sim", "none"):
+            raise ValueError("must be one of auto, vllm, sglang, sim, none")
+        return low
+    # --- end policy and engine (live wiring) ---
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -1,0 +1,269 @@
+"""Engine adapter protocol: how the proxy acts on an engine's prefix cache from the side.
+
+The policy core decides *what* to keep warm (an `Action`); an adapter knows *how* a given engine
+can be made to keep it: an exact-token `max_tokens=1` request, a retention priority, a metrics
+endpoint to read the engine's own hit counters. Every lever is a named capability so the operator
+sees at start-up (and at `/debug/engine`) what this engine actually lets the proxy do, and so one
+failing lever can be switched off with a logged reason while the proxy keeps forwarding traffic.
+
+Warmups always use the proxy's own engine credential (never a client's Authorization header), the
+same `cache_salt` as the traffic they predict, `max_tokens: 1`, and the `X-CacheScout-Warmup: 1`
+header so that nobody (including this proxy, if chained) learns from them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import httpx
+
+log = logging.getLogger("cachescout.engines")
+
+WARMUP_HEADER = "X-CacheScout-Warmup"
+
+# Capability names (shown at /debug/engine and in the start-up log).
+CAP_WARM_TOKENS = "warm_tokens"      # exact-token warmup: /tokenize then /v1/completions(prompt=ids)
+CAP_WARM_CHAT = "warm_chat"          # warmup through /v1/chat/completions (template applied by engine)
+CAP_PRIORITY = "retention_priority"  # engine orders eviction by request priority (SGLang priority, sim)
+CAP_METRICS = "metrics"              # /metrics with prefix-cache counters
+CAP_RESET = "reset_prefix_cache"     # engine exposes a cache reset (dev mode)
+CAP_KV_EVENTS = "kv_events"          # exact residency stream (vLLM ZMQ KV events)
+CAP_KV_HINTS = "kv_hints"            # request field accepted (vLLM kv_hints envelope)
+CAP_LMCACHE = "lmcache"              # LMCache controller lookup/pin on the offload tier
+
+
+@dataclass(frozen=True, slots=True)
+class WarmResult:
+    """What one warmup/touch request cost and found."""
+
+    ok: bool
+    prompt_tokens: int = 0       # tokens the engine saw
+    cached_tokens: int = 0       # of which already cached (a pure touch has cached ≈ prompt)
+    error: str | None = None
+    unsupported: bool = False    # no capability could carry this action
+
+    @property
+    def computed_tokens(self) -> int:
+        """Tokens the engine actually prefilled for us: the warmup's compute cost."""
+        return max(0, self.prompt_tokens - self.cached_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSnapshot:
+    """One scrape of the engine's /metrics, normalised across engines. None = not reported."""
+
+    prefix_queries: float | None = None   # cumulative prompt tokens looked up in the prefix cache
+    prefix_hits: float | None = None      # cumulative of those that hit
+    hit_rate: float | None = None         # engines that only report a ratio (SGLang)
+    kv_usage: float | None = None         # 0..1
+    running: float | None = None
+    waiting: float | None = None
+    raw: dict[str, float] = field(default_factory=dict)
+
+
+@runtime_checkable
+class EngineAdapter(Protocol):
+    name: str
+
+    @property
+    def capabilities(self) -> frozenset[str]: ...
+
+    async def probe(self) -> None: ...
+    async def warm(self, action: Any) -> WarmResult: ...
+    async def scrape(self) -> EngineSnapshot | None: ...
+    async def reset_prefix_cache(self) -> bool: ...
+    def request_extras(self, survival: float | None) -> dict[str, Any]: ...
+    def info(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class WarmSpec:
+    """Everything an adapter needs to rebuild a prefix: decoded from an Action's payload."""
+
+    model: str
+    messages: tuple[dict, ...] = ()
+    tools: tuple[dict, ...] | None = None
+    prompt: str | None = None            # /v1/completions traffic: the text prompt prefix
+    token_ids: tuple[int, ...] | None = None
+    cache_salt: str | None = None
+    key: str = ""                        # token-id cache key (tenant + last block hash)
+
+
+def warm_spec(action: Any) -> WarmSpec | None:
+    """Decode an Action's payload (see `proxy.runtime.payload`) into a WarmSpec.
+
+    Accepts the proxy's own `AnchorPayload`-like mapping: {"model", "messages", "tools",
+    "prompt", "token_ids", "cache_salt"}; for tool-resume a {"messages": full context} mapping.
+    Returns None when the payload carries nothing an engine could replay.
+    """
+    payload = getattr(action, "payload", None)
+    if payload is None:
+        return None
+    if hasattr(payload, "to_warm_dict"):
+        payload = payload.to_warm_dict()
+    if not isinstance(payload, dict):
+        return None
+    messages = payload.get("messages") or ()
+    prompt = payload.get("prompt")
+    token_ids = payload.get("token_ids")
+    if not messages and prompt is None and not token_ids:
+        return None
+    tenant = getattr(action, "tenant", "") or ""
+    hashes = getattr(action, "block_hashes", ()) or ()
+    key_tail = f"{hashes[-1]:x}" if hashes else getattr(action, "anchor_id", "")
+    tools = payload.get("tools")
+    return WarmSpec(
+        model=str(payload.get("model") or ""),
+        messages=tuple(messages),
+        tools=tuple(tools) if tools else None,
+        prompt=prompt,
+        token_ids=tuple(token_ids) if token_ids else None,
+        cache_salt=payload.get("cache_salt") or (tenant or None),
+        key=f"{tenant}|{len(hashes)}|{key_tail}",
+    )
+
+
+class TokenCache:
+    """Bounded LRU of anchor token ids: tokenize each anchor once, not once per warmup."""
+
+    def __init__(self, max_entries: int = 2048) -> None:
+        self._d: OrderedDict[str, tuple[int, ...]] = OrderedDict()
+        self._max = max_entries
+
+    def get(self, key: str) -> tuple[int, ...] | None:
+        ids = self._d.get(key)
+        if ids is not None:
+            self._d.move_to_end(key)
+        return ids
+
+    def put(self, key: str, ids: tuple[int, ...]) -> None:
+        self._d[key] = ids
+        self._d.move_to_end(key)
+        while len(self._d) > self._max:
+            self._d.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
+class AdapterError(RuntimeError):
+    """An engine endpoint failed in a way that should disable the capability behind it."""
+
+
+class HttpEngineAdapter:
+    """Shared plumbing: base URL, the proxy's own credential, capability bookkeeping."""
+
+    name = "base"
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.client = client
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key
+        self.timeout_s = timeout_s
+        self._caps: set[str] = set()
+        self.disabled: dict[str, str] = {}   # capability -> reason it was switched off
+        self.tokens = TokenCache()
+        self.counters: dict[str, int] = {"warm_requests": 0, "tokenize_requests": 0, "errors": 0}
+
+    # -- capabilities -------------------------------------------------------------------------
+    @property
+    def capabilities(self) -> frozenset[str]:
+        return frozenset(self._caps)
+
+    def enable(self, cap: str) -> None:
+        if cap not in self.disabled:
+            self._caps.add(cap)
+
+    def disable(self, cap: str, reason: str) -> None:
+        if cap in self._caps or cap not in self.disabled:
+            log.warning("engine %s: capability %s disabled: %s", self.name, cap, reason)
+        self._caps.discard(cap)
+        self.disabled[cap] = reason
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "engine": self.name,
+            "base_url": self.base_url,
+            "capabilities": sorted(self._caps),
+            "disabled": dict(self.disabled),
+            "token_cache_entries": len(self.tokens),
+            "counters": dict(self.counters),
+        }
+
+    def request_extras(self, survival: float | None) -> dict[str, Any]:
+        """Fields to add to forwarded client requests (opt-in); none by default."""
+        return {}
+
+    # -- HTTP helpers --------------------------------------------------------------------------
+    def headers(self, warmup: bool = True) -> dict[str, str]:
+        h = {"content-type": "application/json"}
+        if warmup:
+            h[WARMUP_HEADER] = "1"
+        if self._api_key:
+            h["authorization"] = f"Bearer {self._api_key}"
+        return h
+
+    async def post_json(self, path: str, body: dict, *, warmup: bool = True) -> tuple[int, Any]:
+        resp = await self.client.post(
+            self.base_url + path,
+            content=json.dumps(body, separators=(",", ":")).encode(),
+            headers=self.headers(warmup),
+            timeout=self.timeout_s,
+        )
+        try:
+            data = resp.json()
+        except ValueError:
+            data = None
+        return resp.status_code, data
+
+    async def get_text(self, path: str) -> tuple[int, str]:
+        resp = await self.client.get(self.base_url + path, headers=self.headers(False), timeout=self.timeout_s)
+        return resp.status_code, resp.text
+
+    async def reset_prefix_cache(self) -> bool:
+        if CAP_RESET not in self._caps:
+            return False
+        try:
+            resp = await self.client.post(self.base_url + "/reset_prefix_cache", headers=self.headers(False),
+                                          timeout=self.timeout_s)
+        except httpx.HTTPError as exc:
+            self.disable(CAP_RESET, f"{type(exc).__name__}")
+            return False
+        return resp.status_code < 300
+
+    async def scrape(self) -> EngineSnapshot | None:
+        return None
+
+    async def probe(self) -> None:
+        return None
+
+
+def usage_tokens(data: Any) -> tuple[int, int]:
+    """(prompt_tokens, cached_tokens) from an OpenAI-style response body; zeros when absent."""
+    if not isinstance(data, dict):
+        return 0, 0
+    usage = data.get("usage") or {}
+    if not isinstance(usage, dict):
+        return 0, 0
+    prompt = int(usage.get("prompt_tokens") or 0)
+    details = usage.get("prompt_tokens_details") or {}
+    cached = int((details.get("cached_tokens") if isinstance(details, dict) else 0) or 0)
+    if not cached:
+        cached = int(usage.get("cached_tokens") or 0)   # SGLang --enable-cache-report puts it here too
+    return prompt, cached
+
+
+def monotonic() -> float:
+    return time.monotonic()

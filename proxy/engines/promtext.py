@@ -1,0 +1,36 @@
+"""Minimal reading of an engine's Prometheus text exposition.
+
+Engines label their series (model name, engine index); the proxy wants one number per metric, so
+samples with the same name are summed (counters, queue gauges) — except ratios, which callers read
+with `mean`. Uses prometheus_client's own parser so odd formatting is the library's problem.
+"""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def sample_sums(text: str) -> dict[str, float]:
+    """name -> sum of all samples with that exact sample name (e.g. 'vllm:prefix_cache_hits_total')."""
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            sums[s.name] = sums.get(s.name, 0.0) + float(s.value)
+            counts[s.name] = counts.get(s.name, 0) + 1
+    sums.update({f"{k}#n": float(v) for k, v in counts.items()})
+    return sums
+
+
+def first(sums: dict[str, float], *names: str) -> float | None:
+    for n in names:
+        if n in sums:
+            return sums[n]
+    return None
+
+
+def mean(sums: dict[str, float], *names: str) -> float | None:
+    for n in names:
+        if n in sums:
+            return sums[n] / max(1.0, sums.get(f"{n}#n", 1.0))
+    return None

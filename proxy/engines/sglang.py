@@ -1,0 +1,101 @@
+"""SGLang adapter: warmups through the OpenAI API (or `/generate` with `input_ids`), retention priority.
+
+SGLang's radix cache stores any prefix, so a chat warmup whose generation prompt runs past the
+anchor still leaves the anchor's nodes cached. The real lever SGLang adds is retention: with
+`--radix-eviction-policy priority` a request's `priority` also orders eviction (decayed by
+`retention_seconds`), so warmups carry the anchor's survival-derived priority, and — opt-in —
+forwarded client requests can carry one too. The adapter reads `/get_server_info` to find out
+whether the engine runs that way; without it `priority` would only reorder scheduling.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import httpx
+
+from proxy.engines.base import (
+    CAP_METRICS,
+    CAP_PRIORITY,
+    CAP_WARM_CHAT,
+    CAP_WARM_TOKENS,
+    EngineSnapshot,
+    WarmResult,
+    WarmSpec,
+    usage_tokens,
+)
+from proxy.engines.promtext import first, mean, sample_sums
+from proxy.engines.vllm import REFUSED, VllmAdapter
+
+log = logging.getLogger("cachescout.engines.sglang")
+
+
+class SglangAdapter(VllmAdapter):
+    name = "sglang"
+    metric_prefix = "sglang:"
+
+    def __init__(self, client: httpx.AsyncClient, base_url: str, api_key: str | None = None, *,
+                 default_model: str = "", priority_on_requests: bool = False, timeout_s: float = 30.0) -> None:
+        super().__init__(client, base_url, api_key, default_model=default_model, timeout_s=timeout_s)
+        self.priority_on_requests = priority_on_requests
+        self.server_info: dict[str, Any] = {}
+
+    async def probe(self) -> None:
+        try:
+            for path in ("/get_server_info", "/server_info"):
+                status, data = await self._get_json(path)
+                if status == 200 and isinstance(data, dict):
+                    self.server_info = data
+                    break
+            policy = str(self.server_info.get("radix_eviction_policy", ""))
+            if policy == "priority":
+                self.enable(CAP_PRIORITY)
+            else:
+                self.disable(CAP_PRIORITY, f"radix_eviction_policy={policy or 'unknown'} (needs 'priority')")
+            self.default_model = self.default_model or str(self.server_info.get("served_model_name") or "")
+            status, text = await self.get_text("/metrics")
+            if status != 200 or self.metric_prefix not in text:
+                self.disable(CAP_METRICS, f"/metrics answered {status} without sglang:* (needs --enable-metrics)")
+        except httpx.HTTPError as exc:
+            log.warning("engine sglang: probe failed (%s)", type(exc).__name__)
+        # SGLang has no /tokenize in every version: exact tokens only when the payload carries ids.
+        self.disable(CAP_WARM_TOKENS, "uses /generate only when token ids are known")
+
+    def warm_fields(self, action: Any) -> dict[str, Any]:
+        if CAP_PRIORITY in self.capabilities:
+            return {"priority": int(getattr(action, "priority", 0))}
+        return {}
+
+    async def _warm(self, spec: WarmSpec, action: Any) -> WarmResult:
+        extra = self.warm_fields(action)
+        if spec.token_ids:
+            body = {"input_ids": list(spec.token_ids), "sampling_params": {"max_new_tokens": 1, "temperature": 0},
+                    **extra}
+            self.counters["warm_requests"] += 1
+            status, data = await self.post_json("/generate", body, warmup=True)
+            if status == 200 and isinstance(data, dict):
+                meta = data.get("meta_info") or {}
+                return WarmResult(ok=True, prompt_tokens=int(meta.get("prompt_tokens") or len(spec.token_ids)),
+                                  cached_tokens=int(meta.get("cached_tokens") or 0))
+            if status in REFUSED:
+                return WarmResult(ok=False, error=f"/generate answered {status}")
+        return await super()._warm(spec, action)
+
+    def parse_metrics(self, text: str) -> EngineSnapshot:
+        s = sample_sums(text)
+        return EngineSnapshot(
+            hit_rate=mean(s, "sglang:cache_hit_rate"),
+            kv_usage=mean(s, "sglang:token_usage"),
+            running=first(s, "sglang:num_running_reqs"),
+            waiting=first(s, "sglang:num_queue_reqs"),
+            raw={k: v for k, v in s.items() if k.startswith("sglang:") and "#" not in k and "_bucket" not in k},
+        )
+
+    def request_extras(self, survival: float | None) -> dict[str, Any]:
+        if not self.priority_on_requests or CAP_PRIORITY not in self.capabilities or survival is None:
+            return {}
+        return {"priority": int(round(100 * float(survival)))}
+
+
+__all__ = ["SglangAdapter", "usage_tokens"]

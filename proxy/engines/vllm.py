@@ -1,0 +1,210 @@
+"""vLLM adapter: exact-token warmups, /metrics counters, optional kv_hints on forwarded requests.
+
+Why exact tokens: vLLM hashes *token* blocks. Re-sending the anchor as chat messages would go
+through the chat template again and, with `add_generation_prompt`, append tokens the real next
+request will not have at that position — harmless for the shared prefix, but the proxy cannot tell
+how many tokens it really warmed. So the adapter asks vLLM once per anchor for its token ids via
+`POST /tokenize` (same messages + tools + chat template as the traffic, `add_generation_prompt:
+false`), caches them, and warms with `POST /v1/completions` `prompt=<ids>`, `max_tokens: 1`.
+
+vLLM's LRU makes the same request a *touch* when the anchor is still resident: the hit moves the
+blocks to the most-recently-used end of the free queue for the cost of ~one token.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+import httpx
+
+from proxy.engines.base import (
+    CAP_KV_HINTS,
+    CAP_METRICS,
+    CAP_RESET,
+    CAP_WARM_CHAT,
+    CAP_WARM_TOKENS,
+    EngineSnapshot,
+    HttpEngineAdapter,
+    WarmResult,
+    WarmSpec,
+    usage_tokens,
+    warm_spec,
+)
+from proxy.engines.promtext import first, sample_sums
+
+log = logging.getLogger("cachescout.engines.vllm")
+
+MAX_CONSECUTIVE_FAILURES = 5
+REFUSED = {400, 401, 403, 404, 405, 422}
+
+
+class VllmAdapter(HttpEngineAdapter):
+    name = "vllm"
+    metric_prefix = "vllm:"
+
+    def __init__(self, client: httpx.AsyncClient, base_url: str, api_key: str | None = None, *,
+                 default_model: str = "", kv_hints: bool = False, timeout_s: float = 30.0) -> None:
+        super().__init__(client, base_url, api_key, timeout_s=timeout_s)
+        self.default_model = default_model
+        self.want_kv_hints = kv_hints
+        self._failures = 0
+        # Until probed, assume the common surface so a proxy started before its engine still acts.
+        self.enable(CAP_WARM_TOKENS)
+        self.enable(CAP_WARM_CHAT)
+        self.enable(CAP_METRICS)
+
+    # -- probing ----------------------------------------------------------------------------------
+    async def probe(self) -> None:
+        """Ask the engine what it supports; a missing endpoint disables its capability, with why."""
+        try:
+            status, data = await self._get_json("/v1/models")
+            if status == 200 and isinstance(data, dict) and data.get("data"):
+                self.default_model = self.default_model or str(data["data"][0].get("id", ""))
+            status, text = await self.get_text("/metrics")
+            if status != 200 or self.metric_prefix not in text:
+                self.disable(CAP_METRICS, f"/metrics answered {status} without {self.metric_prefix}* series")
+            status, _ = await self.post_json("/tokenize", {"model": self.default_model, "prompt": "probe"},
+                                             warmup=False)
+            if status != 200:
+                self.disable(CAP_WARM_TOKENS, f"/tokenize answered {status}")
+            resp = await self.client.get(self.base_url + "/reset_prefix_cache", headers=self.headers(False),
+                                         timeout=self.timeout_s)
+            if resp.status_code == 405:   # route exists (POST only): dev mode is on
+                self.enable(CAP_RESET)
+            if self.want_kv_hints:
+                self.enable(CAP_KV_HINTS)
+        except httpx.HTTPError as exc:
+            log.warning("engine %s: probe failed (%s); keeping default capabilities", self.name,
+                        type(exc).__name__)
+
+    async def _get_json(self, path: str) -> tuple[int, Any]:
+        resp = await self.client.get(self.base_url + path, headers=self.headers(False), timeout=self.timeout_s)
+        try:
+            return resp.status_code, resp.json()
+        except ValueError:
+            return resp.status_code, None
+
+    # -- warmups ----------------------------------------------------------------------------------
+    def warm_fields(self, action: Any) -> dict[str, Any]:
+        """Extra body fields for a warmup (the sim adapter adds retention priority)."""
+        return {}
+
+    async def tokenize(self, spec: WarmSpec) -> tuple[int, ...] | None:
+        if spec.token_ids:
+            return spec.token_ids
+        cached = self.tokens.get(spec.key)
+        if cached is not None:
+            return cached
+        body: dict[str, Any] = {"model": spec.model or self.default_model}
+        if spec.messages:
+            body["messages"] = list(spec.messages)
+            body["add_generation_prompt"] = False
+            if spec.tools:
+                body["tools"] = list(spec.tools)
+        else:
+            body["prompt"] = spec.prompt or ""
+        self.counters["tokenize_requests"] += 1
+        status, data = await self.post_json("/tokenize", body, warmup=True)
+        if status in REFUSED:
+            self.disable(CAP_WARM_TOKENS, f"/tokenize answered {status}")
+            return None
+        if status != 200 or not isinstance(data, dict) or not isinstance(data.get("tokens"), list):
+            raise RuntimeError(f"/tokenize answered {status}")
+        ids = tuple(int(t) for t in data["tokens"])
+        self.tokens.put(spec.key, ids)
+        return ids
+
+    async def warm(self, action: Any) -> WarmResult:
+        spec = warm_spec(action)
+        if spec is None:
+            return WarmResult(ok=False, unsupported=True, error="payload carries no prompt")
+        try:
+            result = await self._warm(spec, action)
+        except (httpx.HTTPError, RuntimeError, ValueError) as exc:
+            result = WarmResult(ok=False, error=f"{type(exc).__name__}: {exc}"[:200])
+        self._after(result)
+        return result
+
+    async def _warm(self, spec: WarmSpec, action: Any) -> WarmResult:
+        extra = self.warm_fields(action)
+        if spec.cache_salt:
+            extra["cache_salt"] = spec.cache_salt
+        if CAP_WARM_TOKENS in self.capabilities:
+            ids = await self.tokenize(spec)
+            if ids:
+                body = {"model": spec.model or self.default_model, "prompt": list(ids), "max_tokens": 1,
+                        "temperature": 0.0, **extra}
+                return await self._send("/v1/completions", body, CAP_WARM_TOKENS)
+        if CAP_WARM_CHAT in self.capabilities and spec.messages:
+            body = {"model": spec.model or self.default_model, "messages": list(spec.messages),
+                    "max_tokens": 1, "temperature": 0.0, **extra}
+            if spec.tools:
+                body["tools"] = list(spec.tools)
+                body["tool_choice"] = "none"   # vLLM refuses "auto" without tool-parser flags
+            return await self._send("/v1/chat/completions", body, CAP_WARM_CHAT)
+        if CAP_WARM_CHAT in self.capabilities and spec.prompt is not None:
+            body = {"model": spec.model or self.default_model, "prompt": spec.prompt, "max_tokens": 1,
+                    "temperature": 0.0, **extra}
+            return await self._send("/v1/completions", body, CAP_WARM_CHAT)
+        return WarmResult(ok=False, unsupported=True, error="no warmup capability left")
+
+    async def _send(self, path: str, body: dict, cap: str) -> WarmResult:
+        self.counters["warm_requests"] += 1
+        status, data = await self.post_json(path, body, warmup=True)
+        if status in REFUSED:
+            self.disable(cap, f"{path} answered {status}")
+            return WarmResult(ok=False, error=f"{path} answered {status}")
+        if status != 200:
+            return WarmResult(ok=False, error=f"{path} answered {status}")
+        prompt, cached = usage_tokens(data)
+        return WarmResult(ok=True, prompt_tokens=prompt, cached_tokens=cached)
+
+    def _after(self, result: WarmResult) -> None:
+        if result.ok or result.unsupported:
+            self._failures = 0
+            return
+        self.counters["errors"] += 1
+        self._failures += 1
+        if self._failures >= MAX_CONSECUTIVE_FAILURES:
+            for cap in (CAP_WARM_TOKENS, CAP_WARM_CHAT):
+                if cap in self.capabilities:
+                    self.disable(cap, f"{self._failures} consecutive warmup failures, last: {result.error}")
+
+    # -- metrics ----------------------------------------------------------------------------------
+    async def scrape(self) -> EngineSnapshot | None:
+        if CAP_METRICS not in self.capabilities:
+            return None
+        try:
+            status, text = await self.get_text("/metrics")
+        except httpx.HTTPError as exc:
+            log.debug("scrape failed: %s", exc)
+            return None
+        if status != 200:
+            return None
+        return self.parse_metrics(text)
+
+    def parse_metrics(self, text: str) -> EngineSnapshot:
+        s = sample_sums(text)
+        p = self.metric_prefix
+        return EngineSnapshot(
+            prefix_queries=first(s, f"{p}prefix_cache_queries_total", f"{p}gpu_prefix_cache_queries_total"),
+            prefix_hits=first(s, f"{p}prefix_cache_hits_total", f"{p}gpu_prefix_cache_hits_total"),
+            kv_usage=first(s, f"{p}kv_cache_usage_perc", f"{p}gpu_cache_usage_perc"),
+            running=first(s, f"{p}num_requests_running"),
+            waiting=first(s, f"{p}num_requests_waiting"),
+            raw={k: v for k, v in s.items() if k.startswith(p) and "#" not in k and "_bucket" not in k},
+        )
+
+    # -- forwarded-request extras (opt-in) --------------------------------------------------------
+    def request_extras(self, survival: float | None) -> dict[str, Any]:
+        """vLLM accepts a `kv_hints` envelope; no action runs yet, so this only announces retention."""
+        if CAP_KV_HINTS not in self.capabilities or survival is None:
+            return {}
+        return {"kv_hints": {
+            "protocol_version": 1,
+            "message_id": uuid.uuid4().hex,
+            "actions": [{"action_id": uuid.uuid4().hex[:16], "action_type": "retain", "action_version": 1,
+                         "payload": {"survival": round(float(survival), 3)}}],
+        }}
