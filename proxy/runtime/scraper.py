@@ -1,0 +1,104 @@
+"""Engine /metrics poller on an async timer.
+
+Why scrape at all when usage already carries `cached_tokens`: the engine's own counters include
+warmups and traffic that bypasses the proxy, and its waiting queue is the signal the executor
+yields to. The hit ratio gauge is computed over the last scrape window (delta hits / delta queries)
+so it shows the current regime, not the average since the engine started; engines that only
+report a ratio (SGLang) are passed through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from proxy.engines.base import EngineSnapshot
+
+log = logging.getLogger("cachescout.scraper")
+
+
+class EngineScraper:
+    def __init__(self, adapter: Any, metrics: Any, interval_s: float = 5.0,
+                 on_snapshot: Callable[[EngineSnapshot], None] | None = None) -> None:
+        self.adapter = adapter
+        self.metrics = metrics
+        self.interval_s = interval_s
+        self.on_snapshot = on_snapshot
+        self.latest: EngineSnapshot | None = None
+        self.window_hit_ratio: float | None = None
+        self.scrapes = 0
+        self.failures = 0
+        self._prev: EngineSnapshot | None = None
+        self._task: asyncio.Task | None = None
+
+    @property
+    def waiting(self) -> int:
+        return int(self.latest.waiting or 0) if self.latest is not None else 0
+
+    async def scrape_once(self) -> EngineSnapshot | None:
+        try:
+            snap = await self.adapter.scrape()
+        except Exception as exc:  # noqa: BLE001 - a scrape must never take the proxy down
+            self.failures += 1
+            log.debug("scrape failed: %s", exc)
+            return None
+        if snap is None:
+            self.failures += 1
+            return None
+        self.scrapes += 1
+        self._update_ratio(snap)
+        self._prev, self.latest = snap, snap
+        if self.on_snapshot is not None:
+            try:
+                self.on_snapshot(snap)
+            except Exception:  # noqa: BLE001
+                log.exception("on_snapshot hook failed")
+        return snap
+
+    def _update_ratio(self, snap: EngineSnapshot) -> None:
+        ratio: float | None = None
+        prev = self._prev
+        if snap.prefix_queries is not None and snap.prefix_hits is not None:
+            if prev is not None and prev.prefix_queries is not None and prev.prefix_hits is not None \
+                    and snap.prefix_queries >= prev.prefix_queries:
+                dq = snap.prefix_queries - prev.prefix_queries
+                if dq > 0:
+                    ratio = (snap.prefix_hits - prev.prefix_hits) / dq
+            elif snap.prefix_queries > 0:          # first scrape (or counters reset): since engine start
+                ratio = snap.prefix_hits / snap.prefix_queries
+        elif snap.hit_rate is not None:
+            ratio = snap.hit_rate
+        if ratio is not None:
+            self.window_hit_ratio = max(0.0, min(1.0, ratio))
+            if self.metrics is not None:
+                self.metrics.engine_prefix_cache_hit_ratio.set(self.window_hit_ratio)
+
+    async def _loop(self) -> None:
+        while True:
+            await self.scrape_once()
+            await asyncio.sleep(self.interval_s)
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._loop(), name="cachescout-scraper")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+
+    def info(self) -> dict:
+        snap = self.latest
+        return {
+            "interval_s": self.interval_s, "scrapes": self.scrapes, "failures": self.failures,
+            "window_hit_ratio": self.window_hit_ratio,
+            "latest": None if snap is None else {
+                "prefix_queries": snap.prefix_queries, "prefix_hits": snap.prefix_hits,
+                "hit_rate": snap.hit_rate, "kv_usage": snap.kv_usage,
+                "running": snap.running, "waiting": snap.waiting},
+        }
