@@ -1,1 +1,17 @@
-"""See docs/architecture.md for what this package holds."""
+"""Pure policy core (see docs/architecture.md and docs/policy.md): no web, async or metrics imports.
+
+Re-exports the contract so callers can write ``from proxy.core import ScoutPolicy, RequestView``.
+"""
+
+from .actions import Action, ObservedRequest, PolicyStats
+from .config import PolicyConfig
+from .fingerprint import SESSION_HEADER, WARMUP_HEADER, view_from_openai
+from .policy import ScoutPolicy
+from .residency import ResidencyShadow
+from .view import EngineLoad, RequestView, ResponseOutcome, view_from_blocks
+
+__all__ = [
+    "Action", "EngineLoad", "ObservedRequest", "PolicyConfig", "PolicyStats", "RequestView",
+    "ResidencyShadow", "ResponseOutcome", "ScoutPolicy", "SESSION_HEADER", "WARMUP_HEADER",
+    "view_from_blocks", "view_from_openai",
+]

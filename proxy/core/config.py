@@ -1,0 +1,70 @@
+"""Every tunable constant of the policy core, with its default and why.
+
+One frozen dataclass so the live proxy (pydantic settings), the replay evaluator and the tests
+all build the same object; nothing in proxy/core reads the environment itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    # --- canonical view -------------------------------------------------------------------
+    block_chars: int = 64            # chars per canonical block (~16 tokens at 4 chars/token)
+    chars_per_token: float = 4.0     # token estimate for text blocks
+    # --- agent identity -------------------------------------------------------------------
+    max_agents: int = 256            # registry cap over all tenants; least valuable evicted
+    fingerprint_blocks: int = 8      # N: blocks after the learned skip that identify a raw-prompt agent
+    max_skip_blocks: int = 32        # cap on the learned shared-template skip (paper fork: SKIP=28)
+    # --- sessions -------------------------------------------------------------------------
+    max_sessions: int = 4096         # live session cap; oldest evicted first
+    session_ttl_s: float = 1800.0    # a session idle this long is forgotten
+    infer_max_lookback: int = 512    # blocks scanned backwards when inferring a session's parent
+    # --- transitions ----------------------------------------------------------------------
+    epsilon: float = 0.1             # ε: additive smoothing in P_ij = (C_ij+ε)/Σ_k(C_ik+ε)
+    decay_half_life: float = 200.0   # counts of a row halve after this many transitions out of it
+    top_k: int = 2                   # successors considered per prediction
+    # --- predictability gate --------------------------------------------------------------
+    r_min: float = 0.3               # R_min: transition/fanout actions only when R >= this
+    r_min_transitions: int = 20      # R counts as 0 until this many (decayed) transitions were seen
+    # --- survival scoring -----------------------------------------------------------------
+    tau: float = 0.1                 # τ: BFS only follows edges with P_ij >= τ
+    max_hops: int = 3                # K: p_surv = 1 - min(E, K)/K
+    delta: float = 0.1               # δ: floor in (p_surv+δ)(e^(-λ·age)+δ)
+    age_lambda: float = 0.005        # λ per second of anchor age (half-life ~139 s)
+    continuation_horizon_s: float = 60.0   # "resumes within" horizon for paused sessions
+    tool_resume_prior: float = 0.9   # resume probability after finish_reason=tool_calls w/o history
+    gap_samples: int = 16            # inter-request gaps kept per agent (and per kind)
+    # --- residency shadow -----------------------------------------------------------------
+    residency_capacity_tokens: int = 0     # engine prefix-cache capacity; 0 = unknown (assume resident)
+    near_eviction_fraction: float = 0.25   # "near eviction": within the oldest quarter of the LRU
+    # --- planner --------------------------------------------------------------------------
+    warmup_tokens_per_s: float = 20000.0   # token-bucket refill for warm/touch cost
+    warmup_burst_tokens: float = 40000.0   # bucket size
+    touch_cost_tokens: int = 16      # budget charged for a touch (one recomputed block + decode)
+    max_concurrent: int = 2          # actions emitted but not yet reported back
+    max_actions_per_tick: int = 4    # actions per plan() call
+    max_engine_waiting: int = 2      # no actions while the engine queue is longer than this
+    cooldown_s: float = 5.0          # never act on the same anchor twice within this
+    action_ttl_s: float = 2.0        # deadline = created + ttl (executor drops stale actions)
+    min_lead_s: float = 0.05         # no Warm when the predicted demand is closer than this
+    prefill_tokens_per_s: float = 5000.0   # estimate for "can a warm finish before the demand"
+    sweep_interval_s: float = 1.0    # survival-ranked sweep over all anchors at most this often
+    sweep_top_n: int = 8             # anchors examined per sweep
+    tool_resume_min_p: float = 0.5   # continuation probability needed for a tool_resume action
+    tool_resume_gated: bool = False  # also require R >= R_min for tool_resume (a fact, not a guess)
+    retain_enabled: bool = False     # emit Retain hints (only for engines that honour them)
+    retain_priority_scale: int = 100 # Action.priority = round(p_surv * scale)
+    # --- snapshot -------------------------------------------------------------------------
+    snapshot_max_bytes: int = 25_000  # restore() refuses larger documents
+
+    def with_overrides(self, **overrides: Any) -> "PolicyConfig":
+        """Copy with some fields replaced; unknown names raise (typos must not pass silently)."""
+        names = {f.name for f in fields(self)}
+        unknown = set(overrides) - names
+        if unknown:
+            raise TypeError(f"unknown PolicyConfig fields: {sorted(unknown)}")
+        return replace(self, **overrides)

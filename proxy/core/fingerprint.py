@@ -1,0 +1,229 @@
+"""Canonical request view: OpenAI request -> chained xxh3_64 block hashes.
+
+Why segments: every part of the prompt (the envelope header, then each message) is serialised as
+canonical JSON and cut into fixed-size char blocks *per segment*. Appending a message therefore
+leaves every earlier block unchanged, so a follow-up turn's chain extends its parent's chain
+exactly, which is what session inference and anchor identity rely on. The first block's parent is
+a hash of the tenant (cache_salt), so tenants never share a chain. Anything unparseable returns
+None: the request is still forwarded, the policy just skips it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import xxhash
+
+from .view import RequestView
+
+WARMUP_HEADER = "x-cachescout-warmup"
+SESSION_HEADER = "x-session-id"
+_TEMPLATE_FIELDS = ("chat_template", "chat_template_kwargs")   # change the rendered prompt
+_ANCHOR_ROLES = ("system", "developer")
+_IDS_PER_BLOCK = 16                                            # token-id prompts: exact tokens
+
+
+def tenant_root(tenant: str) -> int:
+    """Parent hash of a tenant's first block (the salt)."""
+    return xxhash.xxh3_64_intdigest(b"cachescout/v1|" + tenant.encode("utf-8", "surrogatepass"))
+
+
+def chain_text(parent: int, text: str, block_chars: int, chars_per_token: float,
+               hashes: list[int], tokens: list[int]) -> int:
+    """Append the blocks of one segment to (hashes, tokens); returns the new parent hash."""
+    if not text:
+        return parent
+    for start in range(0, len(text), block_chars):
+        chunk = text[start:start + block_chars]
+        parent = xxhash.xxh3_64_intdigest(parent.to_bytes(8, "little") + chunk.encode("utf-8", "surrogatepass"))
+        hashes.append(parent)
+        tokens.append(max(1, math.ceil(len(chunk) / chars_per_token)))
+    return parent
+
+
+def _canon(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _get_header(headers: Mapping[str, str] | None, name: str) -> str | None:
+    if not headers:
+        return None
+    v = headers.get(name)
+    if v is None:
+        for k, val in headers.items():
+            if isinstance(k, str) and k.lower() == name:
+                return val
+    return v
+
+
+def _canon_content(content: Any) -> Any:
+    """String, None, or a list of parts; raises ValueError on any other shape."""
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append({"type": "text", "text": part})
+            elif isinstance(part, Mapping):
+                parts.append(dict(part))
+            else:
+                raise ValueError("bad content part")
+        return parts
+    raise ValueError("bad content")
+
+
+def _canon_message(msg: Any) -> dict:
+    if not isinstance(msg, Mapping):
+        raise ValueError("message is not an object")
+    role = msg.get("role")
+    if not isinstance(role, str):
+        raise ValueError("message without role")
+    out: dict[str, Any] = {"role": role, "content": _canon_content(msg.get("content"))}
+    for key in ("name", "tool_calls", "tool_call_id", "function_call"):
+        if msg.get(key) is not None:
+            out[key] = msg[key]
+    return out
+
+
+def _int_or_none(v: Any) -> int | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return int(v)
+
+
+def _session_id(body: Mapping, headers: Mapping[str, str] | None) -> str | None:
+    sid = _get_header(headers, SESSION_HEADER)
+    if isinstance(sid, str) and sid:
+        return sid
+    user = body.get("user")
+    if isinstance(user, str) and user:
+        return user
+    meta = body.get("metadata")
+    if isinstance(meta, Mapping):
+        msid = meta.get("session_id")
+        if isinstance(msid, str) and msid:
+            return msid
+    pck = body.get("prompt_cache_key")
+    if isinstance(pck, str) and pck:
+        return pck
+    return None
+
+
+def view_from_openai(path: str, body: Any, headers: Mapping[str, str] | None = None, *,
+                     block_chars: int = 64, chars_per_token: float = 4.0) -> RequestView | None:
+    """Build the canonical view of a /v1/chat/completions or /v1/completions request, or None."""
+    try:
+        if isinstance(body, (bytes, bytearray, str)):
+            body = json.loads(body)
+        if not isinstance(body, Mapping) or not isinstance(path, str):
+            return None
+        p = path.split("?", 1)[0].rstrip("/")
+        if p.endswith("/chat/completions"):
+            return _chat_view(body, headers, block_chars, chars_per_token)
+        if p.endswith("/completions"):
+            return _completion_view(body, headers, block_chars, chars_per_token)
+        return None
+    except (ValueError, TypeError, RecursionError, OverflowError, UnicodeError):
+        return None
+
+
+def _common(body: Mapping, headers: Mapping[str, str] | None) -> tuple[str, str, int | None, bool, str | None]:
+    model = body.get("model")
+    model = model if isinstance(model, str) else ""
+    salt = body.get("cache_salt")
+    tenant = salt if isinstance(salt, str) else ""
+    max_tokens = _int_or_none(body.get("max_tokens"))
+    if max_tokens is None:
+        max_tokens = _int_or_none(body.get("max_completion_tokens"))
+    warm_hdr = _get_header(headers, WARMUP_HEADER)
+    is_warmup = bool(warm_hdr) and str(warm_hdr).lower() not in ("0", "false", "no")
+    if max_tokens is not None and max_tokens <= 1:
+        is_warmup = True
+    return tenant, model, max_tokens, is_warmup, _session_id(body, headers)
+
+
+def _chat_view(body: Mapping, headers, block_chars: int, cpt: float) -> RequestView | None:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return None
+    tenant, model, max_tokens, is_warmup, sid = _common(body, headers)
+    canon_msgs = [_canon_message(m) for m in messages]
+    tools = body.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        return None
+    header = {"model": model, "tools": tools, "functions": body.get("functions")}
+    extra: dict[str, Any] = {}
+    for f in _TEMPLATE_FIELDS:
+        if body.get(f) is not None:
+            header[f] = body[f]
+            extra[f] = body[f]
+    hashes: list[int] = []
+    tokens: list[int] = []
+    parent = chain_text(tenant_root(tenant), "H" + _canon(header), block_chars, cpt, hashes, tokens)
+    n_sys = 0
+    while n_sys < len(canon_msgs) and canon_msgs[n_sys]["role"] in _ANCHOR_ROLES:
+        n_sys += 1
+    anchor_msgs = n_sys if n_sys else 1      # no system prompt: model+tools+first message
+    anchor_blocks = 0
+    for i, cm in enumerate(canon_msgs):
+        parent = chain_text(parent, "M" + _canon(cm), block_chars, cpt, hashes, tokens)
+        if i + 1 == anchor_msgs:
+            anchor_blocks = len(hashes)
+    base = {"kind": "chat", "model": model, "tools": tools, "cache_salt": salt_or_none(tenant), **extra}
+    return RequestView(
+        tenant=tenant, model=model, block_hashes=tuple(hashes), block_tokens=tuple(tokens),
+        anchor_blocks=anchor_blocks, session_id=sid, max_tokens=max_tokens, is_warmup=is_warmup,
+        anchor_payload={**base, "messages": list(messages[:anchor_msgs])},
+        context_payload={**base, "messages": list(messages)},
+    )
+
+
+def salt_or_none(tenant: str) -> str | None:
+    return tenant or None
+
+
+def _completion_view(body: Mapping, headers, block_chars: int, cpt: float) -> RequestView | None:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]                     # a batch of one
+    tenant, model, max_tokens, is_warmup, sid = _common(body, headers)
+    hashes: list[int] = []
+    tokens: list[int] = []
+    parent = chain_text(tenant_root(tenant), "H" + _canon({"model": model}), block_chars, cpt, hashes, tokens)
+    header_blocks = len(hashes)
+    if isinstance(prompt, str):
+        if not prompt:
+            return None
+        chain_text(parent, prompt, block_chars, cpt, hashes, tokens)
+        unit = block_chars
+    elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        for start in range(0, len(prompt), _IDS_PER_BLOCK):
+            ids = prompt[start:start + _IDS_PER_BLOCK]
+            data = b"".join(int(t).to_bytes(8, "little", signed=True) for t in ids)
+            parent = xxhash.xxh3_64_intdigest(parent.to_bytes(8, "little") + data)
+            hashes.append(parent)
+            tokens.append(len(ids))
+        unit = _IDS_PER_BLOCK
+    else:
+        return None                            # batches and odd shapes: no view
+    payload = {"kind": "completion", "model": model, "prompt": prompt,
+               "header_blocks": header_blocks, "block_unit": unit}
+    return RequestView(
+        tenant=tenant, model=model, block_hashes=tuple(hashes), block_tokens=tuple(tokens),
+        anchor_blocks=0, session_id=sid, max_tokens=max_tokens, is_warmup=is_warmup,
+        anchor_payload=payload, context_payload=payload,
+    )
+
+
+def truncate_payload(payload: Any, n_blocks: int) -> Any:
+    """The anchor payload for the first n_blocks of a completion view (chat payloads pass through)."""
+    if not isinstance(payload, Mapping) or payload.get("kind") != "completion":
+        return payload
+    body_blocks = max(0, n_blocks - int(payload.get("header_blocks", 0)))
+    unit = int(payload.get("block_unit", 64))
+    prompt = payload.get("prompt")
+    return {"kind": "completion", "model": payload.get("model", ""), "prompt": prompt[: body_blocks * unit]}
