@@ -1,0 +1,108 @@
+"""`create_app`: the proxy as one ASGI app, its state owned by the lifespan.
+
+The lifespan owns the single engine-facing httpx.AsyncClient (connections are pooled across all
+requests) and, when the policy is enabled, the live policy object built by
+`proxy.runtime.live.build_live`. The policy is optional by design (fail-open): if it cannot be
+imported or fails to build/start, the proxy logs one line and forwards with a `NullObserver`, so a
+policy bug can cost cache hits but never availability.
+
+Test hooks: `transport` replaces the network (respx / httpx.MockTransport / ASGITransport), `clock`
+replaces time.monotonic, `observer` / `live` replace the policy. `app.state` exposes `settings`,
+`metrics`, `forwarder`, `client`, `observer`, `live`. ASGITransport does not run lifespans: wrap
+test requests in `async with app.router.lifespan_context(app):`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+
+from proxy.http.forwarder import Forwarder
+from proxy.http.health import ReadinessProbe
+from proxy.http.observer import NullObserver, RequestObserver
+from proxy.http.routes import add_forwarded_routes, add_own_routes
+from proxy.http.upstream import build_client, client_timeout
+from proxy.observability.metrics import ProxyMetrics
+from proxy.settings import Settings, load_settings
+
+log = logging.getLogger("cachescout.app")
+
+
+def _build_live(settings: Settings, client: httpx.AsyncClient, metrics: ProxyMetrics,
+                clock: Callable[[], float]) -> Any | None:
+    try:
+        from proxy.runtime.live import build_live
+    except ImportError as exc:
+        log.warning("cache policy unavailable (%s); forwarding without it", exc)
+        return None
+    try:
+        return build_live(settings=settings, client=client, metrics=metrics, clock=clock)
+    except Exception as exc:  # noqa: BLE001 - fail open
+        log.error("cache policy failed to build (%s: %s); forwarding without it", type(exc).__name__, exc)
+        return None
+
+
+def create_app(settings: Settings | None = None, transport: httpx.AsyncBaseTransport | None = None,
+               clock: Callable[[], float] | None = None, observer: RequestObserver | None = None,
+               live: Any | None = None) -> FastAPI:
+    """Build the proxy app. Nothing touches the network until the lifespan starts."""
+    settings = settings if settings is not None else load_settings()
+    clock = clock if clock is not None else time.monotonic
+    metrics = ProxyMetrics(CollectorRegistry())
+    forwarder = Forwarder(settings.upstream_url, settings.max_body_bytes, metrics, clock)
+    forwarder.timeout_ext = client_timeout(settings).as_dict()
+    probe = ReadinessProbe(settings.upstream_url, settings.readiness_cache_seconds, clock,
+                           probe_timeout=min(2.0, settings.connect_timeout + 1.0))
+    token = settings.admin_token.get_secret_value() if settings.admin_token is not None else None
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        client = build_client(settings, transport)
+        forwarder.client = client
+        app.state.client = client
+        live_obj = live
+        if live_obj is None and observer is None and settings.policy_enabled:
+            live_obj = _build_live(settings, client, metrics, clock)
+        if live_obj is not None:
+            try:
+                await live_obj.start()
+            except Exception as exc:  # noqa: BLE001 - fail open
+                log.error("cache policy failed to start (%s: %s); forwarding without it", type(exc).__name__, exc)
+                live_obj = None
+        obs: RequestObserver = observer if observer is not None else NullObserver()
+        if observer is None and live_obj is not None:
+            try:
+                obs = live_obj.observer
+            except Exception as exc:  # noqa: BLE001
+                log.error("cache policy has no observer (%s); forwarding without it", exc)
+        forwarder.observer = obs
+        app.state.live = live_obj
+        app.state.observer = obs
+        try:
+            yield
+        finally:
+            forwarder.observer = NullObserver()
+            if live_obj is not None:
+                try:
+                    await live_obj.stop()
+                except Exception as exc:  # noqa: BLE001
+                    log.error("cache policy failed to stop cleanly: %s", exc)
+            await client.aclose()
+
+    app = FastAPI(title="CacheScout", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.settings = settings
+    app.state.metrics = metrics
+    app.state.forwarder = forwarder
+    app.state.client = None
+    app.state.live = live
+    app.state.observer = observer
+    add_own_routes(app, probe, token)
+    add_forwarded_routes(app, forwarder)
+    return app

@@ -1,0 +1,273 @@
+"""The byte-exact forwarder: a raw ASGI app that relays one client request to the engine.
+
+Why raw ASGI and not a FastAPI endpoint: the forwarder is on every request, and the proxy's budget is
+~1 ms of CPU per request. FastAPI's request parsing, dependency resolution and StreamingResponse
+(which spawns a task group per response) cost more than the forwarding itself. Here a request is:
+read the body (bounded), send it upstream untouched, relay status + headers, then relay the raw
+response bytes chunk by chunk as they arrive (no buffering, no re-encoding: `aiter_raw`).
+
+Guarantees (tested in tests/http):
+- the body goes upstream exactly as received; response status/body/headers come back unchanged
+  except hop-by-hop headers; the client's auth headers are forwarded untouched;
+- no retries, so a request is never duplicated; an upstream failure before the response started
+  becomes an OpenAI-style 502 (unreachable) / 504 (timeout); after it started, the client
+  connection is cut (a truncated stream must not look complete);
+- a client disconnect cancels the upstream request promptly (a watcher task waits on `receive()`,
+  because uvicorn's `send()` silently drops writes to a closed connection);
+- observer hooks run synchronously in try/except: a failing policy is counted in
+  `cachescout_policy_errors_total` and never changes what the client gets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from proxy.http.errors import UPSTREAM_FAILURES, classify_upstream_error, send_error
+from proxy.http.observer import NullObserver, RequestContext, RequestObserver
+from proxy.observability.metrics import ProxyMetrics, route_label
+
+log = logging.getLogger("cachescout.forwarder")
+
+HOP_BY_HOP = frozenset(
+    {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer",
+     b"trailers", b"transfer-encoding", b"upgrade"}
+)
+# Host and Content-Length are recomputed by the client for the upstream hop.
+REQUEST_DROP = HOP_BY_HOP | {b"host", b"content-length"}
+CLIENT_GONE = 499  # nginx's convention, recorded in metrics only (the client is not there to see it)
+
+
+def _connection_tokens(value: bytes) -> set[bytes]:
+    return {t.strip().lower() for t in value.split(b",") if t.strip()}
+
+
+def filter_headers(raw: list[tuple[bytes, bytes]], drop: frozenset[bytes]) -> list[tuple[bytes, bytes]]:
+    """Drop hop-by-hop headers (plus `drop`), including any named in `Connection:`. Order is kept."""
+    extra: set[bytes] = set()
+    out = []
+    for name, value in raw:
+        lname = name.lower()
+        if lname in drop:
+            if lname == b"connection":
+                extra |= _connection_tokens(value)
+            continue
+        out.append((name, value))
+    if extra:
+        out = [(n, v) for n, v in out if n.lower() not in extra]
+    return out
+
+
+RESPONSE_DROP = HOP_BY_HOP
+
+
+class BodyTooLarge(Exception):
+    """The request body exceeded `max_body_bytes`."""
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request body was complete."""
+
+
+class Forwarder:
+    """ASGI app forwarding every request it receives to `upstream_url` + path + query."""
+
+    def __init__(self, upstream_url: str, max_body_bytes: int, metrics: ProxyMetrics,
+                 clock: Callable[[], float]) -> None:
+        self.base = upstream_url.rstrip("/")
+        self.max_body_bytes = max_body_bytes
+        self.metrics = metrics
+        self.clock = clock
+        self.client: httpx.AsyncClient | None = None  # set by the app's lifespan
+        # A hand-built httpx.Request does not inherit the client's timeouts: pass them explicitly.
+        self.timeout_ext: dict = httpx.Timeout(5.0, read=600.0).as_dict()
+        self.observer: RequestObserver = NullObserver()  # replaced by the lifespan when a policy runs
+        self._ids = itertools.count(1)
+        self._logged_observer_error = False
+
+    # --- observer plumbing -----------------------------------------------------------------
+    def _observer_failed(self, hook: str) -> None:
+        self.metrics.policy_errors_total.inc()
+        if not self._logged_observer_error:  # once at error level; a broken policy must not flood logs
+            self._logged_observer_error = True
+            log.exception("observer %s failed (counted in cachescout_policy_errors_total; client unaffected)", hook)
+        else:
+            log.debug("observer %s failed", hook, exc_info=True)
+
+    def _make_context(self, scope: dict, body: bytes, started: float) -> RequestContext:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        parsed: Any | None = None
+        if body and body[:1] in (b"{", b"[", b" ", b"\n", b"\t", b"\r"):
+            try:
+                parsed = json.loads(body)
+            except ValueError:  # not JSON: forwarded untouched, the engine decides
+                parsed = None
+        return RequestContext(next(self._ids), scope["method"], scope["path"], headers, body, parsed, started)
+
+    # --- ASGI entry ----------------------------------------------------------------------------
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        started = self.clock()
+        route = route_label(scope["path"])
+        metrics = self.metrics
+        metrics.inflight_requests.inc()
+        status = CLIENT_GONE
+        try:
+            status = await self._forward(scope, receive, send, started, route)
+        finally:
+            metrics.inflight_requests.dec()
+            metrics.observe_request(route, status, self.clock() - started)
+
+    async def _read_body(self, scope: dict, receive: Callable) -> bytes:
+        limit = self.max_body_bytes
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                try:
+                    if int(value) > limit:
+                        raise BodyTooLarge
+                except ValueError:
+                    pass  # the server already rejects malformed lengths; be lenient here
+                break
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone
+            chunk = message.get("body", b"")
+            if chunk:
+                size += len(chunk)
+                if size > limit:
+                    raise BodyTooLarge
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def _forward(self, scope: dict, receive: Callable, send: Callable, started: float, route: str) -> int:
+        try:
+            body = await self._read_body(scope, receive)
+        except BodyTooLarge:
+            await send_error(send, 413, f"request body exceeds {self.max_body_bytes} bytes",
+                             "invalid_request_error", "request_too_large")
+            return 413
+        except ClientGone:
+            return CLIENT_GONE
+
+        observer = self.observer
+        ctx: RequestContext | None = None
+        if not isinstance(observer, NullObserver):
+            try:
+                ctx = self._make_context(scope, body, started)
+                t_obs = self.clock()
+                observer.on_request(ctx)
+                self.metrics.policy_observe_seconds.observe(self.clock() - t_obs)
+            except Exception:  # noqa: BLE001 - the policy never affects the client
+                self._observer_failed("on_request")
+
+        # Watch for the client going away while we wait on the engine or stream its answer.
+        task = asyncio.current_task()
+        flags = {"done": False, "gone": False}
+        watcher = asyncio.ensure_future(_watch_disconnect(receive, task, flags))
+        try:
+            return await self._relay(scope, send, body, ctx, route, started, flags)
+        except asyncio.CancelledError:
+            if flags["gone"] and task is not None and task.uncancel() == 0:
+                self._end(ctx, "client_disconnect")
+                return CLIENT_GONE
+            raise
+        finally:
+            flags["done"] = True
+            if not watcher.done():
+                watcher.cancel()
+
+    async def _relay(self, scope: dict, send: Callable, body: bytes, ctx: RequestContext | None, route: str,
+                     started: float, flags: dict) -> int:
+        client = self.client
+        assert client is not None, "forwarder used outside the app lifespan"
+        query = scope.get("query_string") or b""
+        raw_path = scope.get("raw_path") or scope["path"].encode()
+        url = self.base + raw_path.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
+        headers = filter_headers(scope["headers"], REQUEST_DROP)
+        request = httpx.Request(scope["method"], url, headers=headers, content=body,
+                                extensions={"timeout": self.timeout_ext})
+        try:
+            response = await client.send(request, stream=True)
+        except Exception as exc:  # noqa: BLE001 - every failure of our hop maps to 502/504
+            kind = classify_upstream_error(exc)
+            self.metrics.upstream_error(kind)
+            status, type_, code = UPSTREAM_FAILURES[kind]
+            log.warning("upstream %s error for %s %s: %s", kind, scope["method"], scope["path"], exc or type(exc).__name__)
+            self._end(ctx, f"upstream_{kind}")
+            await send_error(send, status, f"upstream {kind} error: {exc or type(exc).__name__}", type_, code)
+            return status
+
+        try:
+            now = self.clock()
+            self.metrics.observe_first_byte(route, now - started)
+            status = response.status_code
+            out_headers = filter_headers(response.headers.raw, RESPONSE_DROP)
+            observer = self.observer if ctx is not None else None
+            if observer is not None:
+                try:
+                    observer.on_response_start(ctx, status, {k.decode("latin-1").lower(): v.decode("latin-1")
+                                                             for k, v in out_headers}, now)
+                except Exception:  # noqa: BLE001
+                    self._observer_failed("on_response_start")
+            await send({"type": "http.response.start", "status": status, "headers": out_headers})
+            try:
+                async for chunk in _raw_chunks(response):
+                    if observer is not None:
+                        try:
+                            observer.on_response_chunk(ctx, chunk, self.clock())
+                        except Exception:  # noqa: BLE001
+                            self._observer_failed("on_response_chunk")
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except (httpx.HTTPError, OSError) as exc:
+                kind = classify_upstream_error(exc)
+                self.metrics.upstream_error(kind)
+                log.warning("upstream %s error mid-response for %s %s: %s; cutting the client connection",
+                            kind, scope["method"], scope["path"], exc or type(exc).__name__)
+                self._end(ctx, f"upstream_{kind}")
+                return status  # returning without the final body message makes the server close the socket
+            flags["done"] = True  # the final send wakes the watcher; it must not cancel us now
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            self._end(ctx, None)
+            return status
+        finally:
+            await response.aclose()
+
+    def _end(self, ctx: RequestContext | None, error: str | None) -> None:
+        if ctx is None:
+            return
+        try:
+            self.observer.on_response_end(ctx, error, self.clock())
+        except Exception:  # noqa: BLE001
+            self._observer_failed("on_response_end")
+
+
+async def _raw_chunks(response: httpx.Response):
+    """The response's bytes as they arrive, undecoded. A response built in memory (mock transports)
+    was already read by httpx and cannot be streamed again: send what it holds."""
+    if response.is_stream_consumed:
+        if response.content:
+            yield response.content
+        return
+    async for chunk in response.aiter_raw():
+        yield chunk
+
+
+async def _watch_disconnect(receive: Callable, task: asyncio.Task | None, flags: dict) -> None:
+    """Cancel `task` when the client disconnects, unless the response already completed."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+    if not flags["done"] and task is not None:
+        flags["gone"] = True
+        task.cancel()

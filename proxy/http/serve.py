@@ -1,0 +1,93 @@
+"""`cachescout serve`: run the proxy under uvicorn.
+
+One worker on purpose: the learned agent/transition state lives in this process, and several
+workers would each learn a fragment. uvloop and httptools are used when installed (uvicorn's
+"auto"). uvicorn's own `server`/`date` headers are off so that the engine's come through unchanged.
+
+Flags default to None so that `CACHESCOUT_*` env vars (then the Settings defaults) apply; a flag
+given on the command line wins. `--set name=value` reaches any Settings field, including the ones
+other areas append, without a flag of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from proxy.settings import Settings, SettingsError, load_settings
+
+FLAGS: tuple[tuple[str, str, type, str], ...] = (
+    ("--upstream", "upstream_url", str, "engine base URL, e.g. http://127.0.0.1:8000"),
+    ("--host", "host", str, "bind address (default 127.0.0.1)"),
+    ("--port", "port", int, "bind port (default 9000)"),
+    ("--connect-timeout", "connect_timeout", float, "seconds to connect upstream (default 5)"),
+    ("--read-timeout", "read_timeout", float, "max seconds between upstream bytes (default 600)"),
+    ("--write-timeout", "write_timeout", float, "seconds to send a body upstream (default 60)"),
+    ("--pool-timeout", "pool_timeout", float, "seconds to wait for a pooled connection (default 30)"),
+    ("--max-connections", "max_connections", int, "upstream connection pool size (default 512)"),
+    ("--max-keepalive-connections", "max_keepalive_connections", int, "idle upstream connections kept (default 128)"),
+    ("--max-body-bytes", "max_body_bytes", int, "largest request body, 413 above (default 64 MiB)"),
+    ("--log-level", "log_level", str, "critical|error|warning|info|debug|trace (default info)"),
+    ("--upstream-transport", "upstream_transport", str, "aiohttp (default, faster) | httpx"),
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    for flag, dest, type_, help_text in FLAGS:
+        parser.add_argument(flag, dest=dest, type=type_, default=None, help=help_text)
+    parser.add_argument("--no-policy", dest="policy_enabled", action="store_const", const=False, default=None,
+                        help="plain pass-through proxy: do not learn or warm anything")
+    parser.add_argument("--set", dest="extra_settings", action="append", default=[], metavar="NAME=VALUE",
+                        help="set any Settings field (repeatable), e.g. --set readiness_cache_seconds=5")
+    parser.add_argument("--access-log", action="store_true", help="log every request (costs CPU)")
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Flags > env > defaults. Raises SettingsError (one line) on any bad value."""
+    values: dict[str, object] = {}
+    for item in getattr(args, "extra_settings", []) or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise SettingsError(f"invalid configuration: --set expects NAME=VALUE, got {item!r}")
+        values[name.strip()] = value
+    for _flag, dest, _type, _help in FLAGS:
+        values[dest] = getattr(args, dest, None)
+    values["policy_enabled"] = getattr(args, "policy_enabled", None)
+    unknown = [k for k in values if k not in Settings.model_fields]
+    if unknown:
+        raise SettingsError(f"invalid configuration: unknown setting(s) {', '.join(sorted(unknown))}")
+    return load_settings(**values)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        settings = settings_from_args(args)
+    except SettingsError as exc:
+        print(f"cachescout serve: {exc}", file=sys.stderr)
+        return 2
+
+    import uvicorn
+
+    from proxy.http.app import create_app
+
+    level = settings.log_level.upper() if settings.log_level != "trace" else "DEBUG"
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = create_app(settings)
+    logging.getLogger("cachescout.serve").info(
+        "cachescout proxy on http://%s:%d -> %s (policy %s)", settings.host, settings.port,
+        settings.upstream_url, "on" if settings.policy_enabled else "off")
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        workers=1,
+        loop="auto",
+        http="auto",
+        log_level=settings.log_level,
+        access_log=bool(getattr(args, "access_log", False)),
+        server_header=False,
+        date_header=False,
+        lifespan="on",
+    )
+    return 0

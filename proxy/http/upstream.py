@@ -1,0 +1,80 @@
+"""The one httpx.AsyncClient that talks to the engine, built with explicit limits and timeouts.
+
+Why explicit: httpx's defaults (5 s read timeout, 100 connections) cut long generations and cap
+concurrency silently. Why aiohttp under httpx by default: the rest of the code keeps httpx's API,
+but httpcore's pool bookkeeping costs several times more CPU per request than aiohttp's connector
+(measured in benchmarks/overhead.py; `CACHESCOUT_UPSTREAM_TRANSPORT=httpx` switches back).
+
+Both transports are configured to add nothing of their own to the forwarded request (no default
+User-Agent / Accept / Accept-Encoding / Content-Type, no cookies, no env proxies, no decompression),
+so the engine sees the client's headers.
+"""
+
+from __future__ import annotations
+
+from http.cookiejar import CookieJar, DefaultCookiePolicy
+
+import httpx
+
+from proxy.settings import Settings
+
+AIOHTTP_SKIP_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
+
+
+def client_limits(settings: Settings) -> httpx.Limits:
+    return httpx.Limits(
+        max_connections=settings.max_connections,
+        max_keepalive_connections=settings.max_keepalive_connections,
+        keepalive_expiry=30.0,
+    )
+
+
+def client_timeout(settings: Settings) -> httpx.Timeout:
+    return httpx.Timeout(
+        connect=settings.connect_timeout,
+        read=settings.read_timeout,
+        write=settings.write_timeout,
+        pool=settings.pool_timeout,
+    )
+
+
+def _aiohttp_transport(settings: Settings) -> httpx.AsyncBaseTransport:
+    """httpx-aiohttp transport with a session that adds no headers; call inside the event loop."""
+    import aiohttp
+    from httpx_aiohttp import AiohttpTransport
+
+    connector = aiohttp.TCPConnector(
+        limit=settings.max_connections,
+        limit_per_host=0,
+        keepalive_timeout=30.0,
+        ttl_dns_cache=300,
+    )
+    session = aiohttp.ClientSession(
+        connector=connector,
+        skip_auto_headers=AIOHTTP_SKIP_AUTO_HEADERS,
+        auto_decompress=False,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        trust_env=False,
+    )
+    return AiohttpTransport(client=session, limits=client_limits(settings), trust_env=False)
+
+
+def build_client(settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
+    """The engine-facing client. `transport` (tests: respx / MockTransport / ASGITransport) wins."""
+    if transport is None:
+        if settings.upstream_transport == "aiohttp":
+            try:
+                transport = _aiohttp_transport(settings)
+            except ImportError:
+                transport = None
+        if transport is None:
+            transport = httpx.AsyncHTTPTransport(limits=client_limits(settings), trust_env=False)
+    no_cookies = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+    return httpx.AsyncClient(
+        transport=transport,
+        timeout=client_timeout(settings),
+        limits=client_limits(settings),
+        trust_env=False,
+        follow_redirects=False,
+        cookies=no_cookies,
+    )
