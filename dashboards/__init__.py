@@ -1,0 +1,1 @@
+"""Grafana dashboards as code: definitions.py (panels), generate.py (renders JSON, --check)."""
