@@ -25,6 +25,7 @@ import httpx
 log = logging.getLogger("cachescout.engines")
 
 WARMUP_HEADER = "X-CacheScout-Warmup"
+TEMPLATE_FIELDS = ("chat_template", "chat_template_kwargs")
 
 # Capability names (shown at /debug/engine and in the start-up log).
 CAP_WARM_TOKENS = "warm_tokens"      # exact-token warmup: /tokenize then /v1/completions(prompt=ids)
@@ -63,6 +64,7 @@ class EngineSnapshot:
     kv_usage: float | None = None         # 0..1
     running: float | None = None
     waiting: float | None = None
+    capacity_tokens: int | None = None    # prefix-cache size (vLLM cache_config_info blocks × block size)
     raw: dict[str, float] = field(default_factory=dict)
 
 
@@ -92,6 +94,7 @@ class WarmSpec:
     token_ids: tuple[int, ...] | None = None
     cache_salt: str | None = None
     key: str = ""                        # token-id cache key (tenant + last block hash)
+    template: dict = field(default_factory=dict)   # chat_template / chat_template_kwargs of the traffic
 
 
 def warm_spec(action: Any) -> WarmSpec | None:
@@ -108,9 +111,14 @@ def warm_spec(action: Any) -> WarmSpec | None:
         payload = payload.to_warm_dict()
     if not isinstance(payload, dict):
         return None
-    messages = payload.get("messages") or ()
+    messages = list(payload.get("messages") or ())
+    assistant = payload.get("assistant")          # tool_resume: the assistant tool-call turn
+    if messages and isinstance(assistant, dict):
+        messages.append(assistant)
     prompt = payload.get("prompt")
     token_ids = payload.get("token_ids")
+    if isinstance(prompt, list):                  # /v1/completions traffic with token-id prompts
+        token_ids, prompt = (prompt if prompt and all(isinstance(t, int) for t in prompt) else None), None
     if not messages and prompt is None and not token_ids:
         return None
     tenant = getattr(action, "tenant", "") or ""
@@ -125,6 +133,7 @@ def warm_spec(action: Any) -> WarmSpec | None:
         token_ids=tuple(token_ids) if token_ids else None,
         cache_salt=payload.get("cache_salt") or (tenant or None),
         key=f"{tenant}|{len(hashes)}|{key_tail}",
+        template={k: payload[k] for k in TEMPLATE_FIELDS if payload.get(k) is not None},
     )
 
 

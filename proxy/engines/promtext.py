@@ -34,3 +34,12 @@ def mean(sums: dict[str, float], *names: str) -> float | None:
         if n in sums:
             return sums[n] / max(1.0, sums.get(f"{n}#n", 1.0))
     return None
+
+
+def info_labels(text: str, name: str) -> dict[str, str]:
+    """Labels of the first sample of an info-style metric (e.g. vllm:cache_config_info)."""
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name in (name, name + "_info") or family.name == name:
+                return dict(s.labels)
+    return {}

@@ -32,7 +32,7 @@ from proxy.engines.base import (
     usage_tokens,
     warm_spec,
 )
-from proxy.engines.promtext import first, sample_sums
+from proxy.engines.promtext import first, info_labels, sample_sums
 
 log = logging.getLogger("cachescout.engines.vllm")
 
@@ -101,6 +101,7 @@ class VllmAdapter(HttpEngineAdapter):
         if spec.messages:
             body["messages"] = list(spec.messages)
             body["add_generation_prompt"] = False
+            body.update(spec.template)
             if spec.tools:
                 body["tools"] = list(spec.tools)
         else:
@@ -139,7 +140,7 @@ class VllmAdapter(HttpEngineAdapter):
                 return await self._send("/v1/completions", body, CAP_WARM_TOKENS)
         if CAP_WARM_CHAT in self.capabilities and spec.messages:
             body = {"model": spec.model or self.default_model, "messages": list(spec.messages),
-                    "max_tokens": 1, "temperature": 0.0, **extra}
+                    "max_tokens": 1, "temperature": 0.0, **spec.template, **extra}
             if spec.tools:
                 body["tools"] = list(spec.tools)
                 body["tool_choice"] = "none"   # vLLM refuses "auto" without tool-parser flags
@@ -194,6 +195,7 @@ class VllmAdapter(HttpEngineAdapter):
             kv_usage=first(s, f"{p}kv_cache_usage_perc", f"{p}gpu_cache_usage_perc"),
             running=first(s, f"{p}num_requests_running"),
             waiting=first(s, f"{p}num_requests_waiting"),
+            capacity_tokens=_capacity(info_labels(text, f"{p}cache_config_info")),
             raw={k: v for k, v in s.items() if k.startswith(p) and "#" not in k and "_bucket" not in k},
         )
 
@@ -208,3 +210,12 @@ class VllmAdapter(HttpEngineAdapter):
             "actions": [{"action_id": uuid.uuid4().hex[:16], "action_type": "retain", "action_version": 1,
                          "payload": {"survival": round(float(survival), 3)}}],
         }}
+
+
+def _capacity(labels: dict[str, str]) -> int | None:
+    for key in ("num_gpu_blocks_override", "num_gpu_blocks"):
+        try:
+            return int(labels[key]) * int(labels["block_size"])
+        except (KeyError, ValueError, TypeError):
+            continue
+    return None

@@ -100,7 +100,8 @@ class ActionExecutor:
             self.stats["submitted"] += 1
             key = action_key(action)
             if key in self._pending or key in self._running:
-                self.stats["deduped"] += 1
+                self.stats["deduped"] += 1          # the twin action carries it; the core still hears back
+                self._report(action, WarmResult(ok=False, error="deduped"))
                 continue
             if self._queue is None:
                 self._finish(action, "dropped_full", None)
@@ -178,9 +179,12 @@ class ActionExecutor:
                             "tokens": action.tokens, "outcome": outcome, "at": round(now, 3),
                             "cached": result.cached_tokens if result else None,
                             "error": result.error if result else None})
+        self._report(action, result if result is not None else WarmResult(ok=False, error=outcome))
+
+    def _report(self, action: Any, result: WarmResult) -> None:
         if self.on_result is not None:
             try:
-                self.on_result(action, result if result is not None else WarmResult(ok=False, error=outcome), now)
+                self.on_result(action, result, self.clock())
             except Exception:  # noqa: BLE001
                 log.exception("on_result hook failed")
 

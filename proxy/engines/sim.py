@@ -1,0 +1,53 @@
+"""Simulated-engine adapter: the vLLM surface (tokenize, token-id warmups, vllm-style /metrics) plus
+a retention priority when the simulator runs its priority eviction mode.
+
+Why a separate adapter when the surface is vLLM's: the simulator can also model SGLang-style
+priority eviction, and the demo and acceptance tests need to exercise that lever on a real socket.
+It learns the mode from `/sim/info` (`{"eviction": "lru" | "priority", ...}`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import httpx
+
+from proxy.engines.base import CAP_PRIORITY
+from proxy.engines.vllm import VllmAdapter
+
+log = logging.getLogger("cachescout.engines.sim")
+
+
+class SimAdapter(VllmAdapter):
+    name = "sim"
+
+    def __init__(self, client: httpx.AsyncClient, base_url: str, api_key: str | None = None, *,
+                 default_model: str = "", priority_on_requests: bool = False, timeout_s: float = 30.0) -> None:
+        super().__init__(client, base_url, api_key, default_model=default_model, timeout_s=timeout_s)
+        self.priority_on_requests = priority_on_requests
+        self.sim_info: dict[str, Any] = {}
+
+    async def probe(self) -> None:
+        await super().probe()
+        try:
+            status, data = await self._get_json("/sim/info")
+        except httpx.HTTPError:
+            status, data = 0, None
+        if status == 200 and isinstance(data, dict):
+            self.sim_info = data
+        mode = str(self.sim_info.get("eviction", "lru"))
+        if mode == "priority":
+            self.enable(CAP_PRIORITY)
+        else:
+            self.disable(CAP_PRIORITY, f"sim eviction={mode} (priority only orders eviction in 'priority' mode)")
+
+    def warm_fields(self, action: Any) -> dict[str, Any]:
+        if CAP_PRIORITY in self.capabilities:
+            return {"priority": int(getattr(action, "priority", 0))}
+        return {}
+
+    def request_extras(self, survival: float | None) -> dict[str, Any]:
+        if not self.priority_on_requests or CAP_PRIORITY not in self.capabilities or survival is None:
+            return {}
+        return {"priority": int(round(100 * float(survival)))}

@@ -1,0 +1,195 @@
+"""`build_live`: the running policy of one proxy — observer, executor, adapter, scraper, state file.
+
+The app's lifespan calls `build_live(...)` (sync, no I/O), then `await start()`; `stop()` at
+shutdown. Everything that talks to the engine happens in `start()` or later, so a proxy whose
+engine is not up yet still starts: the adapter then keeps its default capabilities and switches
+off whatever fails at run time, with a logged reason. Learned state is saved to `state_path` on
+stop and restored on start, so a restart does not forget who follows whom.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from proxy.core.config import PolicyConfig
+from proxy.core.policy import ScoutPolicy
+from proxy.engines.base import EngineSnapshot
+from proxy.engines.select import NoEngineAdapter, build_adapter
+from proxy.runtime.executor import ActionExecutor, ExecutorLimits
+from proxy.runtime.kv_events import KvEvent, KvEventSubscriber
+from proxy.runtime.live_policy import LivePolicyObserver
+from proxy.runtime.scraper import EngineScraper
+
+log = logging.getLogger("cachescout.live")
+
+
+def policy_config(settings: Any) -> PolicyConfig:
+    """PolicyConfig from Settings: only the knobs the operator set; core defaults otherwise."""
+    overrides: dict[str, Any] = {"action_ttl_s": float(settings.action_ttl),
+                                 "max_concurrent": int(settings.action_concurrency) * 2,
+                                 "max_engine_waiting": int(settings.action_max_waiting)}
+    if settings.policy_r_min is not None:
+        overrides["r_min"] = float(settings.policy_r_min)
+    known = {f.name for f in dataclasses.fields(PolicyConfig)}
+    return PolicyConfig().with_overrides(**{k: v for k, v in overrides.items() if k in known})
+
+
+class LiveRuntime:
+    def __init__(self, settings: Any, client: httpx.AsyncClient, metrics: Any, clock: Callable[[], float],
+                 config: PolicyConfig | None = None) -> None:
+        self.settings = settings
+        self.client = client
+        self.metrics = metrics
+        self.clock = clock
+        self.config = config or policy_config(settings)
+        self.policy = ScoutPolicy(self.config)
+        self.observer = LivePolicyObserver(self.policy, metrics, clock, block_chars=self.config.block_chars,
+                                           chars_per_token=self.config.chars_per_token)
+        key = settings.engine_api_key.get_secret_value() if settings.engine_api_key is not None else None
+        self._api_key = key
+        self.adapter: Any = NoEngineAdapter(client, settings.upstream_url, key)
+        self.executor = ActionExecutor(
+            self.adapter, metrics, clock,
+            ExecutorLimits(queue_size=settings.action_queue_size, concurrency=settings.action_concurrency,
+                           max_inflight=settings.action_max_inflight, max_waiting=settings.action_max_waiting),
+            load=lambda: (self.observer.inflight, self.scraper.waiting if self.scraper else 0),
+            on_result=self.observer.on_action_result,
+        )
+        self.observer.executor = self.executor
+        self.scraper: EngineScraper | None = None
+        self.kv_events: KvEventSubscriber | None = None
+        self._tick: asyncio.Task | None = None
+        self._capacity: int | None = None
+        self.state_loaded: str | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        s = self.settings
+        self._load_state()
+        self.adapter = await build_adapter(s.engine, self.client, s.upstream_url, self._api_key,
+                                           model=s.engine_model, kv_hints=s.kv_hints,
+                                           request_priority=s.request_priority)
+        self.executor.adapter = self.adapter
+        log.info("cache policy on: engine=%s capabilities=%s disabled=%s", self.adapter.name,
+                 ",".join(sorted(self.adapter.capabilities)) or "-", self.adapter.disabled or "-")
+        self.scraper = EngineScraper(self.adapter, self.metrics, s.scrape_interval, on_snapshot=self._on_snapshot)
+        self.observer.engine_waiting = lambda: self.scraper.waiting if self.scraper else 0
+        await self.executor.start()
+        await self.scraper.start()
+        if s.kv_events_endpoint:
+            self.kv_events = KvEventSubscriber(s.kv_events_endpoint, on_event=self._on_kv_event)
+            await self.kv_events.start()
+        self._tick = asyncio.create_task(self._tick_loop(), name="cachescout-plan-tick")
+
+    async def stop(self) -> None:
+        if self._tick is not None:
+            self._tick.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._tick
+            self._tick = None
+        await self.executor.stop()
+        if self.scraper is not None:
+            await self.scraper.stop()
+        if self.kv_events is not None:
+            await self.kv_events.stop()
+        self._save_state()
+
+    async def _tick_loop(self) -> None:
+        interval = float(self.settings.policy_plan_interval)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.observer.plan(self.clock())
+                self.observer.update_gauges()
+            except Exception:  # noqa: BLE001 - keep ticking; the forwarder is unaffected
+                if self.metrics is not None:
+                    self.metrics.policy_errors_total.inc()
+                log.debug("plan tick failed", exc_info=True)
+
+    # -- engine truth ---------------------------------------------------------------------------------
+    def _on_snapshot(self, snap: EngineSnapshot) -> None:
+        kwargs: dict[str, Any] = {}
+        if snap.capacity_tokens and snap.capacity_tokens != self._capacity:
+            self._capacity = snap.capacity_tokens
+            kwargs["capacity_tokens"] = snap.capacity_tokens
+        if snap.kv_usage is not None:
+            kwargs["usage_ratio"] = snap.kv_usage
+        if kwargs:
+            self.policy.residency.on_engine_truth(**kwargs)
+
+    def _on_kv_event(self, ev: KvEvent) -> None:
+        # Engine block ids are not the views' ids: only a full clear maps onto the shadow directly.
+        if ev.kind == "cleared":
+            self.policy.residency.on_engine_truth(cleared=True)
+
+    # -- state file -------------------------------------------------------------------------------------
+    def _load_state(self) -> None:
+        path = self.settings.state_path
+        if not path or not Path(path).is_file():
+            return
+        try:
+            self.policy.restore(json.loads(Path(path).read_text()))
+            self.state_loaded = path
+            log.info("learned state loaded from %s", path)
+        except Exception as exc:  # noqa: BLE001 - a bad state file must not stop the proxy
+            log.warning("ignoring state file %s: %s: %s", path, type(exc).__name__, exc)
+
+    def _save_state(self) -> None:
+        path = self.settings.state_path
+        if not path:
+            return
+        try:
+            tmp = Path(path).with_suffix(Path(path).suffix + ".tmp")
+            tmp.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(self.policy.snapshot(), separators=(",", ":")))
+            os.replace(tmp, path)
+            log.info("learned state saved to %s", path)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("could not save state to %s: %s", path, exc)
+
+    # -- introspection ----------------------------------------------------------------------------------
+    def engine_info(self) -> dict:
+        info = self.adapter.info()
+        info["scrape"] = self.scraper.info() if self.scraper is not None else None
+        info["kv_events"] = self.kv_events.info() if self.kv_events is not None else None
+        info["executor"] = dict(self.executor.stats)
+        return info
+
+    def debug_state(self) -> dict:
+        stats = self.policy.stats()
+        out: dict[str, Any] = {"stats": _plain(stats)}
+        describe = getattr(self.policy, "describe", None)
+        if callable(describe):
+            out.update(_plain(describe()))
+        out["pending_actions"] = self.executor.pending()
+        out["recent_actions"] = list(self.executor.recent)[-20:]
+        out["observer"] = dict(self.observer.counts, inflight=self.observer.inflight)
+        out["state_loaded_from"] = self.state_loaded
+        return out
+
+
+def _plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def build_live(settings: Any, client: httpx.AsyncClient, metrics: Any, clock: Callable[[], float]) -> LiveRuntime | None:
+    """The live policy for `create_app`; None when the policy is switched off."""
+    if not getattr(settings, "policy_enabled", True):
+        return None
+    return LiveRuntime(settings, client, metrics, clock)

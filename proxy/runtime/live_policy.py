@@ -1,0 +1,220 @@
+"""The RequestObserver that feeds the policy core from live traffic, and plans from it.
+
+Why the work is deferred: the forwarder calls these hooks synchronously before it sends the
+request upstream, so `on_request` only bookkeeps (microseconds) and schedules the real work —
+building the canonical view (JSON canonicalisation + xxh3 over the prompt), `observe_request`,
+`plan` — with `loop.call_soon`, which runs once the forwarder has yielded to the network. Responses
+are read from the side by a `ResponseTap`; `on_response_end` again defers. FIFO scheduling keeps
+request before response for each id.
+
+What is never learned from: the proxy's own warmups (they go straight to the adapter, never through
+the forwarder), client requests carrying the warmup header or `max_tokens <= 1` (the core's view
+marks them), non-200 responses' outcomes.
+
+Conversion accounting: every successful action is remembered by the last block hash of the prefix
+it warmed; when a later client request's chain contains that hash and the engine reports at least
+that many cached tokens, the action's tokens count as converted for its reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from proxy.core.fingerprint import view_from_openai
+from proxy.core.view import EngineLoad, RequestView, ResponseOutcome
+from proxy.engines.base import WarmResult
+from proxy.runtime.response_tap import ResponseTap
+
+log = logging.getLogger("cachescout.live_policy")
+
+OBSERVED_PATHS = ("/v1/chat/completions", "/v1/completions")
+WARMUP_HEADER = "x-cachescout-warmup"
+CONVERSION_WINDOW_S = 600.0
+CONVERSION_SHARE = 0.8          # cached >= 80% of the warmed prompt counts as converted
+MAX_ACTED = 4096
+STALE_INFLIGHT_S = 900.0
+
+
+class _ReqState:
+    __slots__ = ("view", "observed", "tap", "status", "skip")
+
+    def __init__(self) -> None:
+        self.view: RequestView | None = None
+        self.observed: Any = None
+        self.tap: ResponseTap | None = None
+        self.status: int | None = None
+        self.skip = False
+
+
+class LivePolicyObserver:
+    """Implements proxy.http.observer.RequestObserver on top of a ScoutPolicy."""
+
+    def __init__(self, policy: Any, metrics: Any, clock: Callable[[], float], *,
+                 block_chars: int = 64, chars_per_token: float = 4.0, defer: bool = True) -> None:
+        self.policy = policy
+        self.metrics = metrics
+        self.clock = clock
+        self.block_chars = block_chars
+        self.chars_per_token = chars_per_token
+        self.defer = defer
+        self.executor: Any = None             # set by LiveRuntime (submit(actions))
+        self.engine_waiting: Callable[[], int] = lambda: 0
+        self._inflight: dict[int, float] = {}
+        self._acted: OrderedDict[int, tuple[str, int, float, str]] = OrderedDict()  # last hash -> (reason, tokens, at, tenant)
+        self.counts = {"requests": 0, "observed": 0, "skipped": 0, "warmup_requests": 0, "responses": 0,
+                       "errors": 0, "prompt_tokens": 0, "cached_tokens": 0, "converted_tokens": 0}
+
+    # -- load -------------------------------------------------------------------------------------
+    @property
+    def inflight(self) -> int:
+        return len(self._inflight)
+
+    def load(self) -> EngineLoad:
+        return EngineLoad(inflight=len(self._inflight), waiting=int(self.engine_waiting() or 0))
+
+    # -- hooks (request path) ------------------------------------------------------------------------
+    def on_request(self, ctx: Any) -> None:
+        self._inflight[ctx.request_id] = ctx.started
+        st = _ReqState()
+        ctx.state["cachescout"] = st
+        self.counts["requests"] += 1
+        if ctx.path not in OBSERVED_PATHS or not isinstance(ctx.json, dict) or ctx.method != "POST":
+            st.skip = True
+            return
+        if ctx.headers.get(WARMUP_HEADER):
+            self.counts["warmup_requests"] += 1
+        self._later(self._observe_request, ctx, st)
+
+    def on_response_start(self, ctx: Any, status: int, headers: Any, now: float) -> None:
+        st = ctx.state.get("cachescout")
+        if st is None or st.skip:
+            return
+        st.status = status
+        if status == 200:
+            st.tap = ResponseTap(stream="text/event-stream" in headers.get("content-type", ""))
+
+    def on_response_chunk(self, ctx: Any, chunk: bytes, now: float) -> None:
+        st = ctx.state.get("cachescout")
+        if st is not None and st.tap is not None:
+            st.tap.feed(chunk, now)
+
+    def on_response_end(self, ctx: Any, error: str | None, now: float) -> None:
+        self._inflight.pop(ctx.request_id, None)
+        st = ctx.state.get("cachescout")
+        if st is None or st.skip:
+            return
+        self._later(self._observe_response, ctx, st, error, now)
+
+    # -- deferred work ------------------------------------------------------------------------------
+    def _later(self, fn: Callable, *args: Any) -> None:
+        if self.defer:
+            try:
+                asyncio.get_running_loop().call_soon(self._guard, fn, *args)
+                return
+            except RuntimeError:
+                pass
+        self._guard(fn, *args)
+
+    def _guard(self, fn: Callable, *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:  # noqa: BLE001 - the policy must never reach the client
+            self.counts["errors"] += 1
+            if self.metrics is not None:
+                self.metrics.policy_errors_total.inc()
+            log.debug("policy step %s failed", getattr(fn, "__name__", fn), exc_info=True)
+            if self.counts["errors"] == 1:
+                log.exception("policy step failed (counted in cachescout_policy_errors_total)")
+
+    def _observe_request(self, ctx: Any, st: _ReqState) -> None:
+        t0 = self.clock()
+        view = view_from_openai(ctx.path, ctx.json, ctx.headers, block_chars=self.block_chars,
+                                chars_per_token=self.chars_per_token)
+        if view is None:
+            st.skip = True
+            self.counts["skipped"] += 1
+            return
+        st.view = view
+        st.observed = self.policy.observe_request(view, ctx.started)
+        self.counts["observed"] += 1
+        if self.metrics is not None:
+            if st.observed.predicted is not None:
+                self.metrics.prediction_total.labels("hit" if st.observed.predicted else "miss").inc()
+            if not view.is_warmup:
+                self.metrics.predicted_cached_tokens_total.inc(max(0, int(st.observed.resident_tokens or 0)))
+        self.plan(self.clock())
+        if self.metrics is not None:
+            self.metrics.policy_observe_seconds.observe(self.clock() - t0)
+
+    def _observe_response(self, ctx: Any, st: _ReqState, error: str | None, now: float) -> None:
+        if st.observed is None or st.view is None:
+            return
+        tap = st.tap
+        self.counts["responses"] += 1
+        if tap is None or error is not None:
+            outcome = ResponseOutcome(finish_reason=None)
+        else:
+            tap.finish()
+            outcome = ResponseOutcome(
+                finish_reason=tap.finish_reason, prompt_tokens=tap.prompt_tokens,
+                cached_tokens=tap.cached_tokens, output_tokens=tap.output_tokens,
+                assistant_payload=tap.assistant_message() if tap.finish_reason == "tool_calls" else None,
+            )
+            if not st.view.is_warmup and tap.prompt_tokens:
+                self._count_usage(st.view, tap.prompt_tokens, tap.cached_tokens or 0, now)
+        self.policy.observe_response(st.observed.request_id, outcome, now)
+        self.plan(self.clock())
+
+    def _count_usage(self, view: RequestView, prompt: int, cached: int, now: float) -> None:
+        self.counts["prompt_tokens"] += prompt
+        self.counts["cached_tokens"] += cached
+        if self.metrics is not None:
+            self.metrics.prompt_tokens_total.inc(prompt)
+            self.metrics.cached_prompt_tokens_total.inc(cached)
+        if not self._acted or cached <= 0:
+            return
+        for h in view.block_hashes:
+            entry = self._acted.get(h)
+            if entry is None:
+                continue
+            reason, tokens, at, tenant = entry
+            if tenant != view.tenant or now - at > CONVERSION_WINDOW_S:
+                continue
+            if cached >= CONVERSION_SHARE * tokens:
+                del self._acted[h]
+                self.counts["converted_tokens"] += tokens
+                if self.metrics is not None:
+                    self.metrics.converted_tokens_total.labels(reason).inc(tokens)
+
+    # -- planning and results -----------------------------------------------------------------------
+    def plan(self, now: float) -> int:
+        """Ask the core for actions and queue them; called after each observation and on a timer."""
+        if self.executor is None:
+            return 0
+        for rid, started in list(self._inflight.items()):
+            if now - started > STALE_INFLIGHT_S:   # a hook that never ended must not pause actions forever
+                del self._inflight[rid]
+        actions = self.policy.plan(now, self.load())
+        return self.executor.submit(actions) if actions else 0
+
+    def on_action_result(self, action: Any, result: WarmResult, now: float) -> None:
+        """Executor callback: report to the core, remember warmed prefixes for conversion."""
+        self.policy.record_action_result(action, bool(result.ok), now)
+        if result.ok and action.block_hashes:
+            tokens = result.prompt_tokens or action.tokens
+            self._acted[action.block_hashes[-1]] = (action.reason, int(tokens), now, action.tenant)
+            self._acted.move_to_end(action.block_hashes[-1])
+            while len(self._acted) > MAX_ACTED:
+                self._acted.popitem(last=False)
+
+    def update_gauges(self) -> None:
+        if self.metrics is None:
+            return
+        s = self.policy.stats()
+        self.metrics.predictability_ratio.set(float(s.predictability))
+        self.metrics.agents.set(s.agents)
+        self.metrics.sessions.set(s.sessions)
