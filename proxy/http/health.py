@@ -2,7 +2,7 @@
 
 `/livez` answers from the process alone: if the event loop runs, the proxy is alive (restart it
 otherwise). `/readyz` says whether requests would succeed *now*: it probes the upstream (`/health`,
-which vLLM and SGLang serve, then `/v1/models` for other OpenAI-compatible servers). The result is
+which vLLM and SGLang serve; `/v1/models` when `/health` does not exist). The result is
 cached for `readiness_cache_seconds` and concurrent probes are collapsed into one, so a tight
 Kubernetes probe loop or a dashboard cannot turn into load on the engine.
 """
@@ -60,4 +60,6 @@ class ReadinessProbe:
             if 200 <= response.status_code < 300:
                 return Readiness(True, f"GET {path} -> {response.status_code}", self.clock())
             detail = f"GET {path} -> {response.status_code}"
+            if response.status_code not in (404, 405):
+                break  # the engine answered "not healthy"; only a missing endpoint means "ask elsewhere"
         return Readiness(False, detail, self.clock())

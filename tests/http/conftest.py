@@ -1,0 +1,87 @@
+"""Fixtures for the proxy tests: in-process apps over ASGITransport, and real processes on sockets."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from proxy.http.app import create_app
+from proxy.settings import Settings
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+UPSTREAM = "http://engine.test:8000"
+
+
+@contextlib.asynccontextmanager
+async def proxied(transport: httpx.AsyncBaseTransport, **kwargs) -> AsyncIterator[tuple[httpx.AsyncClient, object]]:
+    """A proxy app in front of `transport`, with its lifespan running; yields (client, app)."""
+    settings_kw = {"upstream_url": UPSTREAM, "policy_enabled": False}
+    app_kw = {k: kwargs.pop(k) for k in ("clock", "observer", "live") if k in kwargs}
+    settings_kw.update(kwargs)
+    app = create_app(Settings(**settings_kw), transport=transport, **app_kw)
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://proxy.test") as client:
+            yield client, app
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited early with {proc.returncode}: {proc.args}")
+        try:
+            if httpx.get(url, timeout=1.0).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} not up after {timeout}s")
+
+
+@contextlib.contextmanager
+def process(args: list[str], ready_url: str, env: dict | None = None) -> Iterator[subprocess.Popen]:
+    proc = subprocess.Popen(args, cwd=REPO_ROOT, env={**os.environ, **(env or {})},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_http(ready_url, proc)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def upstream_url() -> Iterator[str]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with process([sys.executable, "-m", "tests.http.fake_upstream", "--port", str(port)], url + "/health"):
+        yield url
+
+
+@pytest.fixture(scope="module")
+def proxy_url(upstream_url: str) -> Iterator[str]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    args = [sys.executable, "-m", "proxy.cli", "serve", "--upstream", upstream_url, "--port", str(port),
+            "--no-policy", "--log-level", "warning"]
+    with process(args, url + "/livez"):
+        yield url

@@ -1,0 +1,80 @@
+"""Configuration: defaults, env vars, flags, and one-line failures at start."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from proxy.http import serve
+from proxy.settings import Settings, SettingsError, load_settings
+
+from .conftest import REPO_ROOT
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    serve.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_defaults_are_stream_friendly() -> None:
+    s = Settings()
+    assert s.port == 9000
+    assert s.read_timeout >= 300, "a short read timeout cuts long streams"
+    assert s.policy_enabled is True
+    assert s.admin_token is None
+
+
+def test_env_vars_apply(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CACHESCOUT_UPSTREAM_URL", "http://10.0.0.1:8000/")
+    monkeypatch.setenv("CACHESCOUT_READ_TIMEOUT", "42")
+    monkeypatch.setenv("CACHESCOUT_ADMIN_TOKEN", "s3cret")
+    s = load_settings()
+    assert s.upstream_url == "http://10.0.0.1:8000"
+    assert s.read_timeout == 42
+    assert s.admin_token is not None and s.admin_token.get_secret_value() == "s3cret"
+    assert "s3cret" not in repr(s)
+
+
+def test_flags_beat_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CACHESCOUT_PORT", "9100")
+    monkeypatch.setenv("CACHESCOUT_READ_TIMEOUT", "42")
+    s = serve.settings_from_args(parse(["--port", "9200", "--no-policy", "--set", "readiness_cache_seconds=7"]))
+    assert (s.port, s.read_timeout, s.policy_enabled, s.readiness_cache_seconds) == (9200, 42, False, 7)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"upstream_url": "localhost:8000"}, "upstream_url"),
+        ({"upstream_url": "ftp://x"}, "upstream_url"),
+        ({"upstream_url": "http://host:notaport"}, "upstream_url"),
+        ({"connect_timeout": -1}, "connect_timeout"),
+        ({"read_timeout": 0}, "read_timeout"),
+        ({"port": 70000}, "port"),
+        ({"log_level": "loud"}, "log_level"),
+        ({"max_connections": 0}, "max_connections"),
+    ],
+)
+def test_bad_values_fail_in_one_line(kwargs: dict, needle: str) -> None:
+    with pytest.raises(SettingsError) as err:
+        load_settings(**kwargs)
+    message = str(err.value)
+    assert "\n" not in message
+    assert needle in message and f"CACHESCOUT_{needle.upper()}" in message
+
+
+def test_unknown_set_name_is_rejected() -> None:
+    with pytest.raises(SettingsError, match="unknown setting"):
+        serve.settings_from_args(parse(["--set", "no_such_field=1"]))
+
+
+def test_cli_bad_config_exits_with_one_line() -> None:
+    proc = subprocess.run([sys.executable, "-m", "proxy.cli", "serve", "--read-timeout", "-5"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "read_timeout" in lines[0], proc.stderr
