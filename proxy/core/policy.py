@@ -1,40 +1,117 @@
-"""ScoutPolicy: the facade the live proxy and the replay evaluator drive (skeleton: bodies follow)."""
+"""ScoutPolicy: the facade the live proxy and the replay evaluator drive.
+
+observe_request -> (shadow, agent, session, transition learning) ; observe_response -> (gaps,
+pause state) ; plan -> actions ; record_action_result -> (budget, shadow). Everything takes an
+explicit ``now`` so the replay can run in virtual time; nothing here blocks or does I/O.
+"""
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
+from . import snapshot as _snapshot
 from .actions import Action, ObservedRequest, PolicyStats
+from .agents import AgentRegistry
 from .config import PolicyConfig
+from .planner import Planner
 from .residency import ResidencyShadow
+from .sessions import Session, SessionTracker
 from .view import EngineLoad, RequestView, ResponseOutcome
 
 
 class ScoutPolicy:
     def __init__(self, config: PolicyConfig | None = None) -> None:
-        self.config = config or PolicyConfig()
-        self.residency = ResidencyShadow(self.config.residency_capacity_tokens,
-                                         self.config.near_eviction_fraction)
+        self.config = cfg = config or PolicyConfig()
+        self.residency = ResidencyShadow(cfg.residency_capacity_tokens, cfg.near_eviction_fraction)
+        self.agents = AgentRegistry(cfg)
+        self.sessions = SessionTracker(cfg)
+        self.agents.on_evict = self.sessions.forget_agent
+        self.planner = Planner(cfg, self.agents, self.sessions, self.residency)
+        self._pending: OrderedDict[int, Session] = OrderedDict()
         self._next_id = 0
+        self.requests = 0
+        self.skipped_warmups = 0
 
+    # --- inputs ------------------------------------------------------------------------------------
     def observe_request(self, view: RequestView, now: float) -> ObservedRequest:
+        """A request is being forwarded: feed the shadow; learn from it unless it is a warmup."""
         self._next_id += 1
+        rid = self._next_id
         hit = self.residency.on_forward(view, now)
-        return ObservedRequest(request_id=self._next_id, agent_id=None, session_id=view.session_id,
-                               resident_tokens=hit)
+        if view.is_warmup or not view.block_hashes:
+            self.skipped_warmups += view.is_warmup
+            return ObservedRequest(rid, None, view.session_id, None, hit)
+        self.requests += 1
+        agent = self.agents.identify(view, now)
+        session = self.sessions.resolve(view, now)
+        predicted = None
+        prev = session.agent
+        if agent is not None and prev is not None and self.agents.alive(prev) and prev.tenant == agent.tenant:
+            predicted = self.agents.tenant(agent.tenant).learner.update(prev.slot, agent.slot)
+            if session.last_end is not None and session.inflight == 0:
+                self.agents.record_gap(prev, now - session.last_end, session.finish)
+        self.sessions.record_request(session, view, agent, now)
+        self._pending[rid] = session
+        while len(self._pending) > 4 * self.config.max_sessions:
+            self._pending.popitem(last=False)
+        self.planner.dirty[session.key] = None
+        return ObservedRequest(rid, agent.agent_id if agent else None, session.sid, predicted, hit)
 
     def observe_response(self, request_id: int, outcome: ResponseOutcome, now: float) -> None:
-        return None
+        session = self._pending.pop(request_id, None)
+        if session is None:
+            return                      # a warmup, or forgotten (bounded)
+        self.sessions.record_response(session, outcome.finish_reason, outcome.assistant_payload, now)
+        if session.key in self.sessions.sessions:
+            self.planner.dirty[session.key] = None
 
+    # --- outputs -----------------------------------------------------------------------------------
     def plan(self, now: float, load: EngineLoad = EngineLoad()) -> list[Action]:
-        return []
+        return self.planner.plan(now, load)
 
     def record_action_result(self, action: Action, ok: bool, now: float) -> None:
-        return None
+        """The executor's verdict. ok=True means the engine ran it: the shadow now holds the blocks."""
+        block_tokens = self.planner.finish(action, ok)
+        if ok and action.kind != "retain" and action.block_hashes:
+            if block_tokens is None or len(block_tokens) != len(action.block_hashes):
+                per = max(1, action.tokens // len(action.block_hashes))
+                block_tokens = (per,) * len(action.block_hashes)
+            self.residency.touch(action.block_hashes, block_tokens)
 
     def stats(self) -> PolicyStats:
-        return PolicyStats(predictability=0.0)
+        by_tenant: dict[str, float] = {}
+        busiest, most = "", -1
+        transitions = predictions = hits = 0
+        for name, ts in self.agents.tenants.items():
+            learner = ts.learner
+            by_tenant[name] = learner.predictability()
+            transitions += learner.steps
+            predictions += learner.predictions
+            hits += learner.hits
+            if learner.steps > most:
+                busiest, most = name, learner.steps
+        gate = self.planner.gate_open(self.agents.tenants[busiest]) if busiest in self.agents.tenants else False
+        p = self.planner
+        return PolicyStats(
+            predictability=by_tenant.get(busiest, 0.0), predictability_by_tenant=by_tenant,
+            agents=len(self.agents), sessions=len(self.sessions), transitions=transitions,
+            predictions=predictions, prediction_hits=hits,
+            top1_accuracy=hits / predictions if predictions else 0.0, gate_open=gate,
+            actions_emitted=dict(p.emitted), actions_failed=p.failed, budget_tokens=p.bucket,
+            inflight_actions=len(p.inflight), residency_tokens=self.residency.used_tokens,
+            residency_capacity_tokens=self.residency.capacity_tokens,
+        )
 
+    # --- persistence ---------------------------------------------------------------------------------
     def snapshot(self) -> dict:
-        return {"version": 1}
+        return _snapshot.dump(self.agents)
 
     def restore(self, data: dict) -> None:
-        return None
+        """Load learned state (raises ValueError on a foreign/too-large/wrong-version document).
+        Live sessions are dropped: they would point at agents that no longer exist."""
+        _snapshot.load(self.agents, data, self.config.snapshot_max_bytes)
+        self.sessions = SessionTracker(self.config)
+        self.agents.on_evict = self.sessions.forget_agent
+        self.planner.sessions = self.sessions
+        self.planner.dirty.clear()
+        self._pending.clear()

@@ -1,0 +1,218 @@
+"""Planner: turns predictions, residency and budgets into Touch / Warm / Retain actions.
+
+Event-driven so plan() stays O(changed sessions): observe_request/observe_response mark a
+session dirty; plan() looks only at dirty sessions' predicted successors (reason ``transition``
+for the top-1, ``fanout`` for further successors with P >= τ) and at sessions paused on
+``tool_calls`` (reason ``tool_resume``), plus, at most every ``sweep_interval_s``, the
+survival-ranked anchors of all live sessions (reason ``hint``: protective touches and, when
+enabled, retention hints).
+
+What each candidate becomes follows the residency shadow: fully resident and near the LRU tail ->
+Touch; resident but safe -> nothing (or Retain for a hint); (partly) evicted -> Warm, unless the
+demand is predicted sooner than the warm could finish (min lead time). Budgets: a token bucket
+(warm = missing tokens, touch = ``touch_cost_tokens``), ``max_concurrent`` unanswered actions,
+``max_actions_per_tick``, no actions while the engine queue is long, one action per anchor per
+cool-down. Transition/fanout/hint actions need the tenant's gate R >= R_min; with a shut gate
+the planner does nothing for them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .actions import (RETAIN, REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, REASON_TRANSITION,
+                      TOUCH, WARM, Action)
+from .agents import AgentRegistry, TenantState, agent_id_for
+from .config import PolicyConfig
+from .residency import ResidencyShadow
+from .sessions import Session, SessionTracker
+from .survival import anchor_score, continuation_probability, hop_distances, median_gap, p_surv
+from .view import EngineLoad
+
+
+@dataclass(slots=True)
+class _Candidate:
+    score: float
+    reason: str
+    tenant: str
+    anchor_id: str
+    hashes: tuple[int, ...]
+    block_tokens: tuple[int, ...]
+    payload: Any
+    prob: float
+    lead: float | None          # seconds until the predicted demand; None = unknown (not imminent)
+
+
+class Planner:
+    def __init__(self, config: PolicyConfig, registry: AgentRegistry, sessions: SessionTracker,
+                 residency: ResidencyShadow) -> None:
+        self.cfg = config
+        self.registry = registry
+        self.sessions = sessions
+        self.residency = residency
+        self.dirty: dict[tuple[str, str], None] = {}
+        self.bucket = float(config.warmup_burst_tokens)
+        self._refilled: float | None = None
+        self.inflight: dict[tuple[str, float], tuple[float, tuple[int, ...]]] = {}
+        self.last_acted: dict[str, float] = {}
+        self._last_sweep = float("-inf")
+        self.emitted: dict[str, int] = {}
+        self.failed = 0
+
+    # --- gate ------------------------------------------------------------------------------------
+    def gate_open(self, ts: TenantState) -> bool:
+        learner = ts.learner
+        if learner.decayed_transitions < self.cfg.r_min_transitions:
+            return False
+        return learner.predictability() >= self.cfg.r_min
+
+    # --- budget bookkeeping ----------------------------------------------------------------------
+    def _refill(self, now: float) -> None:
+        if self._refilled is not None and now > self._refilled:
+            self.bucket = min(self.cfg.warmup_burst_tokens,
+                              self.bucket + (now - self._refilled) * self.cfg.warmup_tokens_per_s)
+        if self._refilled is None or now > self._refilled:
+            self._refilled = now
+        grace = self.cfg.action_ttl_s
+        for key in [k for k, (deadline, _) in self.inflight.items() if deadline + grace < now]:
+            del self.inflight[key]          # never answered: stop counting it against concurrency
+        if len(self.last_acted) > 4 * self.cfg.max_agents + 4 * self.cfg.max_sessions:
+            horizon = now - self.cfg.cooldown_s
+            self.last_acted = {k: t for k, t in self.last_acted.items() if t >= horizon}
+
+    def finish(self, action: Action, ok: bool) -> tuple[int, ...] | None:
+        entry = self.inflight.pop((action.anchor_id, action.created), None)
+        if not ok:
+            self.failed += 1
+        return entry[1] if entry else None
+
+    # --- planning --------------------------------------------------------------------------------
+    def plan(self, now: float, load: EngineLoad) -> list[Action]:
+        cfg = self.cfg
+        self._refill(now)
+        if load.waiting > cfg.max_engine_waiting:
+            return []                                   # keep dirty sessions for a calmer tick
+        slots = min(cfg.max_actions_per_tick, cfg.max_concurrent - len(self.inflight))
+        if slots <= 0:
+            return []
+        cands: list[_Candidate] = []
+        gates: dict[str, bool] = {}
+        sessions = self.sessions.sessions
+        for key in self.dirty:
+            s = sessions.get(key)
+            if s is not None:
+                self._session_candidates(s, now, gates, cands)
+        self.dirty.clear()
+        if now - self._last_sweep >= cfg.sweep_interval_s:
+            self._last_sweep = now
+            self._sweep_candidates(now, gates, cands)
+        if not cands:
+            return []
+        cands.sort(key=lambda c: c.score, reverse=True)
+        return self._select(cands, now, slots)
+
+    def _gate(self, tenant: str, gates: dict[str, bool]) -> bool:
+        g = gates.get(tenant)
+        if g is None:
+            g = gates[tenant] = self.gate_open(self.registry.tenant(tenant))
+        return g
+
+    def _session_candidates(self, s: Session, now: float, gates: dict[str, bool], out: list[_Candidate]) -> None:
+        cfg = self.cfg
+        agent = s.agent
+        if agent is None or not self.registry.alive(agent):
+            return
+        paused = s.inflight == 0 and s.last_end is not None
+        lead = None
+        if paused:
+            samples = agent.tool_gaps if s.finish == "tool_calls" else agent.gaps
+            med = median_gap(samples)
+            elapsed = now - s.last_end
+            if med is not None and elapsed < med:
+                lead = med - elapsed
+            if s.finish == "tool_calls" and s.hashes and s.context_payload is not None:
+                p = continuation_probability(samples, elapsed, cfg.continuation_horizon_s, True,
+                                             cfg.tool_resume_prior)
+                if p >= cfg.tool_resume_min_p and (not cfg.tool_resume_gated or self._gate(agent.tenant, gates)):
+                    payload = {"context": s.context_payload, "assistant": s.assistant_payload}
+                    out.append(_Candidate(p * sum(s.block_tokens), REASON_TOOL_RESUME, agent.tenant,
+                                          agent_id_for(agent.tenant, s.hashes[-1]), s.hashes, s.block_tokens,
+                                          payload, p, lead))
+        if not self._gate(agent.tenant, gates):
+            return
+        ts = self.registry.tenant(agent.tenant)
+        for rank, (slot, p) in enumerate(ts.learner.successors(agent.slot, cfg.top_k, cfg.tau)):
+            nxt = ts.by_slot.get(slot)
+            if nxt is None or nxt.payload is None or not nxt.anchor_hashes:
+                continue
+            reason = REASON_TRANSITION if rank == 0 else REASON_FANOUT
+            score = anchor_score(p, now - nxt.last_seen, nxt.tokens, cfg.delta, cfg.age_lambda)
+            out.append(_Candidate(score, reason, nxt.tenant, nxt.agent_id, nxt.anchor_hashes,
+                                  nxt.anchor_block_tokens, nxt.payload, p, lead))
+
+    def _sweep_candidates(self, now: float, gates: dict[str, bool], out: list[_Candidate]) -> None:
+        cfg = self.cfg
+        sources: dict[str, list[int]] = {}
+        for (tenant, slot) in self.sessions.on_agent:
+            sources.setdefault(tenant, []).append(slot)
+        scored: list[_Candidate] = []
+        for tenant, srcs in sources.items():
+            if not self._gate(tenant, gates):
+                continue
+            ts = self.registry.tenant(tenant)
+            dist = hop_distances(ts.learner, srcs, cfg.max_hops, cfg.tau)
+            for slot, hops in dist.items():
+                a = ts.by_slot.get(slot)
+                if a is None or a.payload is None or not a.anchor_hashes:
+                    continue
+                p = p_surv(hops, cfg.max_hops)
+                score = anchor_score(p, now - a.last_seen, a.tokens, cfg.delta, cfg.age_lambda)
+                scored.append(_Candidate(score, REASON_HINT, tenant, a.agent_id, a.anchor_hashes,
+                                         a.anchor_block_tokens, a.payload, p, None))
+        scored.sort(key=lambda c: c.score, reverse=True)
+        out.extend(scored[: cfg.sweep_top_n])
+
+    def _select(self, cands: list[_Candidate], now: float, slots: int) -> list[Action]:
+        cfg = self.cfg
+        res = self.residency
+        actions: list[Action] = []
+        seen: set[str] = set()
+        for c in cands:
+            if len(actions) >= slots:
+                break
+            if c.anchor_id in seen:
+                continue
+            seen.add(c.anchor_id)
+            last = self.last_acted.get(c.anchor_id)
+            if last is not None and now - last < cfg.cooldown_s:
+                continue
+            resident = res.resident_prefix(c.hashes)
+            if resident == len(c.hashes):
+                if res.near_eviction(c.hashes):
+                    kind, cost = TOUCH, float(cfg.touch_cost_tokens)
+                elif cfg.retain_enabled and c.reason == REASON_HINT:
+                    kind, cost = RETAIN, 0.0
+                else:
+                    continue
+            else:
+                if c.reason == REASON_HINT and not resident:
+                    continue                    # sweeps protect what is there; warming is for predictions
+                missing = float(sum(c.block_tokens[resident:]))
+                if c.lead is not None and c.lead < max(cfg.min_lead_s, missing / cfg.prefill_tokens_per_s):
+                    continue                    # demand predicted before a warm could finish
+                kind, cost = WARM, missing
+            if cost > self.bucket:
+                continue
+            self.bucket -= cost
+            action = Action(kind=kind, reason=c.reason, tenant=c.tenant, anchor_id=c.anchor_id,
+                            block_hashes=c.hashes, tokens=int(sum(c.block_tokens)), payload=c.payload,
+                            priority=int(round(c.prob * cfg.retain_priority_scale)), created=now,
+                            deadline=now + cfg.action_ttl_s)
+            self.last_acted[c.anchor_id] = now
+            if kind != RETAIN:
+                self.inflight[(c.anchor_id, now)] = (action.deadline, c.block_tokens)
+            k = f"{kind}/{c.reason}"
+            self.emitted[k] = self.emitted.get(k, 0) + 1
+            actions.append(action)
+        return actions
