@@ -1,0 +1,95 @@
+"""The simulated engine's /metrics, under the real engines' names and types.
+
+Why the real names: the proxy's scraper, the dashboards and the tests read `vllm:*` (and, for the
+SGLang-style priority mode, `sglang:*`) from real engines; the sim must be indistinguishable to
+them. Each app gets its own `CollectorRegistry` (no globals), so tests can run many sims at once.
+Token counters follow vLLM: queries = prompt tokens of each admitted request, hits = its cached
+tokens; times are the engine's virtual seconds (equal to wall seconds at --speed 1).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from proxy.sim.engine import EngineRequest, SimEngine, StepResult
+
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+                7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+                   120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+
+
+class SimEngineMetrics:
+    def __init__(self, registry: CollectorRegistry, model: str, engine: SimEngine):
+        self.registry = registry
+        self.engine = engine
+        cfg = engine.config
+        lab = ["model_name", "engine"]
+        self._lv = (model, "0")
+        self.queries = Counter("vllm:prefix_cache_queries", "Prefix cache queries, in tokens.", lab, registry=registry)
+        self.hits = Counter("vllm:prefix_cache_hits", "Prefix cache hits, in tokens.", lab, registry=registry)
+        self.prompt_tokens = Counter("vllm:prompt_tokens", "Prompt tokens of admitted requests (cached or not).", lab, registry=registry)
+        self.cached_prompt = Counter("vllm:prompt_tokens_cached", "Cached prompt tokens.", lab, registry=registry)
+        self.gen_tokens = Counter("vllm:generation_tokens", "Generation tokens processed.", lab, registry=registry)
+        self.success = Counter("vllm:request_success", "Finished requests.", lab + ["finished_reason"], registry=registry)
+        self.usage = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage (held blocks / all blocks), 1 = 100%.", lab, registry=registry)
+        self.running = Gauge("vllm:num_requests_running", "Requests in model execution batches.", lab, registry=registry)
+        self.waiting = Gauge("vllm:num_requests_waiting", "Requests waiting to be processed.", lab, registry=registry)
+        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Time to first token (virtual seconds).", lab,
+                              buckets=TTFT_BUCKETS, registry=registry)
+        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "End-to-end request latency (virtual seconds).", lab,
+                             buckets=LATENCY_BUCKETS, registry=registry)
+        info = Gauge("vllm:cache_config_info", "Cache configuration.", ["block_size", "num_gpu_blocks", "eviction"],
+                     registry=registry)
+        info.labels(str(cfg.block_size), str(cfg.capacity_blocks), cfg.eviction).set(1)
+        self.evicted = Counter("cachescout_sim_evicted_blocks", "Cached blocks evicted by the simulated engine.",
+                               registry=registry)
+        self._evicted_seen = 0
+        self.sglang = cfg.eviction == "priority"
+        if self.sglang:
+            sl = ["model_name"]
+            self.sg_hit = Gauge("sglang:cache_hit_rate", "Prefix cache hit rate since start (tokens), 0..1.", sl, registry=registry)
+            self.sg_usage = Gauge("sglang:token_usage", "Share of KV tokens held by running requests, 0..1.", sl, registry=registry)
+            self.sg_used = Gauge("sglang:num_used_tokens", "KV tokens held by running requests.", sl, registry=registry)
+            self.sg_running = Gauge("sglang:num_running_reqs", "Running requests.", sl, registry=registry)
+            self.sg_queue = Gauge("sglang:num_queue_reqs", "Queued requests.", sl, registry=registry)
+        for m in (self.queries, self.hits, self.prompt_tokens, self.cached_prompt, self.gen_tokens, self.usage,
+                  self.running, self.waiting):
+            m.labels(*self._lv)
+        self.refresh()
+
+    def on_step(self, res: StepResult) -> None:
+        lv = self._lv
+        for r in res.admitted:
+            self.queries.labels(*lv).inc(r.prompt_len)
+            self.hits.labels(*lv).inc(r.cached_tokens)
+            self.prompt_tokens.labels(*lv).inc(r.prompt_len)
+            self.cached_prompt.labels(*lv).inc(r.cached_tokens)
+        if res.emitted:
+            self.gen_tokens.labels(*lv).inc(len(res.emitted))
+        for r in res.emitted:
+            if r.generated == 1 and r.first_token_at is not None:
+                self.ttft.labels(*lv).observe(r.first_token_at - r.arrival)
+        self.refresh()
+
+    def on_finish(self, r: EngineRequest, finish_reason: str) -> None:
+        self.success.labels(*self._lv, finish_reason).inc()
+        if r.finished_at is not None:
+            self.e2e.labels(*self._lv).observe(r.finished_at - r.arrival)
+
+    def refresh(self) -> None:
+        eng, lv = self.engine, self._lv
+        st = eng.pool.stats()
+        self.usage.labels(*lv).set(st.usage)
+        self.running.labels(*lv).set(len(eng.running))
+        self.waiting.labels(*lv).set(len(eng.waiting))
+        if st.evictions > self._evicted_seen:
+            self.evicted.inc(st.evictions - self._evicted_seen)
+            self._evicted_seen = st.evictions
+        if self.sglang:
+            q = eng.prompt_tokens_queried
+            self.sg_hit.labels(lv[0]).set(eng.prompt_tokens_hit / q if q else 0.0)
+            self.sg_usage.labels(lv[0]).set(st.usage)
+            self.sg_used.labels(lv[0]).set(st.held * eng.config.block_size)
+            self.sg_running.labels(lv[0]).set(len(eng.running))
+            self.sg_queue.labels(lv[0]).set(len(eng.waiting))

@@ -1,0 +1,187 @@
+"""The async driver between the HTTP sim server and the pure scheduler.
+
+Why a separate driver: `SimEngine` is pure (explicit virtual time); the server needs wall-clock
+pacing and per-request token streams. One asyncio task runs the step loop: it asks the engine for
+the next step, sleeps the step's virtual duration divided by `speed`, then hands the step's tokens
+to each request's queue. Virtual time = max(end of the last step, (clock() - t0) × speed), so idle
+gaps count as they would on a real engine. `speed = 0` means no sleeping at all (virtual time then
+only advances by step durations).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from prometheus_client import CollectorRegistry
+
+from proxy.sim.cost_model import CostModel
+from proxy.sim.engine import EngineConfig, EngineRequest, SimEngine, StepResult
+from proxy.sim.engine_metrics import SimEngineMetrics
+from proxy.sim.generation import Output
+from proxy.sim.tokenizer import DEFAULT_VOCAB, SimTokenizer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """Everything `cachescout sim-engine` can set. Defaults: Llama-3.1-8B-class model on one H100."""
+
+    model: str = "sim-llama-3.1-8b"
+    block_size: int = 16
+    capacity_blocks: int = 28_672
+    eviction: str = "lru"                  # "lru" (vLLM) | "priority" (SGLang-style)
+    retention_seconds: float = 300.0
+    max_model_len: int = 32_768            # capped to capacity_blocks × block_size
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    speed: float = 1.0                     # wall sleeps = virtual seconds / speed; 0 = no sleeps
+    output_tokens: int = 128               # typical answer length (tokens before the end token)
+    output_jitter: float = 0.5
+    tool_call_share: float = 0.5           # share of tool-offering requests answered by a tool call
+    seed: int = 0
+    vocab_size: int = DEFAULT_VOCAB
+    prompt_tokens_details: bool = True     # vLLM --enable-prompt-tokens-details
+    cost: CostModel = field(default_factory=CostModel)
+
+    def __post_init__(self) -> None:
+        if self.speed < 0:
+            raise ValueError("speed must be >= 0")
+        if not 0.0 <= self.tool_call_share <= 1.0:
+            raise ValueError("tool_call_share must be in [0, 1]")
+        if self.output_tokens < 1 or not 0.0 <= self.output_jitter < 1.0:
+            raise ValueError("output_tokens must be >= 1 and output_jitter in [0, 1)")
+        self.engine_config()  # validates the rest
+
+    @property
+    def effective_max_model_len(self) -> int:
+        return min(self.max_model_len, self.capacity_blocks * self.block_size)
+
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig(self.block_size, self.capacity_blocks, self.eviction, self.retention_seconds,
+                            self.max_num_batched_tokens, self.max_num_seqs, self.cost)
+
+    def with_(self, **kw) -> "SimConfig":
+        return replace(self, **kw)
+
+
+@dataclass(eq=False)
+class Pending:
+    """A submitted request as the HTTP layer sees it: the engine state plus a token stream."""
+
+    req: EngineRequest
+    output: Output
+    queue: asyncio.Queue                   # ints: tokens generated so far; None = finished; Exception = failed
+
+
+class SimService:
+    def __init__(self, config: SimConfig, clock: Callable[[], float] | None = None):
+        self.config = config
+        self.clock = clock or time.monotonic
+        self.tokenizer = SimTokenizer(config.vocab_size)
+        self.engine = SimEngine(config.engine_config())
+        self.registry = CollectorRegistry()
+        self.metrics = SimEngineMetrics(self.registry, config.model, self.engine)
+        self._t0 = self.clock()
+        self._vfloor = 0.0
+        self._ids = itertools.count(1)
+        self._pending: dict[int, Pending] = {}
+        self._task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+
+    def now(self) -> float:
+        """Virtual seconds since the service started."""
+        if self.config.speed <= 0:
+            return self._vfloor
+        return max(self._vfloor, (self.clock() - self._t0) * self.config.speed)
+
+    # ----------------------------------------------------------------- requests
+    def submit(self, prompt_ids: list[int], output: Output, salt: str | None, priority: int) -> Pending:
+        self._ensure_loop()
+        req = EngineRequest(next(self._ids), prompt_ids, output.ids, salt=salt, priority=priority)
+        self.engine.submit(req, self.now())
+        p = Pending(req, output, asyncio.Queue())
+        self._pending[req.req_id] = p
+        self.metrics.refresh()
+        self._wake.set()
+        return p
+
+    def abort(self, p: Pending) -> None:
+        if not p.req.done:
+            self.engine.abort(p.req, self.now())
+            self.metrics.on_finish(p.req, "abort")
+            self.metrics.refresh()
+        self._pending.pop(p.req.req_id, None)
+
+    def reset_cache(self) -> bool:
+        ok = self.engine.pool.reset()
+        self.metrics.refresh()
+        return ok
+
+    def busy(self) -> bool:
+        return self.engine.has_work
+
+    # ----------------------------------------------------------------- loop
+    def _ensure_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._task is None or self._task.done() or self._loop is not loop:
+            self._loop = loop
+            self._wake = asyncio.Event()
+            self._task = loop.create_task(self._run(), name="cachescout-sim-engine")
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        speed = self.config.speed
+        while True:
+            if not self.engine.has_work:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            start = self.now()
+            try:
+                res = self.engine.step(start)
+            except Exception as exc:  # never leave clients hanging on a scheduler bug
+                log.exception("sim engine step failed")
+                self._fail_all(exc)
+                continue
+            if res is None:
+                continue
+            if res.end > start:
+                await asyncio.sleep((res.end - start) / speed if speed > 0 else 0)
+            else:  # nothing could run (should not happen): back off instead of spinning
+                await asyncio.sleep(0.001)
+            self._vfloor = max(self._vfloor, res.end)
+            self._deliver(res)
+
+    def _fail_all(self, exc: Exception) -> None:
+        now = self.now()
+        for p in list(self._pending.values()):
+            self.engine.abort(p.req, now)
+            p.queue.put_nowait(exc)
+        self._pending.clear()
+
+    def _deliver(self, res: StepResult) -> None:
+        self.metrics.on_step(res)
+        for r in res.emitted:
+            p = self._pending.get(r.req_id)
+            if p is not None:
+                p.queue.put_nowait(r.generated)
+        for r in res.finished:
+            p = self._pending.pop(r.req_id, None)
+            self.metrics.on_finish(r, p.output.finish_reason if p else "stop")
+            if p is not None:
+                p.queue.put_nowait(None)
+
+    async def close(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
