@@ -73,6 +73,9 @@ def run(args: argparse.Namespace) -> int:
 
     level = settings.log_level.upper() if settings.log_level != "trace" else "DEBUG"
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if settings.log_level not in ("debug", "trace"):
+        # httpx logs every request at INFO: noise, and CPU on the hot path.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     app = create_app(settings)
     logging.getLogger("cachescout.serve").info(
         "cachescout proxy on http://%s:%d -> %s (policy %s)", settings.host, settings.port,

@@ -54,10 +54,18 @@ class SSEParser:
         self._id: str | None = None
         self._retry: int | None = None
         self._has_fields = False
+        self._skipping = False  # inside an oversized line: discard up to its end
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         buf = self._tail + chunk if self._tail else chunk
         events: list[SSEEvent] = []
+        if self._skipping:
+            match = _EOL.search(buf)
+            if match is None:
+                self._tail = b""
+                return events
+            self._skipping = False
+            buf = buf[match.end():]
         pos = 0
         n = len(buf)
         for match in _EOL.finditer(buf):
@@ -68,6 +76,7 @@ class SSEParser:
         tail = buf[pos:]
         if len(tail) > self.max_line_bytes:
             self.dropped_lines += 1
+            self._skipping = True
             tail = b""
         self._tail = tail
         return events
@@ -75,7 +84,7 @@ class SSEParser:
     def flush(self) -> list[SSEEvent]:
         """End of stream: a final unterminated line/event is still delivered."""
         events: list[SSEEvent] = []
-        if self._tail:
+        if self._tail and not self._skipping:
             self._line(self._tail, events)
             self._tail = b""
         self._line(b"", events)

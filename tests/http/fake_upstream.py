@@ -5,7 +5,8 @@
 Replies are a pure function of the request (ids are hashes of the body, `created` is fixed), so the
 same request sent directly and through the proxy must produce identical results. Special models:
 - "gated":   streams the first chunk, then waits until POST /_control/release (at most 10 s);
-- "endless": streams a chunk every 20 ms for up to 60 s; a client disconnect is recorded.
+- "endless": streams a chunk every 20 ms for up to 60 s; a client disconnect is recorded;
+- "slow":    waits 1.5 s before sending response headers (for read-timeout tests).
 /_control/state reports chunks sent and disconnects seen, so a test can observe the upstream side.
 /echo (any method) returns what arrived: method, path, query, headers, body (base64).
 """
@@ -69,6 +70,8 @@ def build_app() -> Starlette:
         model = payload.get("model", "fake")
         words = _reply_words(payload)
         rid = _rid("chatcmpl", raw)
+        if model == "slow":
+            await asyncio.sleep(1.5)
         if not payload.get("stream"):
             return JSONResponse({
                 "id": rid, "object": "chat.completion", "created": CREATED, "model": model,
