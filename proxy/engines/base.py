@@ -111,8 +111,10 @@ def warm_spec(action: Any) -> WarmSpec | None:
         payload = payload.to_warm_dict()
     if not isinstance(payload, dict):
         return None
-    messages = list(payload.get("messages") or ())
     assistant = payload.get("assistant")          # tool_resume: the assistant tool-call turn
+    if isinstance(payload.get("context"), dict):  # tool_resume: {"context": full prompt, "assistant": turn}
+        payload = payload["context"]
+    messages = list(payload.get("messages") or ())
     if messages and isinstance(assistant, dict):
         messages.append(assistant)
     prompt = payload.get("prompt")

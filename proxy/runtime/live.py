@@ -168,14 +168,35 @@ class LiveRuntime:
     def debug_state(self) -> dict:
         stats = self.policy.stats()
         out: dict[str, Any] = {"stats": _plain(stats)}
-        describe = getattr(self.policy, "describe", None)
-        if callable(describe):
-            out.update(_plain(describe()))
+        out.update(describe_policy(self.policy, self.clock()))
         out["pending_actions"] = self.executor.pending()
         out["recent_actions"] = list(self.executor.recent)[-20:]
         out["observer"] = dict(self.observer.counts, inflight=self.observer.inflight)
         out["state_loaded_from"] = self.state_loaded
         return out
+
+
+def describe_policy(policy: Any, now: float, top: int = 20) -> dict:
+    """Agents (short id, tokens, uses, last seen) and top transitions per tenant; no prompt text."""
+    agents: list[dict] = []
+    transitions: list[dict] = []
+    for tenant, ts in getattr(policy.agents, "tenants", {}).items():
+        tenant_tag = "" if not tenant else f"salt:{len(tenant)}c"   # never the salt itself
+        for a in ts.agents.values():
+            agents.append({"id": a.agent_id, "tenant": tenant_tag, "tokens": a.tokens, "uses": a.uses,
+                           "last_seen_s_ago": round(now - a.last_seen, 3)})
+        learner = ts.learner
+        for i, src in ts.by_slot.items():
+            for j, p in learner.successors(i, 3, 0.0):
+                dst = ts.by_slot.get(j)
+                if dst is not None:
+                    transitions.append({"from": src.agent_id, "to": dst.agent_id, "p": round(p, 3),
+                                        "count": round(learner.count(i, j), 2)})
+    agents.sort(key=lambda a: -a["uses"])
+    transitions.sort(key=lambda t: -t["count"])
+    sessions = getattr(policy, "sessions", None)
+    return {"agents": agents[:100], "top_transitions": transitions[:top],
+            "sessions": len(sessions) if sessions is not None else 0}
 
 
 def _plain(obj: Any) -> Any:

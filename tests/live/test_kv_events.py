@@ -1,0 +1,56 @@
+"""vLLM KV-events: msgpack decoding, token-keyed residency, and a real ZMQ pub/sub round trip."""
+
+import asyncio
+import socket
+
+import msgpack
+import pytest
+
+from proxy.runtime.kv_events import KvEventSubscriber, KvResidency, decode_batch
+
+
+def batch(*events):
+    return msgpack.packb([1.0, list(events), 0])
+
+
+def test_decode_and_residency_by_tokens():
+    toks = list(range(100, 164))                    # 4 blocks of 16
+    evs = decode_batch(batch(["BlockStored", [11, 12], None, toks[:32], 16, None, "GPU"],
+                             ["BlockStored", [13, 14], 12, toks[32:], 16, None, "GPU"]))
+    res = KvResidency()
+    for e in evs:
+        res.apply(e)
+    assert res.resident_prefix_blocks(toks, 16) == 4
+    for e in decode_batch(batch(["BlockRemoved", [13], "GPU"])):
+        res.apply(e)
+    assert res.resident_prefix_blocks(toks, 16) == 2
+    for e in decode_batch(batch(["AllBlocksCleared"], ["Unknown", 1])):
+        res.apply(e)
+    assert res.resident_prefix_blocks(toks, 16) == 0 and res.counts["cleared"] == 1
+
+
+async def test_zmq_round_trip():
+    zmq = pytest.importorskip("zmq")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = zmq.Context()
+    pub = ctx.socket(zmq.PUB)
+    pub.setsockopt(zmq.LINGER, 0)
+    pub.bind(f"tcp://127.0.0.1:{port}")
+    seen = []
+    sub = KvEventSubscriber(f"tcp://127.0.0.1:{port}", on_event=seen.append)
+    try:
+        assert await sub.start()
+        payload = batch(["BlockStored", [1], None, list(range(16)), 16, None, "GPU"])
+        for seq in range(50):                       # slow-joiner: publish until the subscriber sees one
+            pub.send_multipart([b"", seq.to_bytes(8, "big"), payload])
+            await asyncio.sleep(0.02)
+            if seen:
+                break
+        assert seen and seen[0].kind == "stored"
+        assert sub.info()["resident_blocks"] == 1
+    finally:
+        await sub.stop()
+        pub.close(0)
+        ctx.term()
