@@ -1,0 +1,195 @@
+"""Baseline replay policies: lru, history, ttl, belady (scout policies live in `scout.py`).
+
+Every policy owns one simulated cache of the same capacity and answers, per request in time order,
+"how many leading blocks hit?". Policies that act (ttl pins, scout touches/warms) report each
+executed action to the run's recorder so conversion, lead time and yield can be measured.
+
+- `lru`: stock vLLM: `BlockPool` in LRU mode, request granularity (`access`).
+- `history`: category-level reuse statistics learned online ("KVCache Cache in the Wild", ATC'25):
+  a block's group is (request category, position bucket); each group learns its hit ratio and mean
+  reuse interval; the victim is the block with the lowest log-odds of a pending reuse,
+  `ln(hit ratio) − age / mean interval`.
+- `ttl`: Continuum-style: a response that ends in a tool call pins its session's prompt for τ
+  seconds (or until the session's next request), on a stock LRU pool.
+- `belady`: MIN with bypass on the same capacity (offline, precomputed): the bound.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from ..block_pool import BlockPool
+from ..cost_model import CostModel
+from ..traces import ReplayRequest
+from .belady import belady_hits
+from .grouped_cache import GroupedCache
+from .measure import RunRecorder
+
+
+class ReplayPolicy:
+    """Base: one cache, one answer per request. `wants_responses` asks for response-end events."""
+
+    name = "base"
+    wants_responses = False
+
+    def setup(self, requests: Sequence[ReplayRequest], capacity_blocks: int, cost: CostModel,
+              rec: RunRecorder) -> None:
+        self.capacity = capacity_blocks
+        self.cost = cost
+        self.rec = rec
+
+    def on_request(self, i: int, req: ReplayRequest, now: float) -> int:
+        raise NotImplementedError
+
+    def on_response(self, i: int, req: ReplayRequest, hit_blocks: int, now: float) -> None:
+        return None
+
+    def extra(self) -> dict:
+        """Policy-specific numbers for the report."""
+        return {}
+
+
+def execute_on_pool(pool: BlockPool, rec: RunRecorder, cost: CostModel, now: float, kind: str,
+                    reason: str, hashes: Sequence[int], tokens: Sequence[int], priority: int = 0,
+                    honours_priority: bool = False) -> bool:
+    """Run one touch/warm/retain against a simulated pool and record it. Returns False when the
+    engine cannot honour it (retain on an LRU engine)."""
+    before = pool.match_prefix(hashes)
+    cached = sum(tokens[:before])
+    if kind == "retain":
+        if not honours_priority:
+            rec.unsupported += 1
+            return False
+        if before:
+            pool.access(hashes[:before], now, priority)
+        rec.action(now, kind, reason, hashes, tokens, before, before, cached, 0, 0.0)
+        return True
+    pool.access(hashes, now, priority if honours_priority else 0)
+    after = pool.match_prefix(hashes)
+    warmed = sum(tokens[before:after])
+    # a fully cached touch still recomputes the last token and runs one decode row
+    service = cost.chunk_s(cached, max(warmed, 1)) + cost.decode_seq_s
+    rec.action(now, kind, reason, hashes, tokens, before, after, cached, warmed, service)
+    return True
+
+
+class LruPolicy(ReplayPolicy):
+    name = "lru"
+
+    def setup(self, requests, capacity_blocks, cost, rec):
+        super().setup(requests, capacity_blocks, cost, rec)
+        self.pool = BlockPool(capacity_blocks, "lru")
+
+    def on_request(self, i, req, now):
+        return self.pool.access(req.block_hashes, now)
+
+
+class BeladyPolicy(ReplayPolicy):
+    name = "belady"
+
+    def setup(self, requests, capacity_blocks, cost, rec):
+        super().setup(requests, capacity_blocks, cost, rec)
+        self.hits = belady_hits([r.block_hashes for r in requests], capacity_blocks)
+
+    def on_request(self, i, req, now):
+        return self.hits[i]
+
+
+def position_bucket(j: int) -> int:
+    """0, 1, 2-3, 4-7, ... : blocks deeper in a prompt share statistics more coarsely."""
+    return j.bit_length()
+
+
+class HistoryPolicy(ReplayPolicy):
+    name = "history"
+
+    def __init__(self, prior_interval_s: float = 60.0):
+        self.prior_interval_s = prior_interval_s
+
+    def setup(self, requests, capacity_blocks, cost, rec):
+        super().setup(requests, capacity_blocks, cost, rec)
+        self.accesses: dict = {}
+        self.hits: dict = {}
+        self.interval: dict = {}            # group -> EWMA of reuse interval (s)
+        self.cache = GroupedCache(capacity_blocks, self._score)
+        self._log_ratio: dict = {}
+
+    def _score(self, group, last: float, now: float) -> float:
+        lr = self._log_ratio.get(group)
+        if lr is None:
+            lr = math.log((self.hits.get(group, 0) + 1) / (self.accesses.get(group, 0) + 2))
+            self._log_ratio[group] = lr
+        return lr - (now - last) / self.interval.get(group, self.prior_interval_s)
+
+    def on_request(self, i, req, now):
+        hashes = req.block_hashes
+        cat = req.category
+        groups = [(cat, position_bucket(j)) for j in range(len(hashes))]
+        hit = self.cache.match_prefix(hashes)
+        acc, hits, iv = self.accesses, self.hits, self.interval
+        for j, g in enumerate(groups):
+            acc[g] = acc.get(g, 0) + 1
+            if j < hit:
+                hits[g] = hits.get(g, 0) + 1
+                last = self.cache.last_access(hashes[j])
+                gap = max(now - last, 1e-3)
+                iv[g] = 0.9 * iv.get(g, gap) + 0.1 * gap
+        self._log_ratio.clear()
+        self.cache.access(hashes, groups, now)
+        return hit
+
+
+class TtlPolicy(ReplayPolicy):
+    """Pin a tool-calling session's prompt for τ seconds on an LRU pool (Continuum)."""
+
+    name = "ttl"
+    wants_responses = True
+
+    def __init__(self, ttl_s: float = 10.0):
+        self.ttl_s = ttl_s
+
+    def setup(self, requests, capacity_blocks, cost, rec):
+        super().setup(requests, capacity_blocks, cost, rec)
+        self.pool = BlockPool(capacity_blocks, "lru")
+        self.pins: dict[str, float] = {}      # session -> pin expiry
+        self.pinned = 0
+        self.pin_failed = 0
+
+    def _expire(self, now: float) -> None:
+        if not self.pins:
+            return
+        for sid, until in list(self.pins.items()):
+            if until <= now:
+                self.pool.free(("pin", sid), now)
+                del self.pins[sid]
+
+    def on_request(self, i, req, now):
+        self._expire(now)
+        sid = req.session_id
+        if sid is not None and sid in self.pins:
+            hit = self.pool.match_prefix(req.block_hashes)
+            self.pool.free(("pin", sid), now)          # the resume arrived: unpin, then run it
+            del self.pins[sid]
+            self.pool.access(req.block_hashes, now)
+            return hit
+        return self.pool.access(req.block_hashes, now)
+
+    def on_response(self, i, req, hit_blocks, now):
+        self._expire(now)
+        if req.finish_reason != "tool_calls" or req.session_id is None or req.session_id in self.pins:
+            return
+        hashes = req.block_hashes
+        before = self.pool.match_prefix(hashes)
+        if before == 0:
+            return
+        if self.pool.allocate(("pin", req.session_id), hashes[:before], now) is None:
+            self.pin_failed += 1
+            return
+        self.pins[req.session_id] = now + self.ttl_s
+        self.pinned += 1
+        self.rec.action(now, "retain", "tool_resume", hashes, req.block_tokens, before, before,
+                        sum(req.block_tokens[:before]), 0, 0.0)
+
+    def extra(self):
+        return {"pins": self.pinned, "pin_failed": self.pin_failed, "ttl_s": self.ttl_s}

@@ -1,0 +1,186 @@
+"""The CacheScout policies in the replay: the product (`scout-proxy`) and the paper's engine variant.
+
+- `scout-proxy`: the live proxy's planner, unchanged (`proxy.core.ScoutPolicy`), in front of a stock
+  LRU `BlockPool`. Each request is observed (`observe_request`) before the engine sees it, each
+  response end is observed with its finish reason, and after every event the planner is asked for
+  actions (`plan`), which run at once against the simulated cache in virtual time: a touch or warm
+  is a `max_tokens=1` request on the action's blocks (its missing tokens are prefilled and charged
+  through the cost model), a retain is a priority bump that an LRU engine cannot honour.
+- `scout-proxy-priority`: the same planner (with Retain hints on) against a priority-eviction
+  engine (SGLang `--radix-eviction-policy priority`): actions carry their priority into the pool.
+- `scout-engine`: the paper's in-engine eviction: every block belongs to the agent that last used
+  it (anchor blocks; other blocks form one p_surv = 0 group) and the victim minimises (p_surv(agent)+δ)·(e^(−λ·age)+δ), with agents and p_surv taken from
+  the same core (its agent registry, transition learner and survival BFS, as the planner's sweep
+  uses them). It needs no actions, so it reports no signal tables.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ...core import config as core_config
+from ...core.policy import ScoutPolicy
+from ...core.survival import hop_distances, p_surv
+from ...core.view import EngineLoad, ResponseOutcome, view_from_blocks
+from ..block_pool import BlockPool
+from .grouped_cache import GroupedCache
+from .policies import ReplayPolicy, execute_on_pool
+
+SIM_PAYLOAD = "sim"
+HISTORY = "__history__"          # scout-engine's group for non-anchor blocks (p_surv = 0: age only)
+
+
+def build_config(capacity_blocks: int, block_size: int, overrides: dict | None = None,
+                 retain: bool = False) -> core_config.PolicyConfig:
+    """The planner's config for a replay: the residency shadow knows the engine's capacity (the live
+    proxy learns it from the engine's metrics or settings), plus caller overrides."""
+    cfg = core_config.PolicyConfig().with_overrides(
+        residency_capacity_tokens=int(capacity_blocks) * int(block_size), retain_enabled=retain)
+    return cfg.with_overrides(**(overrides or {}))
+
+
+class _ScoutBase(ReplayPolicy):
+    wants_responses = True
+
+    def __init__(self, overrides: dict | None = None, use_sessions: bool = True, block_size: int = 16):
+        self.overrides = dict(overrides or {})
+        self.use_sessions = use_sessions
+        self.block_size = block_size
+
+    def _view(self, req):
+        return view_from_blocks(req.tenant, req.block_hashes, req.block_tokens,
+                                anchor_blocks=req.anchor_blocks,
+                                session_id=req.session_id if self.use_sessions else None,
+                                model=req.model,
+                                # the simulated engine rebuilds prompts from block ids: any payload will do,
+                                # but the planner only acts on anchors/contexts that have one
+                                anchor_payload=req.anchor_payload if req.anchor_payload is not None else SIM_PAYLOAD,
+                                context_payload=SIM_PAYLOAD)
+
+    def _observe_response(self, i, req, hit_blocks, now):
+        rid = self._rid.pop(i, None)
+        self.inflight = max(0, self.inflight - 1)
+        if rid is None:
+            return
+        cached = sum(req.block_tokens[:hit_blocks])
+        self.sp.observe_response(rid, ResponseOutcome(
+            finish_reason=req.finish_reason or "stop", prompt_tokens=req.prompt_tokens,
+            cached_tokens=cached, output_tokens=req.output_tokens), now)
+
+    def extra(self):
+        st = self.sp.stats()
+        return {"predictability": round(st.predictability, 4), "agents": st.agents,
+                "top1_accuracy": round(st.top1_accuracy, 4), "predictions": st.predictions,
+                "actions_emitted": dict(st.actions_emitted)}
+
+
+class ScoutProxyPolicy(_ScoutBase):
+    name = "scout-proxy"
+    eviction = "lru"
+
+    def setup(self, requests, capacity_blocks, cost, rec):
+        super().setup(requests, capacity_blocks, cost, rec)
+        prio = self.eviction == "priority"
+        self.sp = ScoutPolicy(build_config(capacity_blocks, self.block_size, self.overrides, retain=prio))
+        self.pool = BlockPool(capacity_blocks, self.eviction)
+        self._rid: dict[int, int] = {}
+        self.inflight = 0
+        self.dropped_stale = 0
+        self.executed = 0
+
+    def on_request(self, i, req, now):
+        obs = self.sp.observe_request(self._view(req), now)
+        self._rid[i] = obs.request_id
+        self.inflight += 1
+        hit = self.pool.access(req.block_hashes, now)
+        self._plan(now)
+        return hit
+
+    def on_response(self, i, req, hit_blocks, now):
+        self._observe_response(i, req, hit_blocks, now)
+        self._plan(now)
+
+    def _plan(self, now: float) -> None:
+        actions = self.sp.plan(now, EngineLoad(inflight=self.inflight, waiting=0))
+        for a in actions:
+            if now > a.deadline:
+                self.dropped_stale += 1
+                self.sp.record_action_result(a, False, now)
+                continue
+            toks = self._tokens_of(a)
+            ok = execute_on_pool(self.pool, self.rec, self.cost, now, a.kind, a.reason, a.block_hashes,
+                                 toks, a.priority, honours_priority=self.eviction == "priority")
+            self.executed += ok
+            self.sp.record_action_result(a, ok, now)
+
+    def _tokens_of(self, a) -> tuple[int, ...]:
+        """Per-block tokens of an action's chain (the action only carries the total)."""
+        n = len(a.block_hashes)
+        if n == 0:
+            return ()
+        base, rest = divmod(int(a.tokens), n)
+        return tuple(base + (1 if j < rest else 0) for j in range(n))
+
+    def extra(self):
+        out = super().extra()
+        out.update({"executed": self.executed, "dropped_stale": self.dropped_stale})
+        return out
+
+
+class ScoutProxyPriorityPolicy(ScoutProxyPolicy):
+    name = "scout-proxy-priority"
+    eviction = "priority"
+
+
+class ScoutEnginePolicy(_ScoutBase):
+    """In-engine survival-scored eviction (the paper's vLLM fork), fed by the same core."""
+
+    name = "scout-engine"
+
+    def setup(self, requests, capacity_blocks, cost, rec):
+        super().setup(requests, capacity_blocks, cost, rec)
+        self.sp = ScoutPolicy(build_config(capacity_blocks, self.block_size, self.overrides))
+        cfg = self.sp.config
+        self.delta = cfg.delta
+        self.lam = cfg.age_lambda
+        self.cache = GroupedCache(capacity_blocks, self._score)
+        self._rid: dict[int, int] = {}
+        self.inflight = 0
+        self._surv: dict = {}
+        self._surv_at = -1.0
+
+    def _score(self, agent, last: float, now: float) -> float:
+        if now != self._surv_at:
+            self._surv = survival_by_agent(self.sp)
+            self._surv_at = now
+        p = self._surv.get(agent, 0.0)
+        return math.log(p + self.delta) + math.log(math.exp(-self.lam * (now - last)) + self.delta)
+
+    def on_request(self, i, req, now):
+        obs = self.sp.observe_request(self._view(req), now)
+        self._rid[i] = obs.request_id
+        self.inflight += 1
+        n = len(req.block_hashes)
+        a = self.sp.agents.by_id.get(obs.agent_id) if obs.agent_id else None
+        k = len(a.anchor_hashes) if a is not None else 0
+        groups = [obs.agent_id] * k + [HISTORY] * (n - k)   # only anchors carry an agent's survival
+        return self.cache.access(req.block_hashes, groups, now)
+
+    def on_response(self, i, req, hit_blocks, now):
+        self._observe_response(i, req, hit_blocks, now)
+
+
+def survival_by_agent(sp: ScoutPolicy) -> dict[str, float]:
+    """p_surv of every agent reachable within K hops of a live session's current agent."""
+    cfg = sp.config
+    sources: dict[str, list[int]] = {}
+    for (tenant, slot) in sp.sessions.on_agent:
+        sources.setdefault(tenant, []).append(slot)
+    out: dict[str, float] = {}
+    for tenant, srcs in sources.items():
+        ts = sp.agents.tenant(tenant)
+        for slot, hops in hop_distances(ts.learner, srcs, cfg.max_hops, cfg.tau).items():
+            a = ts.by_slot.get(slot)
+            if a is not None:
+                out[a.agent_id] = p_surv(hops, cfg.max_hops)
+    return out
