@@ -1,7 +1,7 @@
 """Choose the engine adapter: by setting, or by probing the engine at start.
 
-Probing order: SGLang answers `/get_server_info`; the simulated engine answers `/sim/info`; vLLM
-exports `vllm:*` series on `/metrics`. When nothing answers (engine not up yet), auto falls back to
+Probing order: the simulated engine exports `cachescout_sim_*` beside its vllm-style series on
+`/metrics`; SGLang answers `/get_server_info`; vLLM exports `vllm:*` series on `/metrics`. When nothing answers (engine not up yet), auto falls back to
 the vLLM adapter, whose surface (OpenAI API + /tokenize) is the most common; its capabilities are
 then corrected by its own probe and by errors at run time.
 """
@@ -38,13 +38,12 @@ class NoEngineAdapter(HttpEngineAdapter):
 async def detect_kind(client: httpx.AsyncClient, base_url: str, headers: dict[str, str] | None = None) -> str:
     base = base_url.rstrip("/")
     try:
-        r = await client.get(base + "/sim/info", headers=headers, timeout=3.0)
-        if r.status_code == 200:
-            return "sim"
-        r = await client.get(base + "/get_server_info", headers=headers, timeout=3.0)
-        if r.status_code == 200:
-            return "sglang"
         r = await client.get(base + "/metrics", headers=headers, timeout=3.0)
+        if r.status_code == 200 and "cachescout_sim_" in r.text:
+            return "sim"
+        info = await client.get(base + "/get_server_info", headers=headers, timeout=3.0)
+        if info.status_code == 200:
+            return "sglang"
         if r.status_code == 200 and "sglang:" in r.text:
             return "sglang"
         if r.status_code == 200 and "vllm:" in r.text:

@@ -3,7 +3,7 @@ a retention priority when the simulator runs its priority eviction mode.
 
 Why a separate adapter when the surface is vLLM's: the simulator can also model SGLang-style
 priority eviction, and the demo and acceptance tests need to exercise that lever on a real socket.
-It learns the mode from `/sim/info` (`{"eviction": "lru" | "priority", ...}`).
+It learns the mode from the `eviction` label of `vllm:cache_config_info` on its `/metrics`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from proxy.engines.base import CAP_PRIORITY
+from proxy.engines.promtext import info_labels
 from proxy.engines.vllm import VllmAdapter
 
 log = logging.getLogger("cachescout.engines.sim")
@@ -31,11 +32,11 @@ class SimAdapter(VllmAdapter):
     async def probe(self) -> None:
         await super().probe()
         try:
-            status, data = await self._get_json("/sim/info")
+            status, text = await self.get_text("/metrics")
         except httpx.HTTPError:
-            status, data = 0, None
-        if status == 200 and isinstance(data, dict):
-            self.sim_info = data
+            status, text = 0, ""
+        if status == 200:
+            self.sim_info = info_labels(text, "vllm:cache_config_info")
         mode = str(self.sim_info.get("eviction", "lru"))
         if mode == "priority":
             self.enable(CAP_PRIORITY)

@@ -65,8 +65,7 @@ class VllmAdapter(HttpEngineAdapter):
             status, text = await self.get_text("/metrics")
             if status != 200 or self.metric_prefix not in text:
                 self.disable(CAP_METRICS, f"/metrics answered {status} without {self.metric_prefix}* series")
-            status, _ = await self.post_json("/tokenize", {"model": self.default_model, "prompt": "probe"},
-                                             warmup=False)
+            status, _ = await self.post_json("/tokenize", self._model({"prompt": "probe"}), warmup=False)
             if status != 200:
                 self.disable(CAP_WARM_TOKENS, f"/tokenize answered {status}")
             resp = await self.client.get(self.base_url + "/reset_prefix_cache", headers=self.headers(False),
@@ -87,6 +86,11 @@ class VllmAdapter(HttpEngineAdapter):
             return resp.status_code, None
 
     # -- warmups ----------------------------------------------------------------------------------
+    def _model(self, body: dict[str, Any], model: str = "") -> dict[str, Any]:
+        """Add the model name when one is known (engines serving one model accept it absent)."""
+        name = model or self.default_model
+        return {"model": name, **body} if name else body
+
     def warm_fields(self, action: Any) -> dict[str, Any]:
         """Extra body fields for a warmup (the sim adapter adds retention priority)."""
         return {}
@@ -97,7 +101,7 @@ class VllmAdapter(HttpEngineAdapter):
         cached = self.tokens.get(spec.key)
         if cached is not None:
             return cached
-        body: dict[str, Any] = {"model": spec.model or self.default_model}
+        body: dict[str, Any] = self._model({}, spec.model)
         if spec.messages:
             body["messages"] = list(spec.messages)
             body["add_generation_prompt"] = False
@@ -135,19 +139,17 @@ class VllmAdapter(HttpEngineAdapter):
         if CAP_WARM_TOKENS in self.capabilities:
             ids = await self.tokenize(spec)
             if ids:
-                body = {"model": spec.model or self.default_model, "prompt": list(ids), "max_tokens": 1,
-                        "temperature": 0.0, **extra}
+                body = self._model({"prompt": list(ids), "max_tokens": 1, "temperature": 0.0, **extra}, spec.model)
                 return await self._send("/v1/completions", body, CAP_WARM_TOKENS)
         if CAP_WARM_CHAT in self.capabilities and spec.messages:
-            body = {"model": spec.model or self.default_model, "messages": list(spec.messages),
-                    "max_tokens": 1, "temperature": 0.0, **spec.template, **extra}
+            body = self._model({"messages": list(spec.messages), "max_tokens": 1, "temperature": 0.0,
+                                **spec.template, **extra}, spec.model)
             if spec.tools:
                 body["tools"] = list(spec.tools)
                 body["tool_choice"] = "none"   # vLLM refuses "auto" without tool-parser flags
             return await self._send("/v1/chat/completions", body, CAP_WARM_CHAT)
         if CAP_WARM_CHAT in self.capabilities and spec.prompt is not None:
-            body = {"model": spec.model or self.default_model, "prompt": spec.prompt, "max_tokens": 1,
-                    "temperature": 0.0, **extra}
+            body = self._model({"prompt": spec.prompt, "max_tokens": 1, "temperature": 0.0, **extra}, spec.model)
             return await self._send("/v1/completions", body, CAP_WARM_CHAT)
         return WarmResult(ok=False, unsupported=True, error="no warmup capability left")
 

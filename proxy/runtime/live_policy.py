@@ -214,6 +214,10 @@ class LivePolicyObserver:
     def update_gauges(self) -> None:
         if self.metrics is None:
             return
+        # The core caches R between refreshes; asking before any transitions were learned would pin
+        # R at 0 for the next refresh window, so gauges start once the gate could first open.
+        if getattr(self.policy, "requests", 0) <= getattr(self.policy.config, "r_min_transitions", 0):
+            return
         s = self.policy.stats()
         self.metrics.predictability_ratio.set(float(s.predictability))
         self.metrics.agents.set(s.agents)
