@@ -1,0 +1,67 @@
+"""Wall-clock pacing (--speed), concurrency and client disconnects on a real socket."""
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from proxy.sim.cost_model import CostModel
+from proxy.sim.service import SimConfig
+from proxy.sim.testing import run_sim_server
+
+pytestmark = pytest.mark.sockets
+MODEL = SimConfig().model
+
+
+def test_speed_scales_wall_time_and_warm_is_faster():
+    # 1,000 prefill tokens/s: a cold 2,000-token prompt is ~2 virtual seconds = ~0.1 s wall at speed 20
+    cfg = SimConfig(speed=20, capacity_blocks=1024, cost=CostModel(prefill_token_s=1e-3, attn_token2_s=0.0))
+    body = {"model": MODEL, "prompt": list(range(10, 2010)), "max_tokens": 1}
+    with run_sim_server(cfg) as sim, httpx.Client(base_url=sim.url, timeout=30) as c:
+        t0 = time.perf_counter()
+        assert c.post("/v1/completions", json=body).json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        cold = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        assert c.post("/v1/completions", json=body).json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 1984
+        warm = time.perf_counter() - t0
+        ttft = [line for line in c.get("/metrics").text.splitlines()
+                if line.startswith("vllm:time_to_first_token_seconds_sum")][0]
+    assert cold >= 0.09 and warm < cold / 3, (cold, warm)
+    assert 2.0 < float(ttft.split()[-1]) < 2.2            # virtual seconds: 2.006 cold + 0.022 warm
+
+
+def test_concurrent_requests_all_finish_and_gauges_return_to_zero():
+    cfg = SimConfig(speed=0, capacity_blocks=300, output_tokens=20, max_num_seqs=4, max_num_batched_tokens=512)
+
+    async def drive(url):
+        async with httpx.AsyncClient(base_url=url, timeout=30) as c:
+            bodies = [{"model": MODEL, "messages": [{"role": "system", "content": f"agent {i % 3} " * 100},
+                                                    {"role": "user", "content": f"q{i}"}],
+                       "stream": i % 2 == 0} for i in range(24)]
+            rs = await asyncio.gather(*(c.post("/v1/chat/completions", json=b) for b in bodies))
+            return [r.status_code for r in rs], (await c.get("/metrics")).text
+
+    with run_sim_server(cfg) as sim:
+        codes, text = asyncio.run(drive(sim.url))
+        stats = sim.service.engine.pool.stats()
+    assert codes == [200] * 24
+    assert f'vllm:num_requests_running{{engine="0",model_name="{MODEL}"}} 0.0' in text
+    assert f'vllm:num_requests_waiting{{engine="0",model_name="{MODEL}"}} 0.0' in text
+    assert stats.held == 0 and stats.hits > 0
+
+
+def test_client_disconnect_mid_stream_frees_blocks():
+    cfg = SimConfig(speed=1, capacity_blocks=300, output_tokens=2000, output_jitter=0.0)
+    with run_sim_server(cfg) as sim:
+        with httpx.Client(base_url=sim.url, timeout=30) as c:
+            with c.stream("POST", "/v1/completions", json={"model": MODEL, "prompt": "tell me", "max_tokens": 2000,
+                                                           "stream": True}) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: ") and '"text":"' in line:
+                        break                              # got a token; hang up
+            deadline = time.monotonic() + 5
+            while sim.service.engine.has_work and time.monotonic() < deadline:
+                time.sleep(0.02)
+        assert not sim.service.engine.has_work
+        assert sim.service.engine.pool.stats().held == 0
