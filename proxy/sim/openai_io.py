@@ -151,6 +151,29 @@ def parse_job(kind: str, body: Mapping, tok: SimTokenizer, max_model_len: int) -
                _int(body, "min_tokens", 0, 0))
 
 
+def parse_generate(body: Any, tok: SimTokenizer, max_model_len: int) -> Job:
+    """SGLang POST /generate: {"text" | "input_ids", "sampling_params": {"max_new_tokens", ...}}."""
+    if not isinstance(body, Mapping):
+        raise ApiError("request body must be a JSON object")
+    if body.get("stream"):
+        raise ApiError("streaming /generate is not supported by the simulated engine", param="stream")
+    if "input_ids" in body:
+        prompt_ids = completion_prompt_ids(tok, {"prompt": body["input_ids"]})
+    elif isinstance(body.get("text"), str) and body["text"]:
+        prompt_ids = tok.encode(body["text"])
+    else:
+        raise ApiError("either 'text' or 'input_ids' is required", param="text")
+    sp = body.get("sampling_params") or {}
+    if not isinstance(sp, Mapping):
+        raise ApiError("'sampling_params' must be an object", param="sampling_params")
+    max_tokens = _int(sp, "max_new_tokens", 128, 1)
+    if len(prompt_ids) + max_tokens > max_model_len:
+        raise ApiError(f"The input ({len(prompt_ids)} tokens) plus max_new_tokens exceeds the maximum "
+                       f"context length ({max_model_len} tokens).", param="input_ids")
+    return Job("completion", prompt_ids, max_tokens, False, False, None, _int(body, "priority", 0), (), "none",
+               bool(sp.get("ignore_eos", False)), _int(sp, "min_new_tokens", 0, 0))
+
+
 def usage(prompt: int, completion: int, cached: int, details: bool) -> dict:
     u: dict = {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
     u["prompt_tokens_details"] = {"cached_tokens": cached} if details else None

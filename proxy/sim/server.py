@@ -3,7 +3,7 @@
 Why: the demo, the tests and users without a GPU need an upstream whose prefix cache behaves like
 vLLM's and whose hit rate is ground truth. Routes: /v1/chat/completions, /v1/completions (text or
 token-id prompt), streaming or not; /v1/models, /tokenize, /detokenize, /reset_prefix_cache (vLLM),
-/flush_cache (SGLang), /health, /version, /metrics (its own registry, real engines' names).
+/flush_cache and /generate (SGLang), /health, /version, /metrics (its own registry, real engines' names).
 
 `create_sim_app(config, clock=None)` builds an app; `app.state.sim` is the `SimService` (tests read
 the block pool through it).
@@ -166,6 +166,28 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
             yield b"data: [DONE]\n\n"
         finally:
             sim.abort(pending)
+
+    @app.post("/generate")
+    async def generate(request: Request):
+        """SGLang's native API (non-streaming): {text | input_ids, sampling_params, priority?}."""
+        body = await _json(request)
+        job = io.parse_generate(body, sim.tokenizer, max_len)
+        out = plan_output(sim.tokenizer, job.prompt_ids, job.max_tokens, output_tokens=config.output_tokens,
+                          output_jitter=config.output_jitter, seed=config.seed, ignore_eos=job.ignore_eos,
+                          min_tokens=job.min_tokens)
+        try:
+            pending = sim.submit(job.prompt_ids, out, job.salt, job.priority)
+        except ValueError as exc:
+            raise io.ApiError(str(exc)) from exc
+        try:
+            n_out = await _wait_done(pending)
+        finally:
+            sim.abort(pending)
+        r = pending.req
+        return {"text": "".join(out.pieces[:n_out]), "output_ids": list(out.ids[:n_out]),
+                "meta_info": {"id": io.new_id("completion"), "prompt_tokens": r.prompt_len,
+                              "completion_tokens": n_out, "cached_tokens": r.cached_tokens,
+                              "finish_reason": {"type": out.finish_reason}}}
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):

@@ -187,3 +187,14 @@ async def test_prompt_tokens_details_can_be_disabled():
     finally:
         await c.sim.close()
         await c.aclose()
+
+
+async def test_sglang_generate_with_input_ids(client):
+    ids = list(range(500, 560))
+    r1 = await client.post("/generate", json={"input_ids": ids, "sampling_params": {"max_new_tokens": 1}})
+    r2 = (await client.post("/generate", json={"input_ids": ids, "sampling_params": {"max_new_tokens": 3},
+                                               "priority": 5})).json()
+    assert r1.status_code == 200 and r1.json()["meta_info"]["cached_tokens"] == 0
+    assert r2["meta_info"]["cached_tokens"] == 48 and r2["meta_info"]["completion_tokens"] == 3
+    assert r2["meta_info"]["finish_reason"]["type"] == "length"
+    assert (await client.post("/generate", json={"sampling_params": {}})).status_code == 400
