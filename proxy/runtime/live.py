@@ -41,7 +41,11 @@ def policy_config(settings: Any) -> PolicyConfig:
     if settings.policy_r_min is not None:
         overrides["r_min"] = float(settings.policy_r_min)
     known = {f.name for f in dataclasses.fields(PolicyConfig)}
-    return PolicyConfig().with_overrides(**{k: v for k, v in overrides.items() if k in known})
+    overrides = {k: v for k, v in overrides.items() if k in known}
+    overrides.update(dict(getattr(settings, "policy_overrides", None) or {}))   # unknown names raise
+    cfg = PolicyConfig()
+    typed = {k: type(getattr(cfg, k))(v) for k, v in overrides.items() if hasattr(cfg, k)}
+    return cfg.with_overrides(**{**overrides, **typed})
 
 
 class LiveRuntime:
