@@ -84,12 +84,15 @@ class Forwarder:
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics
         self.clock = clock
-        self.client: httpx.AsyncClient | None = None  # set by the app's lifespan
+        self.transport: httpx.AsyncBaseTransport | None = None  # the client's transport, set by the lifespan
         # A hand-built httpx.Request does not inherit the client's timeouts: pass them explicitly.
         self.timeout_ext: dict = httpx.Timeout(5.0, read=600.0).as_dict()
         self.observer: RequestObserver = NullObserver()  # replaced by the lifespan when a policy runs
         self._ids = itertools.count(1)
         self._logged_observer_error = False
+        # Parsed upstream URLs by (raw path, query): agents hit a handful of paths, and parsing a URL
+        # is a measurable share of the per-request CPU. Bounded so random paths cannot grow it.
+        self._urls: dict[tuple[bytes, bytes], httpx.URL] = {}
 
     # --- observer plumbing -----------------------------------------------------------------
     def _observer_failed(self, hook: str) -> None:
@@ -188,16 +191,13 @@ class Forwarder:
 
     async def _relay(self, scope: dict, send: Callable, body: bytes, ctx: RequestContext | None, route: str,
                      started: float, flags: dict) -> int:
-        client = self.client
-        assert client is not None, "forwarder used outside the app lifespan"
-        query = scope.get("query_string") or b""
-        raw_path = scope.get("raw_path") or scope["path"].encode()
-        url = self.base + raw_path.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
+        transport = self.transport
+        assert transport is not None, "forwarder used outside the app lifespan"
         headers = filter_headers(scope["headers"], REQUEST_DROP)
-        request = httpx.Request(scope["method"], url, headers=headers, content=body,
+        request = httpx.Request(scope["method"], self._url(scope), headers=headers, content=body,
                                 extensions={"timeout": self.timeout_ext})
         try:
-            response = await client.send(request, stream=True)
+            response = await transport.handle_async_request(request)
         except Exception as exc:  # noqa: BLE001 - every failure of our hop maps to 502/504
             kind = classify_upstream_error(exc)
             self.metrics.upstream_error(kind)
@@ -220,6 +220,10 @@ class Forwarder:
                 except Exception:  # noqa: BLE001
                     self._observer_failed("on_response_start")
             await send({"type": "http.response.start", "status": status, "headers": out_headers})
+            # With a Content-Length we know which chunk is the last one and can finish the response
+            # with it (one server write fewer per request); without one, an empty final message ends it.
+            remaining = _content_length(out_headers) if scope["method"] != "HEAD" else None
+            finished = False
             try:
                 async for chunk in _raw_chunks(response):
                     if observer is not None:
@@ -227,7 +231,12 @@ class Forwarder:
                             observer.on_response_chunk(ctx, chunk, self.clock())
                         except Exception:  # noqa: BLE001
                             self._observer_failed("on_response_chunk")
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    if remaining is not None:
+                        remaining -= len(chunk)
+                        if remaining <= 0:
+                            flags["done"] = True
+                            finished = True
+                    await send({"type": "http.response.body", "body": chunk, "more_body": not finished})
             except (httpx.HTTPError, OSError) as exc:
                 kind = classify_upstream_error(exc)
                 self.metrics.upstream_error(kind)
@@ -235,12 +244,25 @@ class Forwarder:
                             kind, scope["method"], scope["path"], exc or type(exc).__name__)
                 self._end(ctx, f"upstream_{kind}")
                 return status  # returning without the final body message makes the server close the socket
-            flags["done"] = True  # the final send wakes the watcher; it must not cancel us now
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            if not finished:
+                flags["done"] = True  # the final send wakes the watcher; it must not cancel us now
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
             self._end(ctx, None)
             return status
         finally:
             await response.aclose()
+
+    def _url(self, scope: dict) -> httpx.URL:
+        query = scope.get("query_string") or b""
+        raw_path = scope.get("raw_path") or scope["path"].encode()
+        key = (raw_path, query)
+        url = self._urls.get(key)
+        if url is None:
+            url = httpx.URL(self.base + raw_path.decode("latin-1") + ("?" + query.decode("latin-1") if query else ""))
+            if len(self._urls) >= 1024:
+                self._urls.clear()
+            self._urls[key] = url
+        return url
 
     def _end(self, ctx: RequestContext | None, error: str | None) -> None:
         if ctx is None:
@@ -249,6 +271,16 @@ class Forwarder:
             self.observer.on_response_end(ctx, error, self.clock())
         except Exception:  # noqa: BLE001
             self._observer_failed("on_response_end")
+
+
+def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    for name, value in headers:
+        if name.lower() == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
 
 
 async def _raw_chunks(response: httpx.Response):
