@@ -1,6 +1,8 @@
 """Hand-worked cases for the block pool: eviction order, ref counts, salt isolation, priority decay."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.sim.block_hash import chain_hashes, extend_chain
 from proxy.sim.block_pool import BlockPool
@@ -134,3 +136,34 @@ def test_request_longer_than_pool():
 def test_bad_config(bad):
     with pytest.raises(ValueError):
         BlockPool(**bad)
+
+
+def _chains(draw_lists):
+    """Turn lists of small ints into chained ids: equal id at i <=> equal prefix up to i."""
+    table: dict = {}
+    out = []
+    for lst in draw_lists:
+        ids, parent = [], None
+        for x in lst:
+            parent = table.setdefault((parent, x), len(table) + 1)
+            ids.append(parent)
+        out.append(ids)
+    return out
+
+
+@given(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=6), min_size=1, max_size=40),
+       st.integers(1, 12))
+@settings(max_examples=60, deadline=None)
+def test_fast_access_equals_allocate_free_and_priority_zero(seqs, cap):
+    fast, slow, prio = BlockPool(cap), BlockPool(cap), BlockPool(cap, eviction="priority")
+    for t, ids in enumerate(_chains(seqs)):
+        ids = ids[:cap]
+        h1 = fast.access(ids, float(t))
+        h2 = slow.allocate(("r", t), ids, float(t))
+        slow.free(("r", t), float(t))
+        h3 = prio.access(ids, float(t))
+        assert h1 == h2 == h3
+        assert fast.eviction_order() == slow.eviction_order() == prio.eviction_order(float(t))
+        s = fast.stats()
+        assert s.used <= cap and s.held == 0 and s.cached == len(fast.eviction_order())
+    assert fast.stats() == slow.stats()
