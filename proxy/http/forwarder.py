@@ -167,11 +167,10 @@ class Forwarder:
         if not isinstance(observer, NullObserver):
             try:
                 ctx = self._make_context(scope, body, started)
-                t_obs = self.clock()
                 observer.on_request(ctx)
-                self.metrics.policy_observe_seconds.observe(self.clock() - t_obs)
             except Exception:  # noqa: BLE001 - the policy never affects the client
                 self._observer_failed("on_request")
+            body = self._maybe_rewrite(observer, ctx, body)
 
         # Watch for the client going away while we wait on the engine or stream its answer.
         task = asyncio.current_task()
@@ -251,6 +250,20 @@ class Forwarder:
             return status
         finally:
             await response.aclose()
+
+    def _maybe_rewrite(self, observer: RequestObserver, ctx: RequestContext | None, body: bytes) -> bytes:
+        """Opt-in exception to byte-exactness: an observer that defines `rewrite_body(ctx) -> bytes | None`
+        may replace the forwarded body (e.g. engine cache hints the operator enabled). None, an
+        absent method, or any failure forwards the original bytes."""
+        rewrite = getattr(observer, "rewrite_body", None)
+        if rewrite is None or ctx is None:
+            return body
+        try:
+            new = rewrite(ctx)
+        except Exception:  # noqa: BLE001
+            self._observer_failed("rewrite_body")
+            return body
+        return new if isinstance(new, bytes | bytearray) else body
 
     def _url(self, scope: dict) -> httpx.URL:
         query = scope.get("query_string") or b""

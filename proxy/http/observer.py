@@ -5,6 +5,12 @@ request path, wrapped in try/except by the forwarder (a failing observer is coun
 `cachescout_policy_errors_total` and otherwise ignored), so observers must be O(microseconds) and
 push anything heavier onto the executor queue. `NullObserver` is what runs when the policy is off
 or failed to start; `FanoutObserver` lets tests and extra tooling watch alongside the policy.
+
+One optional method is not part of the Protocol: `rewrite_body(ctx) -> bytes | None`. When an
+observer defines it, the forwarder calls it after `on_request` and forwards the returned bytes instead
+of the client's (None = unchanged; an exception = unchanged + counted). It exists only for opt-in
+engine hints the operator enabled (vLLM `kv_hints`, SGLang `priority`); by default the body is
+forwarded byte for byte.
 """
 
 from __future__ import annotations

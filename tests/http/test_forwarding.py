@@ -339,3 +339,29 @@ async def test_bytes_roundtrip_exactly(request_body: bytes, response_body: bytes
         r = await client.post("/v1/chat/completions", content=request_body)
     assert seen == [request_body]
     assert (r.status_code, r.content) == (status, response_body)
+
+
+async def test_opt_in_body_rewrite_only_when_the_observer_asks() -> None:
+    router = respx.Router()
+    route = router.post(f"{UPSTREAM}/v1/chat/completions").respond(200, content=b"ok")
+
+    class Rewriter(Recorder):
+        def __init__(self, result) -> None:
+            super().__init__()
+            self.result = result
+
+        def rewrite_body(self, ctx):
+            if isinstance(self.result, Exception):
+                raise self.result
+            return self.result
+
+    original = b'{"model": "m"}'
+    for result, expected, errors in ((b'{"model":"m","priority":7}', b'{"model":"m","priority":7}', "0.0"),
+                                     (None, original, "0.0"), (RuntimeError("bug"), original, "1.0")):
+        async with proxied(router_transport(router), observer=Rewriter(result)) as (client, _):
+            r = await client.post("/v1/chat/completions", content=original)
+            metrics = (await client.get("/metrics")).text
+        sent = route.calls.last.request
+        assert r.content == b"ok" and sent.content == expected
+        assert sent.headers["content-length"] == str(len(expected))
+        assert f"cachescout_policy_errors_total {errors}" in metrics
