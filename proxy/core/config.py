@@ -29,7 +29,7 @@ class PolicyConfig:
     top_k: int = 2                   # successors considered per prediction
     # --- predictability gate --------------------------------------------------------------
     r_min: float = 0.3               # R_min: transition/fanout actions only when R >= this
-    r_min_transitions: int = 20      # R counts as 0 until this many (decayed) transitions were seen
+    r_min_transitions: int = 20      # the gate stays shut until this many transitions were learned
     # --- survival scoring -----------------------------------------------------------------
     tau: float = 0.1                 # τ: BFS only follows edges with P_ij >= τ
     max_hops: int = 3                # K: p_surv = 1 - min(E, K)/K
@@ -41,6 +41,8 @@ class PolicyConfig:
     # --- residency shadow -----------------------------------------------------------------
     residency_capacity_tokens: int = 0     # engine prefix-cache capacity; 0 = unknown (assume resident)
     near_eviction_fraction: float = 0.25   # "near eviction": within the oldest quarter of the LRU
+    residency_stride: int = 0        # track every Nth block; 0 = auto (128 tokens / block size); 1 = exact
+    residency_stride_tokens: int = 128  # auto stride target
     # --- planner --------------------------------------------------------------------------
     warmup_tokens_per_s: float = 20000.0   # token-bucket refill for warm/touch cost
     warmup_burst_tokens: float = 40000.0   # bucket size

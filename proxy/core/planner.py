@@ -56,6 +56,7 @@ class Planner:
         self._refilled: float | None = None
         self.inflight: dict[tuple[str, float], tuple[float, tuple[int, ...]]] = {}
         self.last_acted: dict[str, float] = {}
+        self._safe: dict[str, tuple[int, float]] = {}   # anchor -> (shadow epoch, inserted-tokens horizon)
         self._last_sweep = float("-inf")
         self.emitted: dict[str, int] = {}
         self.failed = 0
@@ -63,7 +64,7 @@ class Planner:
     # --- gate ------------------------------------------------------------------------------------
     def gate_open(self, ts: TenantState) -> bool:
         learner = ts.learner
-        if learner.decayed_transitions < self.cfg.r_min_transitions:
+        if learner.steps < self.cfg.r_min_transitions:
             return False
         return learner.predictability() >= self.cfg.r_min
 
@@ -187,6 +188,10 @@ class Planner:
             last = self.last_acted.get(c.anchor_id)
             if last is not None and now - last < cfg.cooldown_s:
                 continue
+            memo = self._safe.get(c.anchor_id)
+            if (memo is not None and memo[0] == res.epoch and res.inserted_tokens < memo[1]
+                    and not (cfg.retain_enabled and c.reason == REASON_HINT)):
+                continue                        # found resident and safe recently; nothing moved since
             resident = res.resident_prefix(c.hashes)
             if resident == len(c.hashes):
                 if res.near_eviction(c.hashes):
@@ -194,6 +199,9 @@ class Planner:
                 elif cfg.retain_enabled and c.reason == REASON_HINT:
                     kind, cost = RETAIN, 0.0
                 else:
+                    if len(self._safe) > 4 * cfg.max_agents + cfg.max_sessions:
+                        self._safe.clear()
+                    self._safe[c.anchor_id] = (res.epoch, res.safe_until())
                     continue
             else:
                 if c.reason == REASON_HINT and not resident:

@@ -22,7 +22,8 @@ from .view import EngineLoad, RequestView, ResponseOutcome
 class ScoutPolicy:
     def __init__(self, config: PolicyConfig | None = None) -> None:
         self.config = cfg = config or PolicyConfig()
-        self.residency = ResidencyShadow(cfg.residency_capacity_tokens, cfg.near_eviction_fraction)
+        self.residency = ResidencyShadow(cfg.residency_capacity_tokens, cfg.near_eviction_fraction,
+                                         cfg.residency_stride, cfg.residency_stride_tokens)
         self.agents = AgentRegistry(cfg)
         self.sessions = SessionTracker(cfg)
         self.agents.on_evict = self.sessions.forget_agent
@@ -37,20 +38,25 @@ class ScoutPolicy:
         """A request is being forwarded: feed the shadow; learn from it unless it is a warmup."""
         self._next_id += 1
         rid = self._next_id
-        hit = self.residency.on_forward(view, now)
         if view.is_warmup or not view.block_hashes:
+            hit = self.residency.on_forward(view, now)
             self.skipped_warmups += view.is_warmup
             return ObservedRequest(rid, None, view.session_id, None, hit)
         self.requests += 1
         agent = self.agents.identify(view, now)
-        session = self.sessions.resolve(view, now)
+        anchor_len = len(agent.anchor_hashes) if agent else 0
+        hit = self.residency.on_forward(view, now, anchor_len if agent else None)
+        # blocks every request of the agent shares are never session boundaries: the marked anchor
+        # for chat views, the learned shared-template skip for raw/trace views
+        floor = view.anchor_blocks if view.anchor_blocks > 0 else self.agents.tenant(view.tenant).skip
+        session = self.sessions.resolve(view, now, floor)
         predicted = None
         prev = session.agent
         if agent is not None and prev is not None and self.agents.alive(prev) and prev.tenant == agent.tenant:
             predicted = self.agents.tenant(agent.tenant).learner.update(prev.slot, agent.slot)
             if session.last_end is not None and session.inflight == 0:
                 self.agents.record_gap(prev, now - session.last_end, session.finish)
-        self.sessions.record_request(session, view, agent, now)
+        self.sessions.record_request(session, view, agent, now, floor)
         self._pending[rid] = session
         while len(self._pending) > 4 * self.config.max_sessions:
             self._pending.popitem(last=False)
@@ -76,7 +82,8 @@ class ScoutPolicy:
             if block_tokens is None or len(block_tokens) != len(action.block_hashes):
                 per = max(1, action.tokens // len(action.block_hashes))
                 block_tokens = (per,) * len(action.block_hashes)
-            self.residency.touch(action.block_hashes, block_tokens)
+            anchor = len(action.block_hashes) if action.reason != "tool_resume" else 0
+            self.residency.touch(action.block_hashes, block_tokens, anchor)
 
     def stats(self) -> PolicyStats:
         by_tenant: dict[str, float] = {}

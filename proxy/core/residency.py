@@ -6,6 +6,15 @@ every forwarded prompt (and every executed action) into this model. Engine adapt
 with ``on_engine_truth`` (capacity from metrics/config, a reset, or exact KV events when the
 engine's block ids are the ones in the views, as in the simulator).
 
+Cost control: a long prompt has hundreds of 16-token blocks, and touching each one would dominate
+the request path. Because a prefix's deeper blocks are always evicted before its shallower ones
+(deepest-first touch order), residency along a chain is monotone, so the shadow only tracks every
+``stride``-th block (plus the prompt's last block and the anchor's last block), each entry carrying
+the tokens of the segment it closes, and finds a prompt's resident prefix by binary search.
+``stride=0`` (default) picks the stride from the first view seen: ``stride_tokens`` (128) divided
+by its largest block, so chat views (16-token blocks) track every 8th block and trace views
+(512-token blocks) every block. ``stride=1`` gives an exact block-level LRU.
+
 Touch order follows the engine: blocks are touched deepest-first so a prompt's first block ends
 most recently used and the tail of a prefix is evicted first. With capacity 0 (unknown) nothing is
 ever evicted and nothing counts as near eviction: the planner then only warms anchors it never
@@ -14,40 +23,110 @@ saw forwarded.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from itertools import accumulate, islice
+from operator import itemgetter
 
 from .view import RequestView
 
+_TOK = itemgetter(0)
+
 
 class ResidencyShadow:
-    def __init__(self, capacity_tokens: int = 0, near_eviction_fraction: float = 0.25) -> None:
+    def __init__(self, capacity_tokens: int = 0, near_eviction_fraction: float = 0.25, stride: int = 1,
+                 stride_tokens: int = 128) -> None:
         self.capacity_tokens = max(0, int(capacity_tokens))
         self.near_eviction_fraction = near_eviction_fraction
+        self.stride = max(0, int(stride))         # 0 = auto, fixed at the first view
+        self.stride_tokens = max(1, int(stride_tokens))
+        self.epoch = 0                            # bumped by engine truth (invalidates verdicts)
         self.usage_ratio: float | None = None
-        self._blocks: OrderedDict[int, int] = OrderedDict()   # hash -> tokens; first = LRU end
+        # hash -> (tokens, stamp); first = LRU end; LRU order == stamp order
+        self._blocks: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        self._seq = 0
         self._used = 0
         self._inserted = 0              # tokens inserted so far (drives tail-zone refresh)
-        self._tail: set[int] = set()
-        self._tail_at = -1              # _inserted when _tail was computed
+        self._tail_stamp = -1           # entries with stamp <= this are in the tail zone
+        self._tail_at = -1              # _inserted when the tail zone was computed
         self.evicted_tokens = 0
 
     # --- feeding ----------------------------------------------------------------------------
-    def on_forward(self, view: RequestView, now: float) -> int:
-        """Record a forwarded prompt; returns the tokens of its prefix that were resident before."""
-        hit = self.resident_prefix_tokens(view.block_hashes, view.block_tokens)
-        self.touch(view.block_hashes, view.block_tokens)
+    def on_forward(self, view: RequestView, now: float, anchor_blocks: int | None = None) -> int:
+        """Record a forwarded prompt; returns the tokens of its prefix that were resident before.
+        ``anchor_blocks`` (default: the view's) makes sure the anchor's last block is tracked."""
+        if anchor_blocks is None:
+            anchor_blocks = view.anchor_blocks
+        if self.stride == 0 and view.block_tokens:
+            self.stride = max(1, self.stride_tokens // max(1, max(view.block_tokens)))
+        hashes, seg = self._sample(view.block_hashes, view.block_tokens, anchor_blocks - 1)
+        blocks = self._blocks
+        # residency along a chain is monotone: binary-search the last resident tracked block
+        lo, hi = 0, len(hashes)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if hashes[mid] in blocks:
+                lo = mid + 1
+            else:
+                hi = mid
+        hit = sum(seg[:lo])
+        self._touch_sampled(hashes, seg)
         return hit
 
-    def touch(self, hashes: Sequence[int], tokens: Sequence[int]) -> None:
+    def touch(self, hashes: Sequence[int], tokens: Sequence[int], anchor_blocks: int = 0) -> None:
+        """Mark a whole prompt (or an executed action's blocks) most recently used."""
+        sh, seg = self._sample(hashes, tokens, anchor_blocks - 1)
+        self._touch_sampled(sh, seg)
+
+    def _sample(self, hashes: Sequence[int], tokens: Sequence[int], extra: int = -1
+                ) -> tuple[Sequence[int], Sequence[int]]:
+        """(tracked hashes, tokens of the segment each closes), in prefix order."""
+        k = self.stride
+        n = len(hashes)
+        if k <= 1 or n == 0:
+            return hashes, tokens
+        pos = list(range(k - 1, n, k))
+        if not pos or pos[-1] != n - 1:
+            pos.append(n - 1)
+        if 0 <= extra < n - 1 and extra % k != k - 1:
+            pos.append(extra)
+            pos.sort()
+        if n >= 2 and tokens[1:].count(tokens[1]) == n - 1:
+            # uniform blocks after the first (the common case): no per-block arithmetic
+            t = tokens[1]
+            seg = []
+            prev = -1
+            for i in pos:
+                seg.append((i - prev) * t)
+                prev = i
+            seg[0] += tokens[0] - t
+            return [hashes[i] for i in pos], seg
+        cum = list(accumulate(tokens))
+        seg = []
+        prev = 0
+        for i in pos:
+            c = cum[i]
+            seg.append(c - prev)
+            prev = c
+        return [hashes[i] for i in pos], seg
+
+    def _touch_sampled(self, hashes: Sequence[int], tokens: Sequence[int]) -> None:
         blocks = self._blocks
+        seq = self._seq
+        added = 0
         for h, t in zip(reversed(hashes), reversed(tokens)):
-            if h in blocks:
+            seq += 1
+            old = blocks.get(h)
+            if old is not None:
+                blocks[h] = (old[0], seq)
                 blocks.move_to_end(h)
             else:
-                blocks[h] = t
-                self._used += t
-                self._inserted += t
+                blocks[h] = (t, seq)
+                added += t
+        self._seq = seq
+        self._used += added
+        self._inserted += added
         self._evict()
 
     def _evict(self) -> None:
@@ -56,52 +135,87 @@ class ResidencyShadow:
             return
         blocks = self._blocks
         while self._used > cap and blocks:
-            _, t = blocks.popitem(last=False)
+            _, (t, _s) = blocks.popitem(last=False)
             self._used -= t
             self.evicted_tokens += t
 
     # --- queries ----------------------------------------------------------------------------
     def resident_prefix(self, hashes: Sequence[int]) -> int:
-        """Leading blocks of ``hashes`` that the shadow holds."""
+        """Leading blocks of ``hashes`` the shadow holds (to the last tracked resident block)."""
         blocks = self._blocks
-        n = 0
-        for h in hashes:
-            if h not in blocks:
-                break
-            n += 1
-        return n
+        n = len(hashes)
+        k = self.stride
+        if k <= 1:
+            i = 0
+            for h in hashes:
+                if h not in blocks:
+                    break
+                i += 1
+            return i
+        good = 0
+        for i in range(k - 1, n, k):
+            if hashes[i] not in blocks:
+                return good
+            good = i + 1
+        if n and hashes[n - 1] in blocks:
+            return n
+        return good
 
     def resident_prefix_tokens(self, hashes: Sequence[int], tokens: Sequence[int]) -> int:
         n = self.resident_prefix(hashes)
         return sum(tokens[:n])
 
     def near_eviction(self, hashes: Sequence[int]) -> bool:
-        """True when any block of a resident prefix lies in the oldest fraction of the cache.
+        """True when a resident prefix's deepest block lies in the oldest fraction of the cache.
 
-        The deepest block is evicted first, so it is the one checked; the tail zone is
-        recomputed only after enough new tokens were inserted to have moved it noticeably.
+        The deepest block is evicted first, so it (and the first tracked block) is what is
+        checked. The tail zone is a stamp threshold recomputed only after zone/2 new tokens were
+        inserted, so between refreshes it can under-report by that much (never over-report).
         """
         if not hashes or self.capacity_tokens <= 0:
             return False
         zone = self.near_eviction_fraction * self.capacity_tokens
         if self._used < self.capacity_tokens - zone:
             return False                # cache not full enough for anything to be near the tail
-        if self._tail_at < 0 or self._inserted - self._tail_at > zone / 4:
+        if self._tail_at < 0 or self._inserted - self._tail_at > zone / 2:
             self._refresh_tail(zone)
-        return hashes[-1] in self._tail or hashes[0] in self._tail
+        blocks = self._blocks
+        limit = self._tail_stamp
+        for h in (hashes[-1], hashes[min(self.stride, len(hashes)) - 1]):
+            e = blocks.get(h)
+            if e is not None and e[1] <= limit:
+                return True
+        return False
 
     def _refresh_tail(self, zone: float) -> None:
-        tail: set[int] = set()
-        acc = 0
-        # headroom left before the cache is full also protects the tail
-        budget = zone - max(0, self.capacity_tokens - self._used)
-        for h, t in self._blocks.items():
-            if acc >= budget:
-                break
-            tail.add(h)
-            acc += t
-        self._tail = tail
+        """Find the stamp closing the oldest ``zone`` tokens (C-level scan of the LRU end)."""
+        budget = zone - max(0, self.capacity_tokens - self._used)   # free room also protects
         self._tail_at = self._inserted
+        blocks = self._blocks
+        if budget <= 0 or not blocks:
+            self._tail_stamp = -1
+            return
+        avg = max(1.0, self._used / len(blocks))
+        n = int(2 * budget / avg) + 16
+        while True:
+            head = list(islice(blocks.values(), n))
+            cum = list(accumulate(map(_TOK, head)))
+            i = bisect_left(cum, budget)
+            if i < len(head) or len(head) < n:
+                self._tail_stamp = head[min(i, len(head) - 1)][1]
+                return
+            n *= 2
+
+    def safe_until(self) -> float:
+        """A "resident and not near eviction" verdict stays valid until this many tokens were
+        inserted (a quarter of the tail zone from now); the planner memoises verdicts with it."""
+        if self.capacity_tokens <= 0:
+            return float("inf")
+        return self._inserted + self.near_eviction_fraction * self.capacity_tokens / 4
+
+    @property
+    def inserted_tokens(self) -> int:
+        return self._inserted
 
     @property
     def used_tokens(self) -> int:
@@ -119,31 +233,26 @@ class ResidencyShadow:
                         cleared: bool = False, stored: Iterable[int] = (), stored_tokens: int | None = None,
                         removed: Iterable[int] = ()) -> None:
         """Correct the shadow: capacity (tokens, or engine blocks × block size), a cache reset,
-        or exact stored/removed block ids (only meaningful when they are the views' ids)."""
+        or exact stored/removed block ids (only meaningful when they are the views' ids; with
+        stride > 1 untracked ids are simply not found)."""
         if capacity_blocks is not None and block_tokens:
             capacity_tokens = int(capacity_blocks) * int(block_tokens)
+        self.epoch += 1
         if capacity_tokens is not None and capacity_tokens >= 0:
             self.capacity_tokens = int(capacity_tokens)
             self._tail_at = -1
-            self._evict()
         if usage_ratio is not None:
             self.usage_ratio = float(usage_ratio)
         if cleared:
             self._blocks.clear()
             self._used = 0
-            self._tail.clear()
             self._tail_at = -1
         for h in removed:
-            t = self._blocks.pop(h, None)
-            if t is not None:
-                self._used -= t
-                self._tail.discard(h)
-        per = int(stored_tokens if stored_tokens is not None else (block_tokens or 16))
-        for h in stored:
-            if h in self._blocks:
-                self._blocks.move_to_end(h)
-            else:
-                self._blocks[h] = per
-                self._used += per
-                self._inserted += per
+            e = self._blocks.pop(h, None)
+            if e is not None:
+                self._used -= e[0]
+        stored = list(stored)
+        if stored:
+            per = int(stored_tokens if stored_tokens is not None else (block_tokens or 16))
+            self._touch_sampled(stored, [per] * len(stored))   # prefix order: first ends most recent
         self._evict()

@@ -3,8 +3,10 @@
 Explicit ids win (header X-Session-ID, then ``user``, ``metadata.session_id``,
 ``prompt_cache_key``; the view carries the first present). Otherwise a request continues the
 session whose last prompt its block chain extends: every request indexes the hash of its last
-block (and of the block before, when the last is partial and will be re-cut in the follow-up), and a
-new request walks its own chain backwards looking them up, so the deepest matching parent wins.
+block (and, for globally cut raw/trace prompts, of the block before when the last is partial and
+will be re-cut in the follow-up), and a new request walks its own chain backwards looking them up,
+so the deepest matching parent wins. Blocks inside the agent's anchor are never session keys:
+every request of that agent shares them.
 
 Bounded (``max_sessions``, oldest activity evicted) and TTL-expired; an OrderedDict in activity
 order makes both O(1) amortised. Also keeps, per (tenant, current agent), how many live sessions
@@ -81,8 +83,9 @@ class SessionTracker:
             else:
                 self.on_agent.pop(k, None)
 
-    def resolve(self, view: RequestView, now: float) -> Session:
-        """The session ``view`` belongs to (created when new); marks it active."""
+    def resolve(self, view: RequestView, now: float, anchor_len: int = 0) -> Session:
+        """The session ``view`` belongs to (created when new); marks it active.
+        ``anchor_len``: blocks of the agent's fixed context, never a session boundary."""
         self.expire(now)
         tenant = view.tenant
         if view.session_id:
@@ -90,7 +93,7 @@ class SessionTracker:
             s = self.sessions.get(key)
             inferred = False
         else:
-            s = self._infer(view)
+            s = self._infer(view, anchor_len)
             inferred = True
             key = s.key if s is not None else None
             if s is not None:
@@ -107,11 +110,11 @@ class SessionTracker:
         s.last_activity = now
         return s
 
-    def _infer(self, view: RequestView) -> Session | None:
+    def _infer(self, view: RequestView, anchor_len: int) -> Session | None:
         hashes = view.block_hashes
         index = self._index
         tenant = view.tenant
-        stop = max(0, len(hashes) - self.config.infer_max_lookback)
+        stop = max(anchor_len, len(hashes) - self.config.infer_max_lookback)
         for i in range(len(hashes) - 1, stop - 1, -1):
             key = index.get((tenant, hashes[i]))
             if key is not None:
@@ -120,7 +123,8 @@ class SessionTracker:
                     return s
         return None
 
-    def record_request(self, s: Session, view: RequestView, agent: Agent | None, now: float) -> None:
+    def record_request(self, s: Session, view: RequestView, agent: Agent | None, now: float,
+                       anchor_len: int = 0) -> None:
         if agent is not s.agent:
             self._leave_agent(s)
             if agent is not None:
@@ -139,9 +143,11 @@ class SessionTracker:
                 del self._index[k]
         h, t = view.block_hashes, view.block_tokens
         keys: tuple = ()
-        if h:
+        n = len(h)
+        if n > anchor_len:                  # a prompt that is only the anchor starts no chain
             keys = ((view.tenant, h[-1]),)
-            if len(h) >= 2 and t[-1] < t[-2]:
+            # globally cut prompts (raw/trace views) re-cut a partial last block in the follow-up
+            if view.anchor_blocks == 0 and n - 2 >= anchor_len and t[-1] < t[-2]:
                 keys += ((view.tenant, h[-2]),)
         for k in keys:
             self._index[k] = s.key

@@ -34,6 +34,7 @@ def dump(registry: AgentRegistry) -> dict[str, Any]:
             "skip": ts.skip,
             "agents": agents,
             "transitions": learner.export_counts(),
+            "visits": learner.export_visits(),
             "steps": learner.steps,
             "predictions": learner.predictions,
             "hits": learner.hits,
@@ -63,7 +64,7 @@ def load(registry: AgentRegistry, data: dict[str, Any], max_bytes: int) -> None:
             a.tool_gaps.extend(float(g) for g in tool_gaps)
         used = set(ts.by_slot)
         ts.free_slots = [s for s in range(ts.next_slot) if s not in used]
-        ts.learner.import_counts(t.get("transitions", []))
+        ts.learner.import_counts(t.get("transitions", []), t.get("visits"))
         ts.learner.steps = int(t.get("steps", 0))
         ts.learner.predictions = int(t.get("predictions", 0))
         ts.learner.hits = int(t.get("hits", 0))

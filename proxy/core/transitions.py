@@ -1,10 +1,11 @@
 """TransitionLearner: one tenant's decaying Markov chain over agents, and its predictability R.
 
-Counts live in a dense numpy matrix indexed by agent *slot* (slots are reused after an agent is
-evicted; the matrix doubles when full). Decay is lazy: each row has a scale factor that is
-multiplied by γ on every transition out of that row, so an update is O(1) and a row's counts halve
-every ``decay_half_life`` steps out of it — a drifting workflow is followed within a few hundred
-dispatches of each agent.
+Counts live in sparse Python rows indexed by agent *slot* (slots are reused after an agent is
+evicted): an update is a handful of dict operations, far cheaper than numpy scalar indexing on the
+request path. Decay is lazy: each row has a scale factor multiplied by γ on every transition out
+of that row, so an update is O(1) and a row's counts halve every ``decay_half_life`` steps out of
+it — a drifting workflow is followed within a few hundred dispatches of each agent. numpy is used
+where it pays: the entropy computation over the whole chain.
 
 Predictability R (the gate) is the normalised entropy reduction of the next agent given the current
 one, computed on the smoothed chain:
@@ -16,7 +17,7 @@ i.e. the mutual information I(current; next) over H(next). V_i counts visits to 
 *global* decay (half-life 5× the row half-life, in all dispatches): row totals cannot be used as
 weights because per-row decay lets rarely-left rows keep more mass than often-left ones. Smoothing makes rows with few counts
 look uncertain, so R starts low and the gate stays shut until evidence accumulates. R is refreshed
-every ``refresh_steps`` transitions (numpy), not per request.
+every ``refresh_steps`` transitions (numpy, dense over live slots), not per request.
 """
 
 from __future__ import annotations
@@ -29,17 +30,16 @@ _RENORM_BELOW = 1e-150
 
 
 class TransitionLearner:
-    def __init__(self, epsilon: float = 0.1, half_life: float = 200.0, refresh_steps: int = 32) -> None:
+    def __init__(self, epsilon: float = 0.1, half_life: float = 200.0, refresh_steps: int = 256) -> None:
         self.epsilon = float(epsilon)
         self.gamma = 0.5 ** (1.0 / half_life) if half_life > 0 else 1.0
-        self.refresh_steps = max(1, int(refresh_steps))
-        self._cap = 8
-        self._raw = np.zeros((self._cap, self._cap))    # C_ij = raw[i, j] * scale[i]
-        self._scale = np.ones(self._cap)
-        self._rowraw = np.zeros(self._cap)             # Σ_j raw[i, j]
-        self._visits = np.zeros(self._cap)             # V_i = visits[i] * vscale (global decay)
-        self._vscale = 1.0
         self.vgamma = 0.5 ** (1.0 / (5.0 * half_life)) if half_life > 0 else 1.0
+        self.refresh_steps = max(1, int(refresh_steps))
+        self._rows: dict[int, dict[int, float]] = {}   # C_ij = rows[i][j] * scale[i]
+        self._scale: dict[int, float] = {}
+        self._rowraw: dict[int, float] = {}            # Σ_j rows[i][j]
+        self._visits: dict[int, float] = {}            # V_i = visits[i] * vscale (global decay)
+        self._vscale = 1.0
         self._best: dict[int, int] = {}                # row -> argmax column
         self._live: set[int] = set()
         self._succ_cache: dict[tuple[int, int, float], list[tuple[int, float]]] = {}
@@ -51,36 +51,26 @@ class TransitionLearner:
 
     # --- slots ---------------------------------------------------------------------------------
     def add_slot(self, slot: int) -> None:
-        if slot >= self._cap:
-            new = self._cap
-            while new <= slot:
-                new *= 2
-            raw = np.zeros((new, new))
-            raw[: self._cap, : self._cap] = self._raw
-            self._raw = raw
-            self._scale = np.concatenate([self._scale, np.ones(new - self._cap)])
-            self._rowraw = np.concatenate([self._rowraw, np.zeros(new - self._cap)])
-            self._visits = np.concatenate([self._visits, np.zeros(new - self._cap)])
-            self._cap = new
         self._live.add(slot)
         self._succ_cache.clear()
 
     def remove_slot(self, slot: int) -> None:
-        """Forget an evicted agent: its row and column go to zero."""
-        if slot >= self._cap:
-            return
+        """Forget an evicted agent: its row and column go."""
         self._live.discard(slot)
-        self._raw[slot, :] = 0.0
-        self._scale[slot] = 1.0
-        self._rowraw[slot] = 0.0
-        self._visits[slot] = 0.0
-        col = self._raw[:, slot].copy()
-        self._raw[:, slot] = 0.0
-        self._rowraw -= col
+        self._rows.pop(slot, None)
+        self._scale.pop(slot, None)
+        self._rowraw.pop(slot, None)
+        self._visits.pop(slot, None)
         self._best.pop(slot, None)
-        for i, b in list(self._best.items()):
-            if b == slot:
-                self._best[i] = int(np.argmax(self._raw[i]))
+        for i, row in self._rows.items():
+            v = row.pop(slot, None)
+            if v is not None:
+                self._rowraw[i] -= v
+                if self._best.get(i) == slot:
+                    if row:
+                        self._best[i] = max(row, key=row.__getitem__)
+                    else:
+                        del self._best[i]
         self._succ_cache.clear()
         self._r_at = -1
 
@@ -94,41 +84,53 @@ class TransitionLearner:
 
     def update(self, i: int, j: int) -> bool | None:
         """Learn one step i -> j; returns whether the prior top-1 prediction was j (None: none)."""
-        predicted = self._best.get(i)
+        best = self._best
+        predicted = best.get(i)
         hit = None
         if predicted is not None:
             hit = predicted == j
             self.predictions += 1
-            self.hits += hit
-        scale = self._scale[i] * self.gamma
-        if scale < _RENORM_BELOW:
-            self._raw[i] *= scale
-            self._rowraw[i] *= scale
+            if hit:
+                self.hits += 1
+        row = self._rows.get(i)
+        if row is None:
+            row = self._rows[i] = {}
             scale = 1.0
+            self._rowraw[i] = 0.0
+        else:
+            scale = self._scale[i] * self.gamma
+            if scale < _RENORM_BELOW:
+                for k in row:
+                    row[k] *= scale
+                self._rowraw[i] *= scale
+                scale = 1.0
         self._scale[i] = scale
+        inc = 1.0 / scale
+        v = row.get(j, 0.0) + inc
+        row[j] = v
+        self._rowraw[i] += inc
         vs = self._vscale * self.vgamma
         if vs < _RENORM_BELOW:
-            self._visits *= vs
+            for k in self._visits:
+                self._visits[k] *= vs
             vs = 1.0
         self._vscale = vs
-        self._visits[i] += 1.0 / vs
-        inc = 1.0 / scale
-        raw = self._raw
-        raw[i, j] += inc
-        self._rowraw[i] += inc
-        if predicted is None or (predicted != j and raw[i, j] > raw[i, predicted]):
-            self._best[i] = j
+        self._visits[i] = self._visits.get(i, 0.0) + 1.0 / vs
+        if predicted is None or (predicted != j and v > row.get(predicted, 0.0)):
+            best[i] = j
         self.steps += 1
-        if self._succ_cache:
-            for key in [k for k in self._succ_cache if k[0] == i]:
-                del self._succ_cache[key]
+        cache = self._succ_cache
+        if cache:
+            for key in [k for k in cache if k[0] == i]:
+                del cache[key]
         return hit
 
     def count(self, i: int, j: int) -> float:
-        return float(self._raw[i, j] * self._scale[i])
+        row = self._rows.get(i)
+        return row.get(j, 0.0) * self._scale[i] if row else 0.0
 
     def row_total(self, i: int) -> float:
-        return float(self._rowraw[i] * self._scale[i])
+        return self._rowraw.get(i, 0.0) * self._scale.get(i, 1.0)
 
     def prob(self, i: int, j: int) -> float:
         n = max(1, len(self._live))
@@ -141,26 +143,18 @@ class TransitionLearner:
         if hit is not None:
             return hit
         out: list[tuple[int, float]] = []
-        if i < self._cap and self._rowraw[i] > 0:
-            n = max(1, len(self._live))
+        row = self._rows.get(i)
+        if row:
+            eps = self.epsilon
             scale = self._scale[i]
-            denom = self._rowraw[i] * scale + self.epsilon * n
-            row = self._raw[i]
-            nz = np.flatnonzero(row)
-            if len(nz):
-                order = nz[np.argsort(-row[nz], kind="stable")][: max(k, 0)]
-                for j in order:
-                    p = (row[j] * scale + self.epsilon) / denom
-                    if p >= tau:
-                        out.append((int(j), float(p)))
+            denom = self._rowraw[i] * scale + eps * max(1, len(self._live))
+            thr = (tau * denom - eps) / scale          # raw count needed for P >= tau
+            cands = sorted(((v, j) for j, v in row.items() if v >= thr), key=lambda vj: (-vj[0], vj[1]))
+            out = [(j, (v * scale + eps) / denom) for v, j in cands[: max(k, 0)]]
         self._succ_cache[key] = out
         return out
 
     # --- predictability ----------------------------------------------------------------------------
-    @property
-    def decayed_transitions(self) -> float:
-        return float(np.dot(self._rowraw, self._scale))
-
     def predictability(self, force: bool = False) -> float:
         if force or self._r_at < 0 or self.steps - self._r_at >= self.refresh_steps:
             self._r = self._compute_r()
@@ -170,54 +164,73 @@ class TransitionLearner:
     def _compute_r(self) -> float:
         live = sorted(self._live)
         n = len(live)
-        if n == 0 or self.steps == 0:
-            return 0.0
-        idx = np.asarray(live)
-        counts = self._raw[np.ix_(idx, idx)] * self._scale[idx, None]
-        totals = counts.sum(axis=1)
-        visits = self._visits[idx]
-        grand = visits.sum()
-        if grand <= 0 or totals.sum() <= 0:
-            return 0.0
+        visits = np.array([self._visits.get(s, 0.0) for s in live])
+        grand = visits.sum() if n else 0.0
+        if grand <= 0:
+            return 0.0                  # nothing learned yet
         if n == 1:
             return 1.0
-        p = (counts + self.epsilon) / (totals[:, None] + self.epsilon * n)
+        pos = {s: k for k, s in enumerate(live)}
+        counts = np.zeros((n, n))
+        rows_i, cols_j, vals = [], [], []
+        for i, row in self._rows.items():
+            pi = pos.get(i)
+            if pi is None:
+                continue
+            sc = self._scale[i]
+            for j, v in row.items():
+                pj = pos.get(j)
+                if pj is not None:
+                    rows_i.append(pi)
+                    cols_j.append(pj)
+                    vals.append(v * sc)
+        if vals:
+            counts[rows_i, cols_j] = vals
+        totals = counts.sum(axis=1)
+        p = (counts + self.epsilon) / (totals + self.epsilon * n)[:, None]
+        h_rows = -(p * np.log2(p)).sum(axis=1)
         w = visits / grand
-        with np.errstate(divide="ignore", invalid="ignore"):
-            h_rows = -np.sum(np.where(p > 0, p * np.log2(p), 0.0), axis=1)
-            q = w @ p
-            h_next = float(-np.sum(np.where(q > 0, q * np.log2(q), 0.0)))
+        q = w @ p
+        qpos = q[q > 0]
+        h_next = float(-(qpos * np.log2(qpos)).sum())
         if h_next <= 1e-12:
             return 1.0
-        h_cond = float(w @ h_rows)
-        r = (h_next - h_cond) / h_next
+        r = (h_next - float(w @ h_rows)) / h_next
         return float(min(1.0, max(0.0, r))) if math.isfinite(r) else 0.0
 
     # --- snapshot ------------------------------------------------------------------------------------
     def export_counts(self, min_count: float = 1e-3) -> list[list[float]]:
-        """Sparse [i, j, C_ij] triples (decayed counts, 4 significant digits)."""
+        """Sparse [i, j, C_ij] triples (decayed counts, 4 significant digits) and visits."""
         out = []
-        for i in sorted(self._live):
-            scale = self._scale[i]
-            row = self._raw[i]
-            for j in np.flatnonzero(row):
-                c = float(row[j] * scale)
-                if c >= min_count:
-                    out.append([i, int(j), float(f"{c:.4g}")])
+        for i in sorted(self._rows):
+            if i not in self._live:
+                continue
+            sc = self._scale[i]
+            for j, v in sorted(self._rows[i].items()):
+                c = v * sc
+                if c >= min_count and j in self._live:
+                    out.append([i, j, float(f"{c:.4g}")])
         return out
 
-    def import_counts(self, triples: list[list[float]]) -> None:
+    def export_visits(self) -> list[list[float]]:
+        return [[i, float(f"{v * self._vscale:.4g}")] for i, v in sorted(self._visits.items()) if i in self._live]
+
+    def import_counts(self, triples: list[list[float]], visits: list[list[float]] | None = None) -> None:
         for i, j, c in triples:
             i, j = int(i), int(j)
             for s in (i, j):
                 if s not in self._live:
                     self.add_slot(s)
-            self._raw[i, j] = float(c) / self._scale[i]
-            self._rowraw[i] += float(c) / self._scale[i]
-            self._visits[i] += float(c) / self._vscale
-        for i in self._live:
-            row = self._raw[i]
-            if row.any():
-                self._best[i] = int(np.argmax(row))
+            row = self._rows.setdefault(i, {})
+            sc = self._scale.setdefault(i, 1.0)
+            row[j] = row.get(j, 0.0) + float(c) / sc
+            self._rowraw[i] = self._rowraw.get(i, 0.0) + float(c) / sc
+        if visits is None:
+            visits = [[i, self.row_total(i)] for i in self._rows]
+        for i, v in visits:
+            self._visits[int(i)] = float(v) / self._vscale
+        for i, row in self._rows.items():
+            if row:
+                self._best[i] = max(sorted(row), key=row.__getitem__)
         self._succ_cache.clear()
         self._r_at = -1

@@ -63,11 +63,11 @@ def view_from_blocks(
     simulated engine reports back through ``on_engine_truth``. ``block_tokens`` may be one int for
     every block. Tenants are isolated by the core's per-tenant state, not by salting these ids.
     """
-    ids = tuple(int(b) for b in block_ids)
+    ids = tuple(map(int, block_ids))
     if isinstance(block_tokens, int):
         toks = (int(block_tokens),) * len(ids)
     else:
-        toks = tuple(int(t) for t in block_tokens)
+        toks = tuple(map(int, block_tokens))
     if len(toks) != len(ids):
         raise ValueError(f"block_tokens has {len(toks)} entries for {len(ids)} blocks")
     if max_tokens is not None and max_tokens <= 1:

@@ -1,0 +1,151 @@
+"""Benchmark of the pure policy core (not a test): observe+plan latency and learned-state size.
+
+    .venv/bin/python benchmarks/policy_core.py [--agents 64] [--sessions 1000] [--requests 20000]
+
+Workload: one tenant, ``--agents`` agents whose anchors are 24 blocks of 16 tokens; each of
+``--sessions`` live sessions follows a selector-style chain (a supervisor picks a worker, the
+worker answers, back to the supervisor) and carries its own growing history (4 new blocks a turn,
+capped at 256 blocks). Requests from random sessions are interleaved in virtual time; every
+request is observe_request + plan (timed together), its response observe_response (timed
+separately). Views are prebuilt with view_from_blocks so the timing is the core's alone; the
+chat canonicaliser (view_from_openai) is timed on its own for reference. The shadow's capacity is
+set so anchors do get evicted and the planner has real work. Also prints the JSON snapshot size
+after learning a 24-agent workload (paper: < 25 KB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from proxy.core import (EngineLoad, PolicyConfig, ResponseOutcome, ScoutPolicy,  # noqa: E402
+                        view_from_blocks, view_from_openai)
+
+ANCHOR = 24
+BLOCK_TOKENS = 16
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def run_latency(n_agents: int, n_sessions: int, n_requests: int, seed: int) -> dict:
+    rng = random.Random(seed)
+    cfg = PolicyConfig(residency_capacity_tokens=BLOCK_TOKENS * (ANCHOR * n_agents // 2 + 4000),
+                       max_sessions=max(4096, 2 * n_sessions))
+    policy = ScoutPolicy(cfg)
+    anchors = [[(a << 40) | (b + 1) for b in range(ANCHOR)] for a in range(n_agents)]
+    workers = list(range(1, n_agents))
+    state = []           # per session: (current agent, history ids, turn)
+    for s in range(n_sessions):
+        state.append([0, [], 0])
+    next_id = 1 << 60
+    observe, respond = [], []
+    t = 0.0
+    pending = []
+    payload = {"kind": "blocks"}
+    warm_n = n_requests // 5
+    for i in range(n_requests + warm_n):
+        sid = rng.randrange(n_sessions)
+        st = state[sid]
+        agent = st[0]
+        hist = st[1]
+        for _ in range(4):
+            next_id += 1
+            hist.append(next_id)
+        if len(hist) > 256:
+            del hist[: len(hist) - 256]
+        ids = anchors[agent] + hist
+        view = view_from_blocks("", ids, BLOCK_TOKENS, anchor_blocks=ANCHOR, session_id=f"s{sid}",
+                                anchor_payload=payload, context_payload=payload)
+        t += 0.001
+        t0 = time.perf_counter()
+        obs = policy.observe_request(view, t)
+        actions = policy.plan(t, EngineLoad())
+        t1 = time.perf_counter()
+        for a in actions:
+            policy.record_action_result(a, True, t)
+        pending.append(obs.request_id)
+        if len(pending) > 8:
+            rid = pending.pop(0)
+            t2 = time.perf_counter()
+            policy.observe_response(rid, ResponseOutcome("stop"), t)
+            t3 = time.perf_counter()
+            if i >= warm_n:
+                respond.append(t3 - t2)
+        if i >= warm_n:
+            observe.append(t1 - t0)
+        # selector chain: supervisor (0) -> mostly one of 3 main workers, sometimes any worker
+        st[0] = (rng.choice(workers[:3]) if rng.random() < 0.9 else rng.choice(workers)) if agent == 0 else 0
+    st = policy.stats()
+    return {
+        "agents": st.agents, "sessions": st.sessions, "R": round(st.predictability, 3),
+        "top1": round(st.top1_accuracy, 3), "actions": st.actions_emitted,
+        "observe_plan_us": {"p50": round(pct(observe, 0.5) * 1e6, 1), "p99": round(pct(observe, 0.99) * 1e6, 1),
+                            "max": round(max(observe) * 1e6, 1), "mean": round(statistics.fmean(observe) * 1e6, 1)},
+        "observe_response_us": {"p50": round(pct(respond, 0.5) * 1e6, 1), "p99": round(pct(respond, 0.99) * 1e6, 1)},
+        "n": len(observe),
+    }
+
+
+def snapshot_size(n_agents: int, seed: int) -> dict:
+    """Learn a 24-agent workflow (dense-ish random chain over all pairs) and measure the snapshot."""
+    rng = random.Random(seed)
+    policy = ScoutPolicy()
+    anchors = [[(a << 40) | (b + 1) for b in range(ANCHOR)] for a in range(n_agents)]
+    t = 0.0
+    for sess in range(200):
+        agent = rng.randrange(n_agents)
+        for _turn in range(30):
+            t += 0.5
+            obs = policy.observe_request(view_from_blocks("", anchors[agent] + [sess * 1000 + _turn], 16,
+                                                          anchor_blocks=ANCHOR, session_id=f"s{sess}"), t)
+            policy.observe_response(obs.request_id, ResponseOutcome("tool_calls" if rng.random() < 0.3 else "stop"), t + 0.2)
+            agent = rng.randrange(n_agents)
+    snap = policy.snapshot()
+    raw = json.dumps(snap, separators=(",", ":"))
+    restored = ScoutPolicy()
+    restored.restore(snap)
+    return {"agents": policy.stats().agents, "snapshot_bytes": len(raw),
+            "transitions_kept": len(snap["tenants"][""]["transitions"])}
+
+
+def chat_view_cost(n: int = 2000) -> dict:
+    body = {"model": "m", "messages": [{"role": "system", "content": "You are a careful planner. " * 60},
+                                       {"role": "user", "content": "Solve: " + "x" * 2000}],
+            "tools": [{"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}}]}
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        view_from_openai("/v1/chat/completions", body, {})
+        times.append(time.perf_counter() - t0)
+    return {"chars": len(json.dumps(body)), "p50_us": round(pct(times, 0.5) * 1e6, 1),
+            "p99_us": round(pct(times, 0.99) * 1e6, 1)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--agents", type=int, default=64)
+    ap.add_argument("--sessions", type=int, default=1000)
+    ap.add_argument("--requests", type=int, default=20000)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    gc.collect()
+    out = {"latency": run_latency(args.agents, args.sessions, args.requests, args.seed),
+           "snapshot_24_agents": snapshot_size(24, args.seed),
+           "view_from_openai_6KB": chat_view_cost()}
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

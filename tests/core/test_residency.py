@@ -1,0 +1,105 @@
+"""Residency shadow: LRU with deepest-first eviction, strides, near-eviction, engine truth."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.core import view_from_blocks
+from proxy.core.residency import ResidencyShadow
+
+
+def fwd(r, ids, tok=16, anchor=0):
+    return r.on_forward(view_from_blocks("", ids, tok, anchor_blocks=anchor), 0.0)
+
+
+def test_lru_evicts_deepest_blocks_of_the_oldest_prompt_first():
+    r = ResidencyShadow(capacity_tokens=16 * 6)
+    fwd(r, [1, 2, 3, 4])
+    fwd(r, [10, 11])
+    assert r.resident_prefix([1, 2, 3, 4]) == 4
+    fwd(r, [20, 21])                       # 8 blocks > 6: two go, the old prompt's tail first
+    assert r.resident_prefix([1, 2, 3, 4]) == 2
+    assert 4 not in r and 3 not in r and 1 in r
+    assert r.used_tokens == 16 * 6
+
+
+def test_hit_estimate_is_the_resident_prefix_before_the_request():
+    r = ResidencyShadow(capacity_tokens=10_000)
+    assert fwd(r, [1, 2, 3]) == 0
+    assert fwd(r, [1, 2, 3, 4, 5]) == 48
+    assert fwd(r, [1, 2, 9]) == 32
+
+
+def test_touch_refreshes_recency():
+    r = ResidencyShadow(capacity_tokens=16 * 4)
+    fwd(r, [1, 2])
+    fwd(r, [3, 4])
+    r.touch([1, 2], [16, 16])              # a Touch action: 1,2 become most recent
+    fwd(r, [5, 6])
+    assert r.resident_prefix([1, 2]) == 2 and r.resident_prefix([3, 4]) == 0
+
+
+def test_near_eviction_flags_the_lru_tail_only_when_the_cache_is_full():
+    r = ResidencyShadow(capacity_tokens=16 * 100, near_eviction_fraction=0.25)
+    fwd(r, list(range(1, 11)))             # anchor-like prompt, oldest
+    assert not r.near_eviction(list(range(1, 11)))        # cache mostly empty
+    fwd(r, list(range(100, 180)))          # 90 of 100 blocks used
+    assert r.near_eviction(list(range(1, 11)))
+    assert not r.near_eviction(list(range(100, 180))[:10])
+    fwd(r, list(range(1, 11)))             # used again: safe
+    assert not r.near_eviction(list(range(1, 11)))
+    assert not ResidencyShadow(0).near_eviction([1, 2])   # unknown capacity: never
+
+
+def test_engine_truth_corrections():
+    r = ResidencyShadow(capacity_tokens=0)
+    fwd(r, list(range(1, 101)))
+    assert len(r) == 100                                  # unknown capacity: nothing evicted
+    r.on_engine_truth(capacity_blocks=50, block_tokens=16)
+    assert r.capacity_tokens == 800 and r.used_tokens <= 800
+    assert r.resident_prefix(list(range(1, 101))) == 50
+    r.on_engine_truth(removed=[10])
+    assert r.resident_prefix(list(range(1, 101))) == 9
+    r.on_engine_truth(stored=[500, 501], stored_tokens=16)
+    assert 500 in r and 501 in r
+    r.on_engine_truth(cleared=True)
+    assert len(r) == 0 and r.used_tokens == 0
+    epoch = r.epoch
+    r.on_engine_truth(usage_ratio=0.5)
+    assert r.usage_ratio == 0.5 and r.epoch == epoch + 1
+
+
+def test_auto_stride_tracks_fewer_entries_with_the_same_prefix_answers():
+    exact = ResidencyShadow(capacity_tokens=16 * 400, stride=1)
+    coarse = ResidencyShadow(capacity_tokens=16 * 400, stride=0)
+    ids = list(range(1, 201))
+    fwd(exact, ids, anchor=13)
+    fwd(coarse, ids, anchor=13)
+    assert coarse.stride == 8 and len(coarse) < len(exact) // 6
+    assert coarse.used_tokens == exact.used_tokens == 16 * 200
+    for r in (exact, coarse):
+        assert r.resident_prefix(ids) == 200
+        assert r.resident_prefix(ids[:13]) == 13          # the anchor's last block is tracked
+        assert r.resident_prefix(ids[:16] + [9999]) == 16
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 7), st.integers(1, 30)), min_size=1, max_size=40),
+       st.integers(20, 300))
+def test_strided_shadow_agrees_with_exact_lru_to_within_a_stride(prompts, cap_blocks):
+    """Prompts share prefixes (chains per family); the strided shadow's resident prefix is within
+    one stride of the exact block-level LRU's, and it never exceeds capacity."""
+    exact = ResidencyShadow(16 * cap_blocks, stride=1)
+    coarse = ResidencyShadow(16 * cap_blocks, stride=4)
+    for family, length in prompts:
+        ids = [family * 1000 + b for b in range(length)]
+        fwd(exact, ids)
+        fwd(coarse, ids)
+        assert coarse.used_tokens <= 16 * cap_blocks
+    rng = random.Random(0)
+    for family in range(8):
+        ids = [family * 1000 + b for b in range(rng.randint(1, 30))]
+        assert abs(exact.resident_prefix(ids) - coarse.resident_prefix(ids)) <= 4 + len(ids) // 4

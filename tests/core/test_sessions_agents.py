@@ -1,0 +1,105 @@
+"""Sessions (explicit ids, chain inference, TTL, cap) and agent identity (skip learning, cap)."""
+
+from __future__ import annotations
+
+import json
+
+from proxy.core import PolicyConfig, ResponseOutcome, ScoutPolicy, view_from_blocks, view_from_openai
+
+CHAT = "/v1/chat/completions"
+
+
+def chat(system, msgs, **kw):
+    return view_from_openai(CHAT, {"model": "m", "messages": [{"role": "system", "content": system}] + msgs, **kw}, {})
+
+
+def test_explicit_session_ids_group_requests():
+    p = ScoutPolicy()
+    a = p.observe_request(view_from_blocks("", [1, 2, 3], 16, anchor_blocks=2, session_id="s1"), 0.0)
+    b = p.observe_request(view_from_blocks("", [7, 8, 9], 16, anchor_blocks=2, session_id="s1"), 1.0)
+    c = p.observe_request(view_from_blocks("", [1, 2, 4], 16, anchor_blocks=2, session_id="s2"), 2.0)
+    assert a.session_id == b.session_id == "s1" and c.session_id == "s2"
+    assert p.stats().transitions == 1                 # only s1 had two steps
+
+
+def test_sessions_are_inferred_from_chain_extension():
+    p = ScoutPolicy()
+    planner_sys, coder_sys = "You plan. " * 20, "You code. " * 20
+    turn1 = [{"role": "user", "content": "task A"}]
+    o1 = p.observe_request(chat(planner_sys, turn1), 0.0)
+    p.observe_response(o1.request_id, ResponseOutcome("tool_calls"), 1.0)
+    other = p.observe_request(chat(planner_sys, [{"role": "user", "content": "task B"}]), 1.5)
+    turn2 = turn1 + [{"role": "assistant", "content": "plan"}, {"role": "user", "content": "go on"}]
+    o2 = p.observe_request(chat(planner_sys, turn2), 2.0)
+    assert o2.session_id == o1.session_id != other.session_id
+    assert o1.agent_id == o2.agent_id == other.agent_id
+    # a different agent (system prompt) never continues a session by chain
+    o3 = p.observe_request(chat(coder_sys, turn2), 3.0)
+    assert o3.session_id not in (o1.session_id, other.session_id)
+    assert o3.agent_id != o1.agent_id
+
+
+def test_inference_handles_a_re_cut_partial_last_block():
+    """Trace-style ids: the child re-cuts the parent's partial last block (Mooncake rule)."""
+    p = ScoutPolicy()
+    o1 = p.observe_request(view_from_blocks("", [1, 2, 3], [512, 512, 100]), 0.0)
+    o2 = p.observe_request(view_from_blocks("", [1, 2, 30, 31], [512, 512, 512, 40]), 1.0)
+    assert o2.session_id == o1.session_id
+
+
+def test_sessions_expire_and_are_capped():
+    p = ScoutPolicy(PolicyConfig(session_ttl_s=10.0, max_sessions=3))
+    for k in range(5):
+        p.observe_request(view_from_blocks("", [1, 2, 100 + k], 16, anchor_blocks=2, session_id=f"s{k}"), float(k))
+    assert p.stats().sessions == 3
+    p.observe_request(view_from_blocks("", [1, 2, 200], 16, anchor_blocks=2, session_id="late"), 100.0)
+    assert p.stats().sessions == 1
+
+
+def test_warmups_are_never_learned_from():
+    p = ScoutPolicy()
+    for t, blocks in enumerate(([1, 2, 3], [4, 5, 6], [1, 2, 7])):
+        obs = p.observe_request(view_from_blocks("", blocks, 16, anchor_blocks=2, session_id="s",
+                                                 max_tokens=1), float(t))
+        assert obs.agent_id is None
+    assert p.stats().agents == 0 and p.stats().transitions == 0 and p.stats().sessions == 0
+    assert p.residency.resident_prefix([4, 5, 6]) == 3     # but the shadow saw them forwarded
+
+
+def test_raw_prompt_agents_learn_the_shared_template_skip():
+    cfg = PolicyConfig(fingerprint_blocks=2)
+    p = ScoutPolicy(cfg)
+    template = [900, 901, 902]                             # shared by every request
+    ids = {}
+    for k, agent in enumerate([1, 2, 1, 2, 1]):
+        body = template + [agent * 10, agent * 10 + 1] + [5000 + k]
+        ids[k] = p.observe_request(view_from_blocks("", body, 16, session_id=f"x{k}"), float(k)).agent_id
+    # after the skip is learned (2nd request), agent 1 and agent 2 are told apart, and stable
+    assert ids[2] == ids[4] != ids[3]
+    ts = p.agents.tenant("")
+    assert ts.skip == 3
+    agent = p.agents.by_id[ids[4]]
+    assert agent.anchor_hashes == tuple(template + [10, 11])
+
+
+def test_agent_registry_is_bounded_and_evicts_the_least_valuable():
+    p = ScoutPolicy(PolicyConfig(max_agents=3))
+    popular = view_from_blocks("", [1, 2], 16, anchor_blocks=2, session_id="a")
+    for t in range(5):
+        p.observe_request(popular, float(t))
+    for k in range(5):
+        p.observe_request(view_from_blocks("", [100 + k, 200 + k], 16, anchor_blocks=2, session_id=f"b{k}"), 10.0 + k)
+    assert p.stats().agents == 3
+    assert p.agents.tenant("").agents.get(2) is not None       # the popular agent survived
+    assert p.agents.evictions == 3
+
+
+def test_tenants_are_isolated():
+    p = ScoutPolicy()
+    body = {"model": "m", "messages": [{"role": "system", "content": "S" * 100}, {"role": "user", "content": "q"}]}
+    a = p.observe_request(view_from_openai(CHAT, body, {"x-session-id": "s"}), 0.0)
+    b = p.observe_request(view_from_openai(CHAT, {**body, "cache_salt": "t2"}, {"x-session-id": "s"}), 1.0)
+    assert a.agent_id != b.agent_id
+    assert p.stats().transitions == 0                     # same session id, different tenants
+    assert set(p.stats().predictability_by_tenant) == {"", "t2"}
+    json.dumps(p.snapshot())
