@@ -21,12 +21,16 @@ highest priority of the requests that touched it while that priority is still li
 
 Stats count blocks: `queries` (blocks asked for) and `hits` (prefix blocks found). The engine turns
 these into token counters for its `/metrics`.
+
+`listener` (optional) is called with ("stored", [hashes]) when hashed blocks become resident,
+("removed", [hash]) when one is evicted and ("cleared", []) on reset: the raw material of vLLM's
+KV events. With a listener set, `access()` takes the general (slower) path.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 EVICTION_MODES = ("lru", "priority")
@@ -73,6 +77,7 @@ class BlockPool:
         self._empty = self.capacity                   # never-used slots (the head of vLLM's queue)
         self._held: dict[Hashable, list] = {}         # req_id -> keys it holds, in prefix order
         self._anon = 0                                # counter for unhashed (partial/decode) blocks
+        self.listener: Callable[[str, list], None] | None = None
         self.queries = 0
         self.hits = 0
         self.evictions = 0
@@ -149,6 +154,7 @@ class BlockPool:
                 ref[h] = r + 1
                 self._bump(h, priority, now)
                 done.add(h)
+        stored = []
         for h in hashes:                      # then take slots for the misses
             if h in done:
                 continue
@@ -156,6 +162,9 @@ class BlockPool:
             self._take_slot(now)
             ref[h] = 1
             self._bump(h, priority, now, new=True)
+            stored.append(h)
+        if stored and self.listener is not None:
+            self.listener("stored", stored)
         keys = list(dict.fromkeys(hashes))
         for _ in range(extra_blocks):
             self._take_slot(now)
@@ -190,7 +199,7 @@ class BlockPool:
     def access(self, hashes: Sequence[Hashable], now: float, priority: int = 0) -> int:
         """Allocate + free at once (request granularity): returns the prefix-hit block count.
         A request longer than the pool keeps only its first `capacity - held` blocks."""
-        if self.eviction != "lru" or self._held:
+        if self.eviction != "lru" or self._held or self.listener is not None:
             return self._access_general(hashes, now, priority)
         ref = self._ref
         free = self._free
@@ -232,6 +241,8 @@ class BlockPool:
         self._buckets.clear()
         self._meta.clear()
         self._empty = self.capacity
+        if self.listener is not None:
+            self.listener("cleared", [])
         return True
 
     # ------------------------------------------------------------------ internals
@@ -262,6 +273,8 @@ class BlockPool:
         if victim in self._ref:
             del self._ref[victim]
             self.evictions += 1
+            if self.listener is not None:
+                self.listener("removed", [victim])
         self._meta.pop(victim, None)
 
     def _label_tail(self, keys: list, tail_hashes: Sequence[Hashable], now: float) -> list:
@@ -269,12 +282,16 @@ class BlockPool:
         ref = self._ref
         anon_pos = [i for i, k in enumerate(keys) if k not in ref]
         out = list(keys)
+        stored = []
         for pos, h in zip(anon_pos, tail_hashes):
             if h in ref:            # already cached elsewhere: this slot stays an unhashed duplicate
                 continue
             self._meta[h] = self._meta.pop(out[pos], (0, now))
             ref[h] = 1
             out[pos] = h
+            stored.append(h)
+        if stored and self.listener is not None:
+            self.listener("stored", stored)
         return out
 
     # lru / priority strategy ------------------------------------------------

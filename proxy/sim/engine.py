@@ -101,6 +101,48 @@ class SimEngine:
         self.prompt_tokens_queried = 0        # vllm:prefix_cache_queries (tokens)
         self.prompt_tokens_hit = 0            # vllm:prefix_cache_hits (tokens)
         self.steps = 0
+        self.kv_events: list[tuple] | None = None       # vLLM-style KV events, when enabled
+        self._kv_ctx: tuple[Sequence[int], Sequence[int]] | None = None
+
+    # ----------------------------------------------------------------- KV events
+    def enable_kv_events(self) -> None:
+        """Record vLLM-shaped KV events (`BlockStored`, `BlockRemoved`, `AllBlocksCleared`) as
+        tuples in `kv_events`; the driver drains them with `drain_kv_events()`."""
+        self.kv_events = []
+        self.pool.listener = self._on_pool_event
+
+    def drain_kv_events(self) -> list[tuple]:
+        if not self.kv_events:
+            return []
+        out, self.kv_events = self.kv_events, []
+        return out
+
+    def _on_pool_event(self, kind: str, hashes: list) -> None:
+        ev = self.kv_events
+        if ev is None:
+            return
+        if kind == "cleared":
+            ev.append(("AllBlocksCleared",))
+        elif kind == "removed":
+            if ev and ev[-1][0] == "BlockRemoved":
+                ev[-1][1].extend(hashes)
+            else:
+                ev.append(("BlockRemoved", list(hashes), "GPU"))
+        elif kind == "stored" and self._kv_ctx is not None:
+            chain, tokens = self._kv_ctx
+            index = {h: i for i, h in enumerate(chain)}
+            bs = self.config.block_size
+            run: list[int] = []
+            for h in hashes + [None]:                   # group consecutive blocks into one event
+                i = index.get(h) if h is not None else None
+                if run and (i is None or i != index[run[-1]] + 1):
+                    first = index[run[0]]
+                    parent = chain[first - 1] if first > 0 else None
+                    ev.append(("BlockStored", list(run), parent, list(tokens[first * bs:(first + len(run)) * bs]),
+                               bs, None, "GPU"))
+                    run = []
+                if i is not None:
+                    run.append(h)
 
     # ----------------------------------------------------------------- intake
     def blocks_needed(self, prompt_len: int, output_len: int) -> int:
@@ -207,8 +249,10 @@ class SimEngine:
         bs = self.config.block_size
         full = len(r.hashes)
         extra = self.blocks_needed(r.prompt_len, len(r.output_ids)) - full
+        self._kv_ctx = (r.hashes, r.prompt_ids) if self.kv_events is not None else None
         hit = self.pool.allocate(r.req_id, r.hashes, now, r.priority, extra_blocks=max(extra, 0),
                                  max_hit_blocks=(r.prompt_len - 1) // bs)
+        self._kv_ctx = None
         if hit is None:
             return False
         r.admitted_at = now
@@ -224,5 +268,9 @@ class SimEngine:
         tail: list[int] = []
         if kv_tokens // bs > len(r.hashes):
             seq = list(r.prompt_ids) + list(r.output_ids[: max(r.generated - 1, 0)])
-            tail = extend_chain(r.hashes, seq[:kv_tokens], bs, r.salt)[len(r.hashes):]
+            chain = extend_chain(r.hashes, seq[:kv_tokens], bs, r.salt)
+            tail = chain[len(r.hashes):]
+            if self.kv_events is not None:
+                self._kv_ctx = (chain, seq)
         self.pool.free(r.req_id, now, tail_hashes=tail)
+        self._kv_ctx = None

@@ -40,6 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       help="omit usage.prompt_tokens_details (like vLLM without --enable-prompt-tokens-details)")
     a("--prefill-tokens-per-s", type=float, default=1.0 / _C.prefill_token_s, help="prefill throughput")
     a("--step-base-ms", type=float, default=_C.step_base_s * 1000, help="fixed cost of each forward step")
+    a("--kv-events-endpoint", default=None,
+      help="publish vLLM-style KV events (ZMQ PUB + msgpack) on this endpoint, e.g. tcp://127.0.0.1:5557")
     a("--log-level", default="warning", help="uvicorn log level")
 
 
@@ -50,7 +52,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
                      max_model_len=args.max_model_len, max_num_batched_tokens=args.max_num_batched_tokens,
                      max_num_seqs=args.max_num_seqs, speed=args.speed, output_tokens=args.output_tokens,
                      output_jitter=args.output_jitter, tool_call_share=args.tool_call_share, seed=args.seed,
-                     prompt_tokens_details=not args.no_prompt_tokens_details, cost=cost)
+                     prompt_tokens_details=not args.no_prompt_tokens_details, cost=cost,
+                     kv_events_endpoint=args.kv_events_endpoint)
 
 
 def run(args: argparse.Namespace) -> int:

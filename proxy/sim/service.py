@@ -47,6 +47,7 @@ class SimConfig:
     seed: int = 0
     vocab_size: int = DEFAULT_VOCAB
     prompt_tokens_details: bool = True     # vLLM --enable-prompt-tokens-details
+    kv_events_endpoint: str | None = None  # e.g. "tcp://127.0.0.1:5557": publish vLLM-style KV events
     cost: CostModel = field(default_factory=CostModel)
 
     def __post_init__(self) -> None:
@@ -94,6 +95,16 @@ class SimService:
         self._task: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
+        self.kv_publisher = None
+        if config.kv_events_endpoint:
+            from proxy.sim.kv_publisher import KvEventPublisher
+
+            self.engine.enable_kv_events()
+            self.kv_publisher = KvEventPublisher(config.kv_events_endpoint)
+
+    def _flush_kv(self) -> None:
+        if self.kv_publisher is not None:
+            self.kv_publisher.publish(self.engine.drain_kv_events())
 
     def now(self) -> float:
         """Virtual seconds since the service started."""
@@ -117,11 +128,13 @@ class SimService:
             self.engine.abort(p.req, self.now())
             self.metrics.on_finish(p.req, "abort")
             self.metrics.refresh()
+            self._flush_kv()
         self._pending.pop(p.req.req_id, None)
 
     def reset_cache(self) -> bool:
         ok = self.engine.pool.reset()
         self.metrics.refresh()
+        self._flush_kv()
         return ok
 
     def busy(self) -> bool:
@@ -168,6 +181,7 @@ class SimService:
 
     def _deliver(self, res: StepResult) -> None:
         self.metrics.on_step(res)
+        self._flush_kv()
         for r in res.emitted:
             p = self._pending.get(r.req_id)
             if p is not None:
@@ -185,3 +199,6 @@ class SimService:
                 await self._task
             except (asyncio.CancelledError, Exception):
                 pass
+        if self.kv_publisher is not None:
+            self.kv_publisher.close()
+            self.kv_publisher = None

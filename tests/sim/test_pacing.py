@@ -15,8 +15,8 @@ MODEL = SimConfig().model
 
 
 def test_speed_scales_wall_time_and_warm_is_faster():
-    # 1,000 prefill tokens/s: a cold 2,000-token prompt is ~2 virtual seconds = ~0.1 s wall at speed 20
-    cfg = SimConfig(speed=20, capacity_blocks=1024, cost=CostModel(prefill_token_s=1e-3, attn_token2_s=0.0))
+    # 1,000 prefill tokens/s: a cold 2,000-token prompt is ~2 virtual seconds = ~0.4 s wall at speed 5
+    cfg = SimConfig(speed=5, capacity_blocks=1024, cost=CostModel(prefill_token_s=1e-3, attn_token2_s=0.0))
     body = {"model": MODEL, "prompt": list(range(10, 2010)), "max_tokens": 1}
     with run_sim_server(cfg) as sim, httpx.Client(base_url=sim.url, timeout=30) as c:
         t0 = time.perf_counter()
@@ -27,8 +27,8 @@ def test_speed_scales_wall_time_and_warm_is_faster():
         warm = time.perf_counter() - t0
         ttft = [line for line in c.get("/metrics").text.splitlines()
                 if line.startswith("vllm:time_to_first_token_seconds_sum")][0]
-    assert cold >= 0.09 and warm < cold / 3, (cold, warm)
-    assert 2.0 < float(ttft.split()[-1]) < 2.2            # virtual seconds: 2.006 cold + 0.022 warm
+    assert cold >= 0.39 and warm < cold / 3, (cold, warm)
+    assert 2.0 < float(ttft.split()[-1]) < 2.5            # virtual seconds: 2.006 cold + 0.022 warm (+ loop lag)
 
 
 def test_concurrent_requests_all_finish_and_gauges_return_to_zero():
