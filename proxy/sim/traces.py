@@ -188,23 +188,44 @@ def _render_messages(body: dict) -> str:
 
 
 def parse_openai(obj: dict) -> ReplayRequest:
+    """A logged request body. Blocks come from the live proxy's own canonical view
+    (`proxy.core.fingerprint.view_from_openai`), so the replay's scout policies see exactly the chain,
+    anchor and session the live proxy would; bodies it cannot read fall back to a plain text chain."""
     body = obj.get("body", obj.get("request", obj))
     if not isinstance(body, dict):
         raise Malformed("request body is not an object")
     t = _num(obj, "timestamp") if "timestamp" in obj else _num(body, "timestamp")
-    if isinstance(body.get("messages"), list):
-        text = _render_messages(body)
-    elif isinstance(body.get("prompt"), str):
-        text = body["prompt"]
-    else:
+    if not isinstance(body.get("messages"), list) and not isinstance(body.get("prompt"), str):
         raise Malformed("body has neither 'messages' nor a string 'prompt'")
+    headers = obj.get("headers") if isinstance(obj.get("headers"), dict) else {}
+    path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
+    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+    out_tokens = int(max_tokens) if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else 0
+    sid = obj.get("session_id", body.get("user"))
+    view = _core_view(path, body, headers)
+    if view is not None:
+        return ReplayRequest(t=t, tenant=view.tenant, block_hashes=view.block_hashes,
+                             block_tokens=view.block_tokens, output_tokens=out_tokens,
+                             session_id=view.session_id or (None if sid is None else str(sid)),
+                             anchor_blocks=view.anchor_blocks, model=view.model,
+                             anchor_payload=view.anchor_payload)
+    text = _render_messages(body) if "messages" in body else body["prompt"]
     salt = str(body.get("cache_salt", "") or "")
     hashes, tokens = text_blocks(text, salt=salt)
-    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
-    sid = obj.get("session_id", body.get("user"))
     return ReplayRequest(t=t, tenant=salt, block_hashes=hashes, block_tokens=tokens,
-                         output_tokens=int(max_tokens) if isinstance(max_tokens, int) else 0,
-                         session_id=None if sid is None else str(sid), model=str(body.get("model", "")))
+                         output_tokens=out_tokens, session_id=None if sid is None else str(sid),
+                         model=str(body.get("model", "")))
+
+
+def _core_view(path: str, body: dict, headers: dict):
+    try:
+        from ..core.fingerprint import view_from_openai
+    except ImportError:          # the core is optional for loading
+        return None
+    try:
+        return view_from_openai(path, body, headers)
+    except Exception:            # noqa: BLE001 - an unreadable body falls back to the text chain
+        return None
 
 
 # ---------------------------------------------------------------------------------------- loading

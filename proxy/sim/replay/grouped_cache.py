@@ -10,6 +10,7 @@ misses evict, then the whole request is re-inserted deepest first (the prefix en
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 
@@ -57,8 +58,8 @@ class GroupedCache:
             if not od:
                 del self.groups[grp]
         free = self.capacity - len(group_of) - (len(hashes) - misses)
-        for _ in range(misses - max(free, 0)):
-            self._evict(now)
+        if misses > free:
+            self._evict(misses - max(free, 0), now)
         for h, grp in zip(reversed(hashes), reversed(groups)):
             if h in group_of:
                 continue                                     # duplicate id inside one request
@@ -69,19 +70,22 @@ class GroupedCache:
             od[h] = now
         return hit
 
-    def _evict(self, now: float) -> None:
-        best = None
-        best_grp = None
-        for grp, od in self.groups.items():
-            last = next(iter(od.values()))
-            s = self.score(grp, last, now)
-            if best is None or s < best:
-                best, best_grp = s, grp
-        if best_grp is None:
-            return
-        od = self.groups[best_grp]
-        h, _ = od.popitem(last=False)
-        if not od:
-            del self.groups[best_grp]
-        del self.group_of[h]
-        self.evictions += 1
+    def _evict(self, n: int, now: float) -> None:
+        """Evict `n` blocks. Scores are fixed within one call (same `now`, same statistics), so a
+        heap over group heads needs one new score per eviction instead of one per group."""
+        score = self.score
+        heap = [(score(grp, next(iter(od.values())), now), i, grp) for i, (grp, od) in enumerate(self.groups.items())]
+        heapq.heapify(heap)
+        tie = len(heap)
+        while n > 0 and heap:
+            _, _, grp = heapq.heappop(heap)
+            od = self.groups[grp]
+            h, _ = od.popitem(last=False)
+            del self.group_of[h]
+            self.evictions += 1
+            n -= 1
+            if od:
+                tie += 1
+                heapq.heappush(heap, (score(grp, next(iter(od.values())), now), tie, grp))
+            else:
+                del self.groups[grp]

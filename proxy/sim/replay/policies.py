@@ -6,9 +6,10 @@ executed action to the run's recorder so conversion, lead time and yield can be 
 
 - `lru`: stock vLLM: `BlockPool` in LRU mode, request granularity (`access`).
 - `history`: category-level reuse statistics learned online ("KVCache Cache in the Wild", ATC'25):
-  a block's group is (request category, position bucket); each group learns its hit ratio and mean
-  reuse interval; the victim is the block with the lowest log-odds of a pending reuse,
-  `ln(hit ratio) − age / mean interval`.
+  a block's group is (request category, position bucket); each group learns, from the request
+  stream itself (re-accesses, resident or not), its reuse ratio and mean reuse interval; the victim
+  is the block with the lowest log-odds of a pending reuse given its age, from the group's reuse
+  ratio ρ and empirical reuse-interval survival S: ρ·S(age) / (ρ·S(age) + 1 − ρ).
 - `ttl`: Continuum-style: a response that ends in a tool call pins its session's prompt for τ
   seconds (or until the session's next request), on a stock LRU pool.
 - `belady`: MIN with bypass on the same capacity (offline, precomputed): the bound.
@@ -17,7 +18,10 @@ executed action to the run's recorder so conversion, lead time and yield can be 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Sequence
+
+import numpy as np
 
 from ..block_pool import BlockPool
 from ..cost_model import CostModel
@@ -104,38 +108,53 @@ def position_bucket(j: int) -> int:
 class HistoryPolicy(ReplayPolicy):
     name = "history"
 
-    def __init__(self, prior_interval_s: float = 60.0):
-        self.prior_interval_s = prior_interval_s
+    BINS = [float(x) for x in np.logspace(-3, 5, 49)]   # reuse-interval histogram edges (s), log spaced
 
     def setup(self, requests, capacity_blocks, cost, rec):
         super().setup(requests, capacity_blocks, cost, rec)
         self.accesses: dict = {}
-        self.hits: dict = {}
-        self.interval: dict = {}            # group -> EWMA of reuse interval (s)
+        self.reuses: dict = {}
+        self.hist: dict = {}                # group -> reuse-interval counts per bin
+        self.seen: dict[int, float] = {}    # block -> last access (every block the stream named)
         self.cache = GroupedCache(capacity_blocks, self._score)
-        self._log_ratio: dict = {}
+        self._cache_key = None
+        self._memo: dict = {}
 
     def _score(self, group, last: float, now: float) -> float:
-        lr = self._log_ratio.get(group)
-        if lr is None:
-            lr = math.log((self.hits.get(group, 0) + 1) / (self.accesses.get(group, 0) + 2))
-            self._log_ratio[group] = lr
-        return lr - (now - last) / self.interval.get(group, self.prior_interval_s)
+        """Log-odds that the block is re-accessed later, given it has waited `now - last`:
+        ρ·S(age) / (ρ·S(age) + 1 − ρ), S = the group's empirical reuse-interval survival."""
+        memo = self._memo.get(group)
+        if memo is None:
+            counts = self.hist.get(group)
+            rho = (self.reuses.get(group, 0) + 1) / (self.accesses.get(group, 0) + 2)
+            if counts is None:
+                surv = [1.0] * (len(self.BINS) + 2)
+            else:
+                tail = np.cumsum(np.asarray(counts[::-1], dtype=float))[::-1]          # samples in bin k or above
+                surv = (tail / max(tail[0], 1)).tolist() + [0.0]
+            memo = self._memo[group] = (rho, surv)
+        rho, surv = memo
+        p = rho * surv[bisect_left(self.BINS, now - last)]
+        return math.log(p + 1e-9) - math.log(p + 1.0 - rho + 1e-9)
 
     def on_request(self, i, req, now):
         hashes = req.block_hashes
         cat = req.category
         groups = [(cat, position_bucket(j)) for j in range(len(hashes))]
         hit = self.cache.match_prefix(hashes)
-        acc, hits, iv = self.accesses, self.hits, self.interval
-        for j, g in enumerate(groups):
+        acc, reuses, hist, seen = self.accesses, self.reuses, self.hist, self.seen
+        bins = self.BINS
+        for h, g in zip(hashes, groups):       # reuse = a re-access, resident or not (policy-independent)
             acc[g] = acc.get(g, 0) + 1
-            if j < hit:
-                hits[g] = hits.get(g, 0) + 1
-                last = self.cache.last_access(hashes[j])
-                gap = max(now - last, 1e-3)
-                iv[g] = 0.9 * iv.get(g, gap) + 0.1 * gap
-        self._log_ratio.clear()
+            last = seen.get(h)
+            if last is not None:
+                reuses[g] = reuses.get(g, 0) + 1
+                c = hist.get(g)
+                if c is None:
+                    c = hist[g] = [0] * (len(bins) + 1)
+                c[bisect_left(bins, now - last)] += 1
+            seen[h] = now
+        self._memo.clear()
         self.cache.access(hashes, groups, now)
         return hit
 
