@@ -24,7 +24,8 @@ these into token counters for its `/metrics`.
 
 `listener` (optional) is called with ("stored", [hashes]) when hashed blocks become resident,
 ("removed", [hash]) when one is evicted and ("cleared", []) on reset: the raw material of vLLM's
-KV events. With a listener set, `access()` takes the general (slower) path.
+KV events. `enable_block_times()` records vLLM's `--kv-cache-metrics` samples (idle before evict,
+lifetime, reuse gap) in `time_samples`. With either set, `access()` takes the general (slower) path.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ class BlockPool:
         self._held: dict[Hashable, list] = {}         # req_id -> keys it holds, in prefix order
         self._anon = 0                                # counter for unhashed (partial/decode) blocks
         self.listener: Callable[[str, list], None] | None = None
+        self._times: dict[Hashable, tuple[float, float]] | None = None   # hash -> (stored at, last use)
+        self.time_samples: list[tuple[str, float]] = []
         self.queries = 0
         self.hits = 0
         self.evictions = 0
@@ -115,6 +118,14 @@ class BlockPool:
                 items.append((self._effective(prio, last, now), last, seq, key))
         items.sort(key=lambda t: t[:3])
         return [t[3] for t in items]
+
+    def enable_block_times(self) -> None:
+        """Record ("idle_before_evict" | "lifetime" | "reuse_gap", seconds) samples per block."""
+        self._times = {}
+
+    def drain_time_samples(self) -> list[tuple[str, float]]:
+        out, self.time_samples = self.time_samples, []
+        return out
 
     # ------------------------------------------------------------------ request lifecycle
     def allocate(self, req_id: Hashable, hashes: Sequence[Hashable], now: float, priority: int = 0,
@@ -154,6 +165,10 @@ class BlockPool:
                 ref[h] = r + 1
                 self._bump(h, priority, now)
                 done.add(h)
+                if self._times is not None:
+                    born, last = self._times.get(h, (now, now))
+                    self.time_samples.append(("reuse_gap", now - last))
+                    self._times[h] = (born, now)
         stored = []
         for h in hashes:                      # then take slots for the misses
             if h in done:
@@ -163,6 +178,8 @@ class BlockPool:
             ref[h] = 1
             self._bump(h, priority, now, new=True)
             stored.append(h)
+            if self._times is not None:
+                self._times[h] = (now, now)
         if stored and self.listener is not None:
             self.listener("stored", stored)
         keys = list(dict.fromkeys(hashes))
@@ -195,11 +212,13 @@ class BlockPool:
             ref[key] = r
             if r == 0:
                 self._push_free(key, now)
+                if self._times is not None and key in self._times:
+                    self._times[key] = (self._times[key][0], now)
 
     def access(self, hashes: Sequence[Hashable], now: float, priority: int = 0) -> int:
         """Allocate + free at once (request granularity): returns the prefix-hit block count.
         A request longer than the pool keeps only its first `capacity - held` blocks."""
-        if self.eviction != "lru" or self._held or self.listener is not None:
+        if self.eviction != "lru" or self._held or self.listener is not None or self._times is not None:
             return self._access_general(hashes, now, priority)
         ref = self._ref
         free = self._free
@@ -241,6 +260,8 @@ class BlockPool:
         self._buckets.clear()
         self._meta.clear()
         self._empty = self.capacity
+        if self._times is not None:
+            self._times.clear()
         if self.listener is not None:
             self.listener("cleared", [])
         return True
@@ -273,6 +294,10 @@ class BlockPool:
         if victim in self._ref:
             del self._ref[victim]
             self.evictions += 1
+            if self._times is not None:
+                born, last = self._times.pop(victim, (now, now))
+                self.time_samples.append(("idle_before_evict", now - last))
+                self.time_samples.append(("lifetime", now - born))
             if self.listener is not None:
                 self.listener("removed", [victim])
         self._meta.pop(victim, None)
@@ -290,6 +315,8 @@ class BlockPool:
             ref[h] = 1
             out[pos] = h
             stored.append(h)
+            if self._times is not None:
+                self._times[h] = (now, now)
         if stored and self.listener is not None:
             self.listener("stored", stored)
         return out

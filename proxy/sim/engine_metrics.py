@@ -15,6 +15,7 @@ from proxy.sim.engine import EngineRequest, SimEngine, StepResult
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
                 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+BLOCK_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
                    120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 
@@ -42,6 +43,13 @@ class SimEngineMetrics:
         info = Gauge("vllm:cache_config_info", "Cache configuration.", ["block_size", "num_gpu_blocks", "eviction"],
                      registry=registry)
         info.labels(str(cfg.block_size), str(cfg.capacity_blocks), cfg.eviction).set(1)
+        kv_lab = ["model_name", "engine"]
+        self.block_hist = {
+            kind: Histogram(f"vllm:kv_block_{kind}_seconds", help_, kv_lab, buckets=BLOCK_BUCKETS, registry=registry)
+            for kind, help_ in (("idle_before_evict", "Seconds a block sat unused before eviction (virtual)."),
+                                ("lifetime", "Seconds from a block's caching to its eviction (virtual)."),
+                                ("reuse_gap", "Seconds between two uses of a cached block (virtual)."))}
+        engine.pool.enable_block_times()
         self.evicted = Counter("cachescout_sim_evicted_blocks", "Cached blocks evicted by the simulated engine.",
                                registry=registry)
         self._evicted_seen = 0
@@ -83,6 +91,8 @@ class SimEngineMetrics:
         self.usage.labels(*lv).set(st.usage)
         self.running.labels(*lv).set(len(eng.running))
         self.waiting.labels(*lv).set(len(eng.waiting))
+        for kind, seconds in eng.pool.drain_time_samples():
+            self.block_hist[kind].labels(*lv).observe(seconds)
         if st.evictions > self._evicted_seen:
             self.evicted.inc(st.evictions - self._evicted_seen)
             self._evicted_seen = st.evictions

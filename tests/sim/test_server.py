@@ -198,3 +198,23 @@ async def test_sglang_generate_with_input_ids(client):
     assert r2["meta_info"]["cached_tokens"] == 48 and r2["meta_info"]["completion_tokens"] == 3
     assert r2["meta_info"]["finish_reason"]["type"] == "length"
     assert (await client.post("/generate", json={"sampling_params": {}})).status_code == 400
+
+
+async def test_kv_cache_metrics_count_evictions_like_vllm():
+    """vLLM --kv-cache-metrics (sample 1.0): the idle-before-evict count is the number of evicted blocks."""
+    c = make_client(capacity_blocks=30, output_tokens=2)
+    try:
+        for i in range(6):
+            await c.post("/v1/completions", json={"model": MODEL, "prompt": [7 + i * 500 + k for k in range(160)],
+                                                  "max_tokens": 1})
+        await c.post("/v1/completions", json={"model": MODEL, "prompt": [7 + 5 * 500 + k for k in range(160)],
+                                              "max_tokens": 1})
+        m = metrics((await c.get("/metrics")).text)
+        evicted = c.sim.engine.pool.stats().evictions
+        assert evicted > 0
+        assert m["vllm:kv_block_idle_before_evict_seconds_count"] == evicted == m["cachescout_sim_evicted_blocks_total"]
+        assert m["vllm:kv_block_lifetime_seconds_count"] == evicted
+        assert m["vllm:kv_block_reuse_gap_seconds_count"] >= 9      # the repeated prompt reused its blocks
+    finally:
+        await c.sim.close()
+        await c.aclose()
