@@ -143,6 +143,8 @@ def parse_job(kind: str, body: Mapping, tok: SimTokenizer, max_model_len: int) -
     opts = body.get("stream_options") or {}
     if not isinstance(opts, Mapping):
         raise ApiError("'stream_options' must be an object", param="stream_options")
+    if opts and not stream:
+        raise ApiError("Stream options can only be defined when `stream=True`.", param="stream_options")
     salt = body.get("cache_salt")
     if salt is not None and (not isinstance(salt, str) or not salt):
         raise ApiError("Parameter 'cache_salt' must be a non-empty string if provided.", param="cache_salt")

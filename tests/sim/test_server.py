@@ -124,6 +124,7 @@ async def test_tool_calls():
     ("/v1/completions", {"model": MODEL, "prompt": "w " * 40000}, 400, "maximum context length"),
     ("/v1/completions", {"model": MODEL}, 400, "prompt"),
     ("/v1/completions", {"model": MODEL, "prompt": "x", "stream": "yes"}, 400, "stream"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "stream_options": {"include_usage": True}}, 400, "stream=True"),
     ("/tokenize", {"model": MODEL}, 400, "prompt"),
 ])
 async def test_bad_requests_get_vllm_like_errors(client, path, body, status, fragment):
