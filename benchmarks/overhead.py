@@ -73,6 +73,8 @@ class Target:
     url: str
     proc: subprocess.Popen | None
     cpu_s: float = 0.0
+    cpu_stream_s: float = 0.0
+    stream_requests: int = 0
     requests: int = 0
     errors: int = 0
     rps: list[float] = field(default_factory=list)
@@ -135,10 +137,14 @@ async def bench(targets: list[Target], rounds: int, scale: float) -> None:
                 t.rps.append(n64 / wall)
                 _, lat, err2 = await run_phase(s, t.url, 8, n8, False)
                 t.lat += lat
+                cpu1 = cpu_seconds(t.proc.pid) if t.proc else 0.0
                 _, ttfb, err3 = await run_phase(s, t.url, 32, n32, True)
                 t.ttfb += ttfb
                 if t.proc:
-                    t.cpu_s += cpu_seconds(t.proc.pid) - cpu0
+                    cpu2 = cpu_seconds(t.proc.pid)
+                    t.cpu_s += cpu2 - cpu0
+                    t.cpu_stream_s += cpu2 - cpu1
+                    t.stream_requests += n32
                 t.requests += n64 + n8 + n32
                 t.errors += err1 + err2 + err3
                 print(f"  round {rnd + 1}/{rounds} {t.name}: {n64 / wall:.0f} req/s", file=sys.stderr)
@@ -148,12 +154,16 @@ def report(targets: list[Target]) -> str:
     direct = targets[0]
     d50, dt50 = pct(direct.lat, 0.5), pct(direct.ttfb, 0.5)
     rows = ["| target | req/s @64 (median of rounds) | p50 / p99 ms @8 | added p50 ms @8 | stream TTFB p50 / p99 ms @32 "
-            "| added TTFB p50 ms | CPU ms/request | errors |",
+            "| added TTFB p50 ms | CPU ms/request (all / non-stream / stream) | errors |",
             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for t in targets:
         p50, p99 = pct(t.lat, 0.5), pct(t.lat, 0.99)
         f50, f99 = pct(t.ttfb, 0.5), pct(t.ttfb, 0.99)
-        cpu = f"{1000 * t.cpu_s / t.requests:.2f}" if t.proc and t.requests else "(upstream)"
+        if t.proc and t.requests:
+            plain = (t.cpu_s - t.cpu_stream_s) / (t.requests - t.stream_requests)
+            cpu = f"{1000 * t.cpu_s / t.requests:.2f} / {1000 * plain:.2f} / {1000 * t.cpu_stream_s / t.stream_requests:.2f}"
+        else:
+            cpu = "(upstream)"
         rows.append(f"| {t.name} | {statistics.median(t.rps):.0f} | {1000 * p50:.1f} / {1000 * p99:.1f} | "
                     f"{1000 * (p50 - d50):+.1f} | {1000 * f50:.1f} / {1000 * f99:.1f} | {1000 * (f50 - dt50):+.1f} | "
                     f"{cpu} | {t.errors} |")

@@ -39,8 +39,9 @@ HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer",
      b"trailers", b"transfer-encoding", b"upgrade"}
 )
-# Host and Content-Length are recomputed by the client for the upstream hop.
-REQUEST_DROP = HOP_BY_HOP | {b"host", b"content-length"}
+# Host and Content-Length are recomputed for the upstream hop; Expect was answered by our server
+# (the body is already read), so passing it on would make the engine wait for nothing.
+REQUEST_DROP = HOP_BY_HOP | {b"host", b"content-length", b"expect"}
 CLIENT_GONE = 499  # nginx's convention, recorded in metrics only (the client is not there to see it)
 
 

@@ -365,3 +365,35 @@ async def test_opt_in_body_rewrite_only_when_the_observer_asks() -> None:
         assert r.content == b"ok" and sent.content == expected
         assert sent.headers["content-length"] == str(len(expected))
         assert f"cachescout_policy_errors_total {errors}" in metrics
+
+
+async def test_route_label_is_bounded_and_own_paths_stay_local() -> None:
+    router = respx.Router()
+    router.route(host="engine.test").respond(200, content=b"engine")
+    async with proxied(router_transport(router)) as (client, _):
+        for i in range(5):
+            await client.get(f"/random/{i}")
+        assert (await client.head("/v1/models")).status_code == 200
+        metrics = (await client.get("/metrics")).text
+    assert 'cachescout_requests_total{code_class="2xx",route="other"} 5.0' in metrics
+    assert 'cachescout_requests_total{code_class="2xx",route="/v1/models"} 1.0' in metrics
+    assert "/random/" not in metrics
+    assert router.calls.call_count == 6  # /metrics itself was not forwarded
+
+
+async def test_streamed_chunks_reach_the_observer_in_order() -> None:
+    chunks = [b"data: {\"n\":1}\n\n", b"data: {\"n\":2}\n\n", b"data: [DONE]\n\n"]
+
+    class Stream(httpx.AsyncByteStream):
+        async def __aiter__(self):
+            for c in chunks:
+                yield c
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=Stream())
+
+    obs = Recorder()
+    async with proxied(httpx.MockTransport(handler), observer=obs) as (client, _):
+        r = await client.post("/v1/chat/completions", content=b'{"stream": true}')
+    assert r.content == b"".join(chunks)
+    assert [c[1] for c in obs.calls if c[0] == "chunk"] == chunks
