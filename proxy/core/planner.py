@@ -183,8 +183,7 @@ class Planner:
             if len(actions) >= slots:
                 break
             if c.anchor_id in seen:
-                continue
-            seen.add(c.anchor_id)
+                continue                        # one action per anchor per tick
             last = self.last_acted.get(c.anchor_id)
             if last is not None and now - last < cfg.cooldown_s:
                 continue
@@ -218,6 +217,7 @@ class Planner:
                             priority=int(round(c.prob * cfg.retain_priority_scale)), created=now,
                             deadline=now + cfg.action_ttl_s)
             self.last_acted[c.anchor_id] = now
+            seen.add(c.anchor_id)
             if kind != RETAIN:
                 self.inflight[(c.anchor_id, now)] = (action.deadline, c.block_tokens)
             k = f"{kind}/{c.reason}"

@@ -42,9 +42,13 @@ def test_sessions_are_inferred_from_chain_extension():
 def test_inference_handles_a_re_cut_partial_last_block():
     """Trace-style ids: the child re-cuts the parent's partial last block (Mooncake rule)."""
     p = ScoutPolicy()
+    p.observe_request(view_from_blocks("", [1, 77], [512, 300]), 0.0)     # another conversation
     o1 = p.observe_request(view_from_blocks("", [1, 2, 3], [512, 512, 100]), 0.0)
     o2 = p.observe_request(view_from_blocks("", [1, 2, 30, 31], [512, 512, 512, 40]), 1.0)
     assert o2.session_id == o1.session_id
+    assert p.agents.tenant("").skip == 1                   # block 1 opens every request
+    o3 = p.observe_request(view_from_blocks("", [1, 5, 6], [512, 512, 100]), 2.0)
+    assert o3.session_id != o1.session_id                  # shares only the template block
 
 
 def test_sessions_expire_and_are_capped():

@@ -1,0 +1,264 @@
+"""Planner: Warm/Touch/Retain per residency, the gate, every budget, cool-down, dedupe, deadlines."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.core import EngineLoad, ResponseOutcome, ScoutPolicy
+from proxy.core.actions import REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, REASON_TRANSITION
+
+from .conftest import ANCHOR, BLOCK, Workload, quiet_config
+
+ANCHOR_TOKENS = ANCHOR * BLOCK
+
+
+def learn(w: Workload, chain, sessions=4, now=0.0, drain=True):
+    """Run each session through ``chain`` (a list of agents); returns the time reached."""
+    for s in range(sessions):
+        for agent in chain:
+            now += 1.0
+            w.step(agent, f"learn{s}", now)
+    if drain:
+        w.policy.plan(now + 1000.0)      # consume learning-time dirt; sets cool-downs far in the past
+    return now
+
+
+def fresh(w: Workload, now):
+    """Start a clean planning state (no cool-downs, full bucket) after learning."""
+    p = w.policy.planner
+    p.last_acted.clear()
+    p.inflight.clear()
+    p._safe.clear()
+    p.bucket = w.policy.config.warmup_burst_tokens
+    p._refilled = now
+    return now
+
+
+PIPE = [0, 1, 2] * 4
+
+
+def test_warm_for_an_evicted_predicted_anchor(workload):
+    w = workload(residency_capacity_tokens=16 * 60)
+    now = fresh(w, learn(w, PIPE))
+    assert w.policy.stats().gate_open
+    w.junk(16 * 80, now)                                   # flush everything
+    obs = w.step(0, "live", now + 1)
+    actions = w.policy.plan(now + 1.2)
+    warm = [a for a in actions if a.reason == REASON_TRANSITION]
+    assert len(warm) == 1
+    a = warm[0]
+    assert a.kind == "warm" and a.payload == {"agent": 1} and a.tokens == ANCHOR_TOKENS
+    assert a.block_hashes == tuple(w.anchor(1)) and a.tenant == ""
+    assert a.created == now + 1.2 and a.deadline == now + 1.2 + w.policy.config.action_ttl_s
+    assert a.anchor_id == w.policy.agents.tenant("").by_slot[1].agent_id != obs.agent_id
+    assert 0 < a.priority <= 100
+    w.policy.record_action_result(a, True, now + 1.3)
+    assert w.policy.residency.resident_prefix(a.block_hashes) == ANCHOR
+
+
+def test_touch_for_a_resident_anchor_near_the_lru_tail_and_nothing_when_safe(workload):
+    w = workload(residency_capacity_tokens=16 * 100)
+    now = fresh(w, learn(w, PIPE, sessions=1))
+    w.junk(16 * 200, now)
+    w.step(1, "other", now + 1)                            # agent 1's anchor: cached, oldest
+    w.policy.plan(now + 1)                                 # (predicts 2 for that session)
+    w.junk(16 * 75, now + 1)                               # pushes it to the LRU tail
+    w.step(0, "live", now + 2)
+    actions = w.policy.plan(now + 2.1)
+    assert [(a.kind, a.reason, a.payload) for a in actions] == [("touch", REASON_TRANSITION, {"agent": 1})]
+    # right after a touch the anchor is fresh: the next prediction of it does nothing
+    w.policy.record_action_result(actions[0], True, now + 2.2)
+    w.policy.planner.last_acted.clear()
+    w.step(0, "live2", now + 3)
+    assert w.policy.plan(now + 3.1) == []
+
+
+def test_gate_shut_on_an_unpredictable_chain(workload):
+    w = workload(residency_capacity_tokens=16 * 60, r_min=0.3, top_k=6, tau=0.0)
+    rng = random.Random(0)
+    now = fresh(w, learn(w, [rng.randrange(6) for _ in range(150)], sessions=1))
+    st_ = w.policy.stats()
+    assert st_.predictability < 0.3 and not st_.gate_open
+    w.junk(16 * 80, now)
+    w.step(0, "live", now + 1)
+    assert w.policy.plan(now + 1.1) == []
+    # the same state with the gate lowered does act: the gate is what stopped it
+    w.policy.planner.cfg = w.policy.planner.cfg.with_overrides(r_min=0.0)
+    w.step(0, "live", now + 2)
+    assert w.policy.plan(now + 2.1)
+
+
+def test_gate_stays_shut_until_enough_transitions(workload):
+    w = workload(residency_capacity_tokens=16 * 60, r_min_transitions=50)
+    now = fresh(w, learn(w, PIPE, sessions=2))             # 22 transitions
+    w.junk(16 * 80, now)
+    w.step(0, "live", now + 1)
+    assert w.policy.plan(now + 1.1) == []
+
+
+def star(w, n_workers=4, reps=30, now=0.0):
+    """Supervisor 0 dispatches to workers 1..n uniformly-ish: fan-out predictions."""
+    seq = []
+    for k in range(reps):
+        seq += [0, 1 + k % n_workers]
+    return learn(w, seq, sessions=1, now=now)
+
+
+def test_fanout_and_max_actions_per_tick(workload):
+    w = workload(residency_capacity_tokens=16 * 60, top_k=4, tau=0.1, r_min=0.2, max_actions_per_tick=2)
+    now = fresh(w, star(w))
+    w.junk(16 * 80, now)
+    w.step(0, "live", now + 1)
+    actions = w.policy.plan(now + 1.1)
+    assert len(actions) == 2
+    assert [a.reason for a in actions] == [REASON_TRANSITION, REASON_FANOUT]
+    assert all(a.kind == "warm" for a in actions)
+    # next tick: the remaining two (dirty again after a new request), never the same anchors
+    w.step(0, "live", now + 2)
+    more = w.policy.plan(now + 2.1)
+    assert len(more) == 2 and not {a.anchor_id for a in more} & {a.anchor_id for a in actions}
+
+
+def test_max_concurrent_counts_unanswered_actions(workload):
+    w = workload(residency_capacity_tokens=16 * 60, top_k=4, tau=0.1, r_min=0.2, max_concurrent=1)
+    now = fresh(w, star(w))
+    w.junk(16 * 80, now)
+    w.step(0, "live", now + 1)
+    first = w.policy.plan(now + 1.1)
+    assert len(first) == 1
+    w.step(0, "live", now + 1.2)
+    assert w.policy.plan(now + 1.3) == []                  # one still in flight
+    w.policy.record_action_result(first[0], False, now + 1.4)
+    w.step(0, "live", now + 1.5)
+    assert len(w.policy.plan(now + 1.6)) == 1
+    assert w.policy.stats().actions_failed == 1
+
+
+def test_unanswered_actions_stop_counting_after_their_deadline(workload):
+    w = workload(residency_capacity_tokens=16 * 60, top_k=4, tau=0.1, r_min=0.2, max_concurrent=1,
+                 action_ttl_s=1.0)
+    now = fresh(w, star(w))
+    w.junk(16 * 80, now)
+    w.step(0, "live", now + 1)
+    assert len(w.policy.plan(now + 1.1)) == 1
+    w.step(0, "live", now + 5)                              # > deadline + grace later
+    assert len(w.policy.plan(now + 5.1)) == 1
+
+
+def test_token_bucket_limits_warm_tokens(workload):
+    w = workload(residency_capacity_tokens=16 * 60, top_k=4, tau=0.1, r_min=0.2,
+                 warmup_burst_tokens=ANCHOR_TOKENS * 1.5, warmup_tokens_per_s=ANCHOR_TOKENS / 2)
+    now = fresh(w, star(w))
+    w.policy.planner.bucket = ANCHOR_TOKENS * 1.5
+    w.junk(16 * 80, now)
+    w.step(0, "live", now + 1)
+    assert len(w.policy.plan(now + 1.0)) == 1              # 1.5 anchors in the bucket
+    w.step(0, "live", now + 1.5)
+    assert w.policy.plan(now + 1.5) == []                  # 0.75 anchors after +0.5 s
+    w.step(0, "live", now + 2.0)
+    assert len(w.policy.plan(now + 2.0)) == 1              # 1.0 after +1 s
+
+
+def test_engine_queue_and_cooldown(workload):
+    w = workload(residency_capacity_tokens=16 * 60, cooldown_s=10.0, max_engine_waiting=2)
+    now = fresh(w, learn(w, PIPE))
+    w.junk(16 * 80, now)
+    w.step(0, "live", now + 1)
+    assert w.policy.plan(now + 1.1, EngineLoad(inflight=3, waiting=5)) == []
+    first = w.policy.plan(now + 1.2, EngineLoad(waiting=1))   # dirt kept for a calmer tick
+    assert len(first) == 1
+    w.junk(16 * 80, now + 2)                                   # evicted again
+    w.step(0, "live2", now + 3)
+    assert w.policy.plan(now + 3.1) == []                      # same anchor inside cool-down
+    w.step(0, "live3", now + 12)
+    assert [a.anchor_id for a in w.policy.plan(now + 12.1)] == [first[0].anchor_id]
+
+
+def test_dedupe_across_sessions_in_one_tick(workload):
+    w = workload(residency_capacity_tokens=16 * 60)
+    now = fresh(w, learn(w, PIPE))
+    w.junk(16 * 80, now)
+    w.step(0, "a", now + 1)
+    w.step(0, "b", now + 1)
+    actions = w.policy.plan(now + 1.1)
+    assert len(actions) == len({a.anchor_id for a in actions}) == 1
+
+
+def test_tool_resume_keeps_a_paused_session_context_without_the_gate(workload):
+    w = workload(residency_capacity_tokens=16 * 60)
+    w.step(0, "s", 1.0, finish="tool_calls")               # nothing learned: gate shut
+    assert not w.policy.stats().gate_open
+    w.junk(16 * 80, 2.0)
+    actions = w.policy.plan(2.5)
+    assert [(a.kind, a.reason) for a in actions] == [("warm", REASON_TOOL_RESUME)]
+    a = actions[0]
+    assert a.payload == {"context": {"session": "s"}, "assistant": None}
+    assert a.block_hashes == tuple(w.anchor(0) + w.hist["s"])
+    # a session that simply stopped gets nothing
+    w2 = Workload(ScoutPolicy(quiet_config(residency_capacity_tokens=16 * 60)))
+    w2.step(0, "s", 1.0, finish="stop")
+    w2.junk(16 * 80, 2.0)
+    assert w2.policy.plan(2.5) == []
+
+
+def test_sweep_emits_retain_hints_with_survival_priority(workload):
+    w = workload(residency_capacity_tokens=16 * 1000, retain_enabled=True, sweep_interval_s=0.0)
+    now = fresh(w, learn(w, PIPE, drain=False))
+    actions = w.policy.plan(now + 0.1)
+    retains = [a for a in actions if a.kind == "retain"]
+    assert retains and all(a.reason == REASON_HINT for a in retains)
+    by_payload = {a.payload["agent"]: a.priority for a in retains}
+    # sessions sit on agent 2 (their last step): 2 is E=0, 0 is one hop, 1 two hops
+    assert by_payload[2] > by_payload[0] > by_payload[1]
+    assert w.policy.stats().inflight_actions == 0          # hints are fire-and-forget
+
+
+# --- property: no sequence of events makes the planner break a budget or the cool-down ----------
+
+events = st.lists(st.tuples(st.sampled_from(["req", "req", "req", "plan", "ok", "fail", "junk"]),
+                            st.integers(0, 5), st.integers(0, 3), st.floats(0.0, 0.7)),
+                  min_size=5, max_size=120)
+
+
+@settings(max_examples=60, deadline=None)
+@given(events, st.integers(1, 3), st.integers(1, 3), st.sampled_from([0.0, 0.3, 0.9]))
+def test_planner_never_breaks_budgets(evs, per_tick, concurrent, r_min):
+    cfg = quiet_config(residency_capacity_tokens=16 * 40, max_actions_per_tick=per_tick,
+                       max_concurrent=concurrent, r_min=r_min, r_min_transitions=3, top_k=3, tau=0.05,
+                       warmup_burst_tokens=300.0, warmup_tokens_per_s=200.0, cooldown_s=1.0,
+                       action_ttl_s=0.5, sweep_interval_s=0.5, retain_enabled=True)
+    w = Workload(ScoutPolicy(cfg))
+    now = 0.0
+    open_actions = []
+    spent = []                       # (time, cost) of every warm/touch
+    last = {}
+    for kind, agent, session, dt in evs:
+        now += dt
+        if kind == "req":
+            w.step(agent, f"s{session}", now, finish="tool_calls" if agent == 5 else "stop", dur=0.05)
+        elif kind == "junk":
+            w.junk(16 * 20, now)
+        elif kind in ("ok", "fail") and open_actions:
+            w.policy.record_action_result(open_actions.pop(0), kind == "ok", now)
+        elif kind == "plan":
+            gate = w.policy.stats().gate_open
+            acts = w.policy.plan(now)
+            assert len(acts) <= per_tick
+            for a in acts:
+                assert a.deadline == a.created + cfg.action_ttl_s
+                assert a.anchor_id not in last or now - last[a.anchor_id] >= cfg.cooldown_s
+                last[a.anchor_id] = now
+                if not gate:
+                    assert a.reason == REASON_TOOL_RESUME
+                if a.kind != "retain":
+                    open_actions.append(a)
+                    spent.append((now, cfg.touch_cost_tokens if a.kind == "touch" else
+                                  a.tokens - w.policy.residency.resident_prefix_tokens(a.block_hashes, [BLOCK] * len(a.block_hashes))))
+            live = [a for a in open_actions if a.deadline + cfg.action_ttl_s >= now]
+            assert len(w.policy.planner.inflight) <= concurrent
+            assert len(live) <= concurrent + per_tick
+    total = sum(c for _, c in spent)
+    assert total <= cfg.warmup_burst_tokens + cfg.warmup_tokens_per_s * now + 1e-6
