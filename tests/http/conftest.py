@@ -85,3 +85,14 @@ def proxy_url(upstream_url: str) -> Iterator[str]:
             "--no-policy", "--log-level", "warning"]
     with process(args, url + "/livez"):
         yield url
+
+
+@pytest.fixture(scope="module")
+def policy_proxy_url(upstream_url: str) -> Iterator[str]:
+    """The proxy as users run it by default: cache policy on (whatever engine it detects)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    args = [sys.executable, "-m", "proxy.cli", "serve", "--upstream", upstream_url, "--port", str(port),
+            "--log-level", "warning"]
+    with process(args, url + "/livez"):
+        yield url

@@ -27,7 +27,10 @@ def sdk(base: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=base + "/v1", api_key="sk-test", max_retries=0, timeout=20)
 
 
-def test_openai_sdk_same_results_direct_and_proxied(upstream_url: str, proxy_url: str) -> None:
+@pytest.mark.parametrize("policy", ["off", "on"])
+def test_openai_sdk_same_results_direct_and_proxied(request: pytest.FixtureRequest, upstream_url: str,
+                                                    policy: str) -> None:
+    proxy_url = request.getfixturevalue("proxy_url" if policy == "off" else "policy_proxy_url")
     results = []
     for base in (upstream_url, proxy_url):
         client = sdk(base)
@@ -44,6 +47,9 @@ def test_openai_sdk_same_results_direct_and_proxied(upstream_url: str, proxy_url
     assert chat["choices"][0]["message"]["content"] == "echo: hello proxy world"
     assert "".join(c["choices"][0]["delta"]["content"] or "" for c in stream if c["choices"]) == "echo: hello proxy world"
     assert stream[-1]["usage"]["completion_tokens"] == 4
+    if policy == "on":  # the policy watched without failing (it must never change what clients get)
+        metrics = httpx.get(proxy_url + "/metrics").text
+        assert "cachescout_policy_errors_total 0.0" in metrics
 
 
 def test_stream_bytes_identical(upstream_url: str, proxy_url: str) -> None:
