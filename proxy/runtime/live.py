@@ -23,7 +23,8 @@ import httpx
 
 from proxy.core.config import PolicyConfig
 from proxy.core.policy import ScoutPolicy
-from proxy.engines.base import EngineSnapshot
+from proxy.engines.base import EngineSnapshot, WarmResult, warm_spec
+from proxy.engines.lmcache import LmcacheClient
 from proxy.engines.select import NoEngineAdapter, build_adapter
 from proxy.runtime.executor import ActionExecutor, ExecutorLimits
 from proxy.runtime.kv_events import KvEvent, KvEventSubscriber
@@ -67,7 +68,7 @@ class LiveRuntime:
             ExecutorLimits(queue_size=settings.action_queue_size, concurrency=settings.action_concurrency,
                            max_inflight=settings.action_max_inflight, max_waiting=settings.action_max_waiting),
             load=lambda: (self.observer.inflight, self.scraper.waiting if self.scraper else 0),
-            on_result=self.observer.on_action_result,
+            on_result=self._on_result,
         )
         self.observer.executor = self.executor
         self.scraper: EngineScraper | None = None
@@ -75,6 +76,8 @@ class LiveRuntime:
         self._tick: asyncio.Task | None = None
         self._capacity: int | None = None
         self.state_loaded: str | None = None
+        self.lmcache = LmcacheClient(client, settings.lmcache_url) if settings.lmcache_url else None
+        self._side_tasks: set[asyncio.Task] = set()
 
     # -- lifecycle ------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -119,6 +122,18 @@ class LiveRuntime:
                 if self.metrics is not None:
                     self.metrics.policy_errors_total.inc()
                 log.debug("plan tick failed", exc_info=True)
+
+    def _on_result(self, action: Any, result: WarmResult, now: float) -> None:
+        self.observer.on_action_result(action, result, now)
+        lm = self.lmcache
+        if lm is None or not result.ok or lm.disabled or action.priority < lm.pin_min_priority:
+            return
+        spec = warm_spec(action)
+        ids = spec and (spec.token_ids or self.adapter.tokens.get(spec.key))
+        if ids:   # pin the anchor in the offload tier too, off the executor's path
+            task = asyncio.get_running_loop().create_task(lm.maybe_pin(ids, action.priority))
+            self._side_tasks.add(task)
+            task.add_done_callback(self._side_tasks.discard)
 
     # -- engine truth ---------------------------------------------------------------------------------
     def _on_snapshot(self, snap: EngineSnapshot) -> None:
@@ -167,6 +182,7 @@ class LiveRuntime:
         info["scrape"] = self.scraper.info() if self.scraper is not None else None
         info["kv_events"] = self.kv_events.info() if self.kv_events is not None else None
         info["executor"] = dict(self.executor.stats)
+        info["lmcache"] = self.lmcache.info() if self.lmcache is not None else None
         return info
 
     def debug_state(self) -> dict:

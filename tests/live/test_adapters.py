@@ -102,3 +102,33 @@ async def test_scraper_hit_ratio_is_windowed():
         assert sc.window_hit_ratio == 0.1
         await sc.scrape_once()
     assert sc.window_hit_ratio == 0.8 and sc.waiting == 3
+
+
+@respx.mock
+async def test_lmcache_lookup_both_answer_shapes_and_pin_once():
+    from proxy.engines.lmcache import LmcacheClient
+
+    LM = "http://lmcache.test"
+    answers = iter([{"event_id": "e", "inst0": ["LocalCPUBackend", 32]},
+                    {"layout_info": {"inst0": ["LocalCPUBackend", 16]}}])
+    respx.post(f"{LM}/lookup").mock(side_effect=lambda req: httpx.Response(200, json=next(answers)))
+    pin = respx.post(f"{LM}/pin").mock(return_value=httpx.Response(200, json={"event_id": "p"}))
+    async with httpx.AsyncClient() as client:
+        lm = LmcacheClient(client, LM)
+        assert await lm.maybe_pin(list(range(40)), priority=90)
+        assert not await lm.maybe_pin(list(range(40)), priority=90)      # once per anchor
+        assert not await lm.maybe_pin(list(range(8)), priority=10)       # low survival: no pin
+        assert await lm.lookup(list(range(40))) == {"inst0": 16}
+    body = json.loads(pin.calls[0].request.content)
+    assert body["instance_id"] == "inst0" and body["tokens"] == list(range(32))
+
+
+@respx.mock
+async def test_lmcache_error_disables_client():
+    from proxy.engines.lmcache import LmcacheClient
+
+    respx.post("http://lm.test/lookup").mock(return_value=httpx.Response(500))
+    async with httpx.AsyncClient() as client:
+        lm = LmcacheClient(client, "http://lm.test")
+        assert not await lm.maybe_pin([1, 2, 3], priority=99)
+    assert lm.disabled and "500" in lm.disabled

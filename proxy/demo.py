@@ -1,0 +1,277 @@
+"""`cachescout demo`: the simulated engine, the proxy, and a multi-agent workload — direct vs proxied.
+
+What it shows, honestly: the same seeded 6-agent selector group chat (tool calls, ~16 concurrent
+sessions) runs twice against one simulated engine with a small prefix cache — once straight to the
+engine, once through the proxy — with the engine's cache reset in between and a fresh proxy that
+starts knowing nothing. The headline figure is the hit rate of the workload's *own* requests
+(`cached_tokens / prompt_tokens` from the engine's usage), because the engine's counters also count
+the proxy's warmups; both are printed, with what the warmups cost.
+
+Engine and proxy are child processes bound to 127.0.0.1 on free ports, stopped by PID at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from proxy.demo_workload import DemoSpec, WorkloadResult, expected_requests, run_workload
+
+PHASES = ("direct", "via proxy")
+# Policy settings of the demo's proxy (documented in docs/live.md). Empty = the core's defaults.
+DEMO_POLICY: dict[str, float] = {}
+DEMO_PROXY_SETTINGS: tuple[str, ...] = ()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sessions", type=int, default=48, help="sessions (tasks) per run")
+    parser.add_argument("--concurrency", type=int, default=16, help="sessions running at once")
+    parser.add_argument("--agents", type=int, default=6, help="agents in the group chat")
+    parser.add_argument("--predictability", type=float, default=0.85,
+                        help="P(the supervisor follows its script); 0 = random speaker order")
+    parser.add_argument("--cache-blocks", type=int, default=560, help="engine prefix cache size in 16-token blocks")
+    parser.add_argument("--prefill-tps", type=float, default=6000.0,
+                        help="simulated prefill speed, tokens/s (a mid-range GPU serving an 8B model)")
+    parser.add_argument("--speed", type=float, default=1.0, help="simulated seconds per wall second")
+    parser.add_argument("--output-tokens", type=int, default=12, help="typical answer length of the engine")
+    parser.add_argument("--max-tokens", type=int, default=64, help="max_tokens of the workload's requests")
+    parser.add_argument("--tool-seconds", type=float, nargs=2, default=(0.3, 1.5), metavar=("MIN", "MAX"),
+                        help="how long a tool call runs before the agent resumes")
+    parser.add_argument("--policy", action="append", default=[], metavar="NAME=VALUE",
+                        help="PolicyConfig override for the proxy (repeatable), e.g. --policy cooldown_s=1")
+    parser.add_argument("--proxy-set", action="append", default=[], metavar="NAME=VALUE",
+                        help="proxy Settings field (repeatable), passed to `cachescout serve --set`")
+    parser.add_argument("--passthrough", action="store_true",
+                        help="run the proxy with the policy off: measures the cost of the extra hop alone")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--json", dest="json_out", default=None, help="also write the figures to this JSON file")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+class Progress:
+    def __init__(self, label: str, total: int, enabled: bool) -> None:
+        self.label, self.total, self.n, self.enabled = label, max(1, total), 0, enabled
+        self.t0 = time.perf_counter()
+        self._last = 0.0
+
+    def tick(self) -> None:
+        self.n += 1
+        now = time.perf_counter()
+        if self.enabled and (now - self._last > 0.1 or self.n >= self.total):
+            self._last = now
+            done = min(1.0, self.n / self.total)
+            bar = "#" * int(30 * done) + "." * (30 - int(30 * done))
+            sys.stderr.write(f"\r  {self.label:<10} [{bar}] {self.n:4d} requests  {now - self.t0:5.1f}s")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write(f"\r  {self.label:<10} [{'#' * 30}] {self.n:4d} requests  "
+                             f"{time.perf_counter() - self.t0:5.1f}s\n")
+            sys.stderr.flush()
+
+
+def _engine_counters(url: str) -> dict[str, float]:
+    text = httpx.get(url + "/metrics", timeout=10).text
+    out = {"queries": 0.0, "hits": 0.0}
+    for line in text.splitlines():
+        if line.startswith("vllm:prefix_cache_queries_total"):
+            out["queries"] += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("vllm:prefix_cache_hits_total"):
+            out["hits"] += float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    vs = sorted(values)
+    return vs[min(len(vs) - 1, max(0, int(round(q * (len(vs) - 1)))))]
+
+
+def summarise(res: WorkloadResult, before: dict, after: dict, warm: dict | None) -> dict[str, Any]:
+    prompt = sum(r.prompt_tokens for r in res.records)
+    cached = sum(r.cached_tokens for r in res.records)
+    ttfts = [r.ttft_s for r in res.records if r.ttft_s is not None]
+    dq = after["queries"] - before["queries"]
+    out = {
+        "requests": len(res.records), "errors": res.errors, "tool_resumes": sum(r.resumed for r in res.records),
+        "prompt_tokens": prompt, "cached_tokens": cached,
+        "workload_hit_rate": cached / prompt if prompt else 0.0,
+        "engine_hit_rate": (after["hits"] - before["hits"]) / dq if dq else 0.0,
+        "engine_prompt_tokens": dq,
+        "ttft_mean_s": statistics.fmean(ttfts) if ttfts else float("nan"),
+        "ttft_p50_s": _pct(ttfts, 0.5), "ttft_p99_s": _pct(ttfts, 0.99),
+        "turn_mean_s": statistics.fmean(res.turn_latencies) if res.turn_latencies else float("nan"),
+        "wall_s": res.wall_s,
+        "warm_requests": 0, "warm_prompt_tokens": 0, "warm_computed_tokens": 0,
+    }
+    if warm is not None:
+        out.update(warm)
+    return out
+
+
+def format_table(d: dict, p: dict) -> str:
+    def pct(x: float) -> str:
+        return f"{100 * x:5.1f}%"
+
+    def ms(x: float) -> str:
+        return f"{1000 * x:7.1f} ms"
+
+    def change(a: float, b: float) -> str:
+        return f"{100 * (b - a) / a:+.1f}%" if a else "-"
+
+    rows = [
+        ("workload prefix hit rate (usage)", pct(d["workload_hit_rate"]), pct(p["workload_hit_rate"]),
+         f"{100 * (p['workload_hit_rate'] - d['workload_hit_rate']):+.1f} pp"),
+        ("engine prefix hit rate (counters, incl. warmups)", pct(d["engine_hit_rate"]), pct(p["engine_hit_rate"]),
+         f"{100 * (p['engine_hit_rate'] - d['engine_hit_rate']):+.1f} pp"),
+        ("mean TTFT", ms(d["ttft_mean_s"]), ms(p["ttft_mean_s"]), change(d["ttft_mean_s"], p["ttft_mean_s"])),
+        ("p50 TTFT", ms(d["ttft_p50_s"]), ms(p["ttft_p50_s"]), change(d["ttft_p50_s"], p["ttft_p50_s"])),
+        ("p99 TTFT", ms(d["ttft_p99_s"]), ms(p["ttft_p99_s"]), change(d["ttft_p99_s"], p["ttft_p99_s"])),
+        ("mean per-turn latency", ms(d["turn_mean_s"]), ms(p["turn_mean_s"]), change(d["turn_mean_s"], p["turn_mean_s"])),
+        ("client requests (tool resumes)", f"{d['requests']} ({d['tool_resumes']})",
+         f"{p['requests']} ({p['tool_resumes']})", ""),
+        ("client prompt tokens", f"{d['prompt_tokens']:,}", f"{p['prompt_tokens']:,}", ""),
+        ("warmup/touch requests", "0", f"{p['warm_requests']:,}", ""),
+        ("warmup prompt tokens sent", "0", f"{p['warm_prompt_tokens']:,}",
+         f"{100 * p['warm_prompt_tokens'] / max(1, p['prompt_tokens']):.1f}% of client"),
+        ("warmup tokens prefilled (cost)", "0", f"{p['warm_computed_tokens']:,}",
+         f"{100 * p['warm_computed_tokens'] / max(1, p['prompt_tokens']):.1f}% of client"),
+        ("errors", str(d["errors"]), str(p["errors"]), ""),
+        ("wall time", f"{d['wall_s']:.1f} s", f"{p['wall_s']:.1f} s", ""),
+    ]
+    w0 = max(len(r[0]) for r in rows)
+    lines = [f"{'':<{w0}}  {'direct':>14}  {'via proxy':>14}  change", "-" * (w0 + 46)]
+    lines += [f"{a:<{w0}}  {b:>14}  {c:>14}  {e}" for a, b, c, e in rows]
+    return "\n".join(lines)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_ready(url: str, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: process exited with {proc.returncode}")
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up within {timeout:.0f}s")
+
+
+@contextlib.contextmanager
+def _process(cmd: list[str], ready_url: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+    """A child process (engine or proxy) on loopback, stopped by its own PID on exit."""
+    proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_ready(ready_url, proc)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Engine and proxy run as child processes (each its own interpreter, as in production); the
+    workload runs here. An in-thread proxy would share this process's GIL with the load generator and
+    the engine, and the demo would measure Python contention instead of cache effects."""
+    spec = DemoSpec(agents=args.agents, sessions=args.sessions, concurrency=args.concurrency,
+                    predictability=args.predictability, seed=args.seed, max_tokens=args.max_tokens,
+                    tool_seconds=tuple(args.tool_seconds))
+    overrides = dict(DEMO_POLICY)
+    for item in args.policy:
+        name, _, value = item.partition("=")
+        overrides[name.strip()] = float(value)
+    show = not args.no_progress
+    total = expected_requests(spec)
+    model = "sim-llama-3.1-8b"
+    print(f"cachescout demo: {spec.agents}-agent selector group chat, {spec.sessions} sessions "
+          f"({spec.concurrency} at once, predictability {spec.predictability}); simulated engine with "
+          f"{args.cache_blocks} x 16-token cache blocks, prefill {args.prefill_tps:.0f} tok/s", file=sys.stderr)
+    py = sys.executable
+    e_port, p_port = _free_port(), _free_port()
+    engine_url, proxy_url = f"http://127.0.0.1:{e_port}", f"http://127.0.0.1:{p_port}"
+    admin = secrets.token_hex(16)
+    engine_cmd = [py, "-m", "proxy.cli", "sim-engine", "--port", str(e_port), "--model", model,
+                  "--capacity-blocks", str(args.cache_blocks), "--prefill-tokens-per-s", str(args.prefill_tps),
+                  "--speed", str(args.speed), "--output-tokens", str(args.output_tokens), "--seed", str(args.seed),
+                  "--tool-call-share", "0.5", "--log-level", "warning"]
+    proxy_cmd = [py, "-m", "proxy.cli", "serve", "--upstream", engine_url, "--port", str(p_port),
+                 "--log-level", "warning", "--set", "engine=sim", "--set", "scrape_interval=0.5",
+                 "--set", "policy_plan_interval=0.1"]
+    for item in [*DEMO_PROXY_SETTINGS, *args.proxy_set]:
+        proxy_cmd += ["--set", item]
+    auth = {"authorization": f"Bearer {admin}"}
+    results: dict[str, dict] = {}
+    with _process(engine_cmd, engine_url + "/health"):
+        # 1) straight to the engine
+        before = _engine_counters(engine_url)
+        bar = Progress(PHASES[0], total, show)
+        res = asyncio.run(run_workload(engine_url, spec, model=model, tick=bar.tick))
+        bar.close()
+        results["direct"] = summarise(res, before, _engine_counters(engine_url), None)
+        # 2) the same workload through a fresh proxy, after an engine cache reset
+        httpx.post(engine_url + "/reset_prefix_cache", timeout=10).raise_for_status()
+        env = {"CACHESCOUT_ADMIN_TOKEN": admin, "CACHESCOUT_POLICY_OVERRIDES": json.dumps(overrides),
+               "CACHESCOUT_POLICY_ENABLED": "false" if args.passthrough else "true"}
+        with _process(proxy_cmd, proxy_url + "/livez", env=env):
+            before = _engine_counters(engine_url)
+            bar = Progress(PHASES[1], total, show)
+            res = asyncio.run(run_workload(proxy_url, spec, model=model, tick=bar.tick))
+            bar.close()
+            time.sleep(0.3)                       # let the last planned actions finish
+            after = _engine_counters(engine_url)
+            if args.passthrough:
+                eng = {"executor": {k: 0 for k in ("ok", "error", "dropped_stale", "dropped_busy", "dropped_full",
+                                                   "deduped", "warm_prompt_tokens", "warm_computed_tokens")}}
+                state = {"stats": {"actions_emitted": {}, "predictability": 0.0, "agents": 0, "top1_accuracy": 0.0},
+                         "observer": {"converted_tokens": 0}}
+            else:
+                eng = httpx.get(proxy_url + "/debug/engine", headers=auth, timeout=10).json()
+                state = httpx.get(proxy_url + "/debug/state", headers=auth, timeout=10).json()
+        ex, st = eng["executor"], state["stats"]
+        warm = {"warm_requests": ex["ok"], "warm_prompt_tokens": ex["warm_prompt_tokens"],
+                "warm_computed_tokens": ex["warm_computed_tokens"],
+                "actions": {k: ex[k] for k in ("ok", "error", "dropped_stale", "dropped_busy", "dropped_full",
+                                               "deduped")},
+                "actions_by_reason": st["actions_emitted"], "predictability": round(st["predictability"], 3),
+                "agents_learned": st["agents"], "top1_accuracy": round(st["top1_accuracy"], 3),
+                "converted_tokens": state["observer"]["converted_tokens"]}
+        results["proxy"] = summarise(res, before, after, warm)
+    d, p = results["direct"], results["proxy"]
+    print()
+    print(format_table(d, p))
+    print(f"\nproxy learned {p['agents_learned']} agents, predictability R = {p['predictability']}, "
+          f"top-1 next-agent accuracy {p['top1_accuracy']:.0%}; actions: "
+          + ", ".join(f"{k} {v}" for k, v in sorted(p["actions_by_reason"].items()))
+          + f"; executor outcomes {p['actions']}")
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"args": vars(args), "direct": d, "proxy": p}, f, indent=2, default=str)
+    return 0
