@@ -192,7 +192,7 @@ class Planner:
                     and not (cfg.retain_enabled and c.reason == REASON_HINT)):
                 continue                        # found resident and safe recently; nothing moved since
             resident = res.resident_prefix(c.hashes)
-            if resident == len(c.hashes):
+            if res.fully_resident(c.hashes):
                 if res.near_eviction(c.hashes):
                     kind, cost = TOUCH, float(cfg.touch_cost_tokens)
                 elif cfg.retain_enabled and c.reason == REASON_HINT:

@@ -9,8 +9,12 @@ engine's block ids are the ones in the views, as in the simulator).
 Cost control: a long prompt has hundreds of 16-token blocks, and touching each one would dominate
 the request path. Because a prefix's deeper blocks are always evicted before its shallower ones
 (deepest-first touch order), residency along a chain is monotone, so the shadow only tracks every
-``stride``-th block (plus the prompt's last block and the anchor's last block), each entry carrying
-the tokens of the segment it closes, and finds a prompt's resident prefix by binary search.
+``stride``-th block (plus the anchor's last block), each entry carrying the tokens of the segment
+it closes, and finds a prompt's resident prefix by binary search. A prompt's partial tail (fewer
+than ``stride`` blocks past its last tracked block) is not modelled: tracking it would charge the
+same tokens twice once a longer prompt covers them with a stride entry. So the strided shadow
+under-counts by at most stride−1 blocks per prompt and answers "resident" to stride granularity
+(``fully_resident``).
 ``stride=0`` (default) picks the stride from the first view seen: ``stride_tokens`` (128) divided
 by its largest block, so chat views (16-token blocks) track every 8th block and trace views
 (512-token blocks) every block. ``stride=1`` gives an exact block-level LRU.
@@ -87,11 +91,11 @@ class ResidencyShadow:
         if k <= 1 or n == 0:
             return hashes, tokens
         pos = list(range(k - 1, n, k))
-        if not pos or pos[-1] != n - 1:
-            pos.append(n - 1)
-        if 0 <= extra < n - 1 and extra % k != k - 1:
+        if 0 <= extra < n and extra % k != k - 1:
             pos.append(extra)
             pos.sort()
+        if not pos:
+            return (), ()
         if n >= 2 and tokens[1:].count(tokens[1]) == n - 1:
             # uniform blocks after the first (the common case): no per-block arithmetic
             t = tokens[1]
@@ -157,9 +161,13 @@ class ResidencyShadow:
             if hashes[i] not in blocks:
                 return good
             good = i + 1
-        if n and hashes[n - 1] in blocks:
+        if n and hashes[n - 1] in blocks:      # an anchor's tracked last block
             return n
         return good
+
+    def fully_resident(self, hashes: Sequence[int]) -> bool:
+        """Every tracked block of this prefix is held (exact when stride is 1)."""
+        return self.resident_prefix(hashes) > len(hashes) - max(1, self.stride)
 
     def resident_prefix_tokens(self, hashes: Sequence[int], tokens: Sequence[int]) -> int:
         n = self.resident_prefix(hashes)

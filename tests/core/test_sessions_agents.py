@@ -61,7 +61,7 @@ def test_sessions_expire_and_are_capped():
 
 
 def test_warmups_are_never_learned_from():
-    p = ScoutPolicy()
+    p = ScoutPolicy(PolicyConfig(residency_stride=1))
     for t, blocks in enumerate(([1, 2, 3], [4, 5, 6], [1, 2, 7])):
         obs = p.observe_request(view_from_blocks("", blocks, 16, anchor_blocks=2, session_id="s",
                                                  max_tokens=1), float(t))
