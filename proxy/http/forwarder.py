@@ -237,7 +237,7 @@ class Forwarder:
                             flags["done"] = True
                             finished = True
                     await send({"type": "http.response.body", "body": chunk, "more_body": not finished})
-            except (httpx.HTTPError, OSError) as exc:
+            except Exception as exc:  # noqa: BLE001 - upstream broke mid-response (any transport's error type)
                 kind = classify_upstream_error(exc)
                 self.metrics.upstream_error(kind)
                 log.warning("upstream %s error mid-response for %s %s: %s; cutting the client connection",

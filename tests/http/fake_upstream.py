@@ -6,7 +6,8 @@ Replies are a pure function of the request (ids are hashes of the body, `created
 same request sent directly and through the proxy must produce identical results. Special models:
 - "gated":   streams the first chunk, then waits until POST /_control/release (at most 10 s);
 - "endless": streams a chunk every 20 ms for up to 60 s; a client disconnect is recorded;
-- "slow":    waits 1.5 s before sending response headers (for read-timeout tests).
+- "slow":    waits 1.5 s before sending response headers (for read-timeout tests);
+- "dies":    streams one chunk, then the server drops the connection mid-stream.
 /_control/state reports chunks sent and disconnects seen, so a test can observe the upstream side.
 /echo (any method) returns what arrived: method, path, query, headers, body (base64).
 """
@@ -89,6 +90,8 @@ def build_app() -> Starlette:
         async def gen():
             try:
                 yield chunk({"role": "assistant", "content": ""})
+                if model == "dies":
+                    raise RuntimeError("engine crashed mid-stream (on purpose)")
                 if model == "gated":
                     state.gated_first_sent = True
                     try:

@@ -115,6 +115,18 @@ def test_client_disconnect_closes_upstream(upstream_url: str, proxy_url: str) ->
     assert httpx.get(upstream_url + "/_control/state").json()["endless_chunks"] == chunks  # upstream stopped
 
 
+def test_upstream_dying_mid_stream_is_not_a_clean_end(upstream_url: str, proxy_url: str) -> None:
+    payload = json.dumps({**CHAT, "model": "dies", "stream": True})
+    got = b""
+    with pytest.raises(httpx.RemoteProtocolError):  # incomplete chunked body, exactly as direct
+        with httpx.stream("POST", proxy_url + "/v1/chat/completions", content=payload, timeout=20) as r:
+            for chunk in r.iter_raw():
+                got += chunk
+    assert got.startswith(b"data: ") and b"[DONE]" not in got
+    metrics = httpx.get(proxy_url + "/metrics").text
+    assert 'cachescout_upstream_errors_total{kind="protocol"} 1.0' in metrics
+
+
 @pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
 async def test_real_transport_error_mapping(upstream_url: str, transport: str) -> None:
     """Refused connection -> 502 connect; slow upstream -> 504 timeout; over a real socket, per transport."""

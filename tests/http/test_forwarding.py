@@ -397,3 +397,24 @@ async def test_streamed_chunks_reach_the_observer_in_order() -> None:
         r = await client.post("/v1/chat/completions", content=b'{"stream": true}')
     assert r.content == b"".join(chunks)
     assert [c[1] for c in obs.calls if c[0] == "chunk"] == chunks
+
+
+async def test_upstream_failure_mid_stream_cuts_the_client() -> None:
+    class Broken(httpx.AsyncByteStream):
+        async def __aiter__(self):
+            yield b"data: {\"n\":1}\n\n"
+            raise httpx.ReadError("engine died")
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=Broken())
+
+    obs = Recorder()
+    async with proxied(httpx.MockTransport(handler), observer=obs) as (client, _):
+        # The app must not complete the response; ASGITransport reports that with an AssertionError
+        # (on a real server the connection is closed: see test_e2e_sockets).
+        with pytest.raises((httpx.HTTPError, AssertionError)):
+            async with client.stream("POST", "/v1/chat/completions", content=b"{}") as r:
+                await r.aread()
+        metrics = (await client.get("/metrics")).text
+    assert obs.calls[-1] == ("end", "upstream_protocol")
+    assert 'cachescout_upstream_errors_total{kind="protocol"} 1.0' in metrics
