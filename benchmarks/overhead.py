@@ -8,6 +8,7 @@ Targets (each a separate process, one uvicorn worker, on 127.0.0.1):
   direct                  the fast upstream itself (benchmarks/fast_upstream.py)
   cachescout[aiohttp]     `cachescout serve --no-policy` (default transport: httpx API over aiohttp)
   cachescout[httpx]       same with CACHESCOUT_UPSTREAM_TRANSPORT=httpx (httpcore pool, sniffio installed)
+  cachescout[httpx-no-sniffio]  the same as if sniffio were not installed (benchmarks/serve_without_sniffio.py)
   minimal                 benchmarks/minimal_passthrough.py
 Phases per target and round: non-stream at concurrency 64 (req/s, CPU), non-stream at concurrency 8
 (latency p50/p99), streaming at concurrency 32 (time to first body byte p50/p99; the upstream sends
@@ -186,6 +187,8 @@ def main() -> int:
                                  "--upstream-transport", "aiohttp"]),
         ("cachescout[httpx]", [py, "-m", "proxy.cli", "serve", "--no-policy", "--log-level", "warning",
                                "--upstream-transport", "httpx"]),
+        ("cachescout[httpx-no-sniffio]", [py, str(ROOT / "benchmarks" / "serve_without_sniffio.py"), "--no-policy",
+                                           "--log-level", "warning", "--upstream-transport", "httpx"]),
         ("minimal", [py, str(ROOT / "benchmarks" / "minimal_passthrough.py")]),
     ]
     wanted = {w.strip() for w in args.only.split(",") if w.strip()}
