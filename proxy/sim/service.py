@@ -3,9 +3,14 @@
 Why a separate driver: `SimEngine` is pure (explicit virtual time); the server needs wall-clock
 pacing and per-request token streams. One asyncio task runs the step loop: it asks the engine for
 the next step, sleeps the step's virtual duration divided by `speed`, then hands the step's tokens
-to each request's queue. Virtual time = max(end of the last step, (clock() - t0) × speed), so idle
-gaps count as they would on a real engine. `speed = 0` means no sleeping at all (virtual time then
-only advances by step durations).
+to each request's queue.
+
+Virtual time is driven by the engine while it is busy: back-to-back steps start exactly where the
+previous one ended, so Python overhead never inflates the modelled timings (at high `speed` the
+wall pacing may lag; the virtual numbers stay the cost model's). While idle, virtual time follows
+the wall clock × `speed`, so idle gaps count as on a real engine. A request arriving during a step
+gets a virtual arrival interpolated within that step. `speed = 0` never sleeps and lets no wall
+time pass (virtual time then only advances by step durations).
 """
 
 from __future__ import annotations
@@ -88,8 +93,10 @@ class SimService:
         self.engine = SimEngine(config.engine_config())
         self.registry = CollectorRegistry()
         self.metrics = SimEngineMetrics(self.registry, config.model, self.engine)
-        self._t0 = self.clock()
-        self._vfloor = 0.0
+        self._v = 0.0                      # virtual time at the last sync point
+        self._w = self.clock()             # wall time at the last sync point
+        self._step_end: float | None = None  # virtual end of the step in flight
+        self._chained = False              # a step just ended and more work is queued
         self._ids = itertools.count(1)
         self._pending: dict[int, Pending] = {}
         self._task: asyncio.Task | None = None
@@ -108,9 +115,12 @@ class SimService:
 
     def now(self) -> float:
         """Virtual seconds since the service started."""
-        if self.config.speed <= 0:
-            return self._vfloor
-        return max(self._vfloor, (self.clock() - self._t0) * self.config.speed)
+        if self._chained:
+            return self._v
+        elapsed = (self.clock() - self._w) * self.config.speed
+        if self._step_end is not None:
+            return min(self._v + elapsed, self._step_end)
+        return self._v + elapsed
 
     # ----------------------------------------------------------------- requests
     def submit(self, prompt_ids: list[int], output: Output, salt: str | None, priority: int) -> Pending:
@@ -153,10 +163,18 @@ class SimService:
         speed = self.config.speed
         while True:
             if not self.engine.has_work:
+                self._chained = False
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            start = self.now()
+            if self._chained:
+                start = self._v
+            elif self.engine.waiting:     # woke from idle: a real engine would start at the arrival
+                start = max(self._v, self.engine.waiting[0].arrival)
+            else:
+                start = self.now()
+            self._chained = False
+            self._v, self._w = start, self.clock()
             try:
                 res = self.engine.step(start)
             except Exception as exc:  # never leave clients hanging on a scheduler bug
@@ -165,11 +183,14 @@ class SimService:
                 continue
             if res is None:
                 continue
+            self._step_end = res.end
             if res.end > start:
                 await asyncio.sleep((res.end - start) / speed if speed > 0 else 0)
             else:  # nothing could run (should not happen): back off instead of spinning
                 await asyncio.sleep(0.001)
-            self._vfloor = max(self._vfloor, res.end)
+            self._step_end = None
+            self._v, self._w = res.end, self.clock()
+            self._chained = self.engine.has_work
             self._deliver(res)
 
     def _fail_all(self, exc: Exception) -> None:

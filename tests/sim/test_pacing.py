@@ -65,3 +65,15 @@ def test_client_disconnect_mid_stream_frees_blocks():
                 time.sleep(0.02)
         assert not sim.service.engine.has_work
         assert sim.service.engine.pool.stats().held == 0
+
+
+def test_virtual_timings_are_the_cost_model_even_at_high_speed():
+    """At speed 500 Python overhead dwarfs the sleeps; the virtual TTFT must still be exact."""
+    cfg = SimConfig(speed=500, capacity_blocks=1024)
+    prompts = [list(range(i * 3000, i * 3000 + 2000)) for i in range(3)]
+    with run_sim_server(cfg) as sim, httpx.Client(base_url=sim.url, timeout=30) as c:
+        for p in prompts:
+            assert c.post("/v1/completions", json={"model": MODEL, "prompt": p, "max_tokens": 1}).status_code == 200
+        text = c.get("/metrics").text
+    total = float([x for x in text.splitlines() if x.startswith("vllm:time_to_first_token_seconds_sum")][0].split()[-1])
+    assert total == pytest.approx(3 * cfg.cost.prefill_s(2000), rel=1e-9)
