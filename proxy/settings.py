@@ -53,6 +53,9 @@ class Settings(BaseSettings):
     admin_token: SecretStr | None = Field(None, description="token for /debug/*; unset = /debug/* is 404")
     readiness_cache_seconds: float = Field(2.0, ge=0, description="how long /readyz reuses an upstream probe")
     policy_enabled: bool = Field(True, description="run the cache policy (off = a plain pass-through proxy)")
+    shutdown_grace_seconds: float = Field(
+        30.0, ge=0, description="on SIGTERM, how long in-flight requests (streams) may finish before they are cut"
+    )
     upstream_transport: str = Field(
         "aiohttp", description="httpx transport to the engine: 'aiohttp' (faster, via httpx-aiohttp) or 'httpx'"
     )

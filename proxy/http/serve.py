@@ -92,5 +92,6 @@ def run(args: argparse.Namespace) -> int:
         server_header=False,
         date_header=False,
         lifespan="on",
+        timeout_graceful_shutdown=settings.shutdown_grace_seconds,
     )
     return 0
