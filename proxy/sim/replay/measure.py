@@ -50,7 +50,8 @@ class RunRecorder:
         self.hit_tokens = np.zeros(n_requests, dtype=np.int64)
         self.prompt_tokens = np.zeros(n_requests, dtype=np.int64)
         self.blocks = np.zeros(n_requests, dtype=np.int64)
-        self.jobs: list[tuple[float, float, int]] = []        # (time, service s, request index or -1)
+        self.arrival = np.zeros(n_requests)
+        self.action_jobs: list[tuple[float, float]] = []     # (time, engine seconds) of executed actions
         self.signals: dict[str, SignalTally] = defaultdict(SignalTally)
         self._marks: dict[int, list[tuple[str, float, int]]] = {}   # block -> [(reason, t, tokens)]
         self.actions_by_kind: dict[str, int] = defaultdict(int)
@@ -64,7 +65,7 @@ class RunRecorder:
         self.hit_tokens[i] = hit_tok
         self.prompt_tokens[i] = prompt
         self.blocks[i] = len(hashes)
-        self.jobs.append((t, self.cost.prefill_s(prompt, hit_tok), i))
+        self.arrival[i] = t
         if self._marks:
             self._settle(t, hashes, tokens, hit)
 
@@ -96,7 +97,7 @@ class RunRecorder:
         s.cost_s += service_s
         self.actions_by_kind[kind] += 1
         if service_s > 0:
-            self.jobs.append((t, service_s, -1))
+            self.action_jobs.append((t, service_s))
         marks = self._marks
         acted = 0
         for j in range(resident_after):
@@ -114,7 +115,6 @@ class RunRecorder:
         prompt = int(self.prompt_tokens.sum())
         blocks = int(self.blocks.sum())
         ttft, turn = self.latencies()
-        real = np.array([j for j in self.jobs if j[2] >= 0], dtype=float)
         warm_s = sum(s.cost_s for s in self.signals.values())
         out = {
             "requests": len(self.hit_tokens),
@@ -123,7 +123,7 @@ class RunRecorder:
             "prompt_tokens": prompt,
             "hit_tokens": hit_tok,
             "prefill_tokens": prompt - hit_tok,
-            "prefill_s": float(real[:, 1].sum()) if len(real) else 0.0,
+            "prefill_s": self.prefill_s_total(),
             "warmup_tokens": sum(s.warm_tokens for s in self.signals.values()),
             "warmup_s": warm_s,
             "actions": dict(self.actions_by_kind),
@@ -145,7 +145,14 @@ class RunRecorder:
         return out
 
     def prefill_s_total(self) -> float:
-        return float(sum(j[1] for j in self.jobs if j[2] >= 0))
+        return float(self.request_service().sum())
+
+    def request_service(self) -> np.ndarray:
+        """Each request's isolated prefill time given its hit (CostModel.prefill_s, vectorised)."""
+        c = self.cost
+        n = (self.prompt_tokens - self.hit_tokens).astype(float)
+        cached = self.hit_tokens.astype(float)
+        return c.step_base_s + c.prefill_token_s * n + c.attn_token2_s * n * (cached + n / 2)
 
     def signal_summary(self, pollution_s: float) -> dict:
         acted_all = sum(s.acted_tokens for s in self.signals.values())
@@ -173,9 +180,11 @@ class RunRecorder:
     # ------------------------------------------------------------------ latency
     def _queue(self, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
         """FIFO prefill server (real requests and warm jobs share it). Returns (request idx, TTFT)."""
-        if getattr(self, "_sorted_n", -1) != len(self.jobs):
-            self._sorted = sorted(self.jobs, key=lambda j: j[0])
-            self._sorted_n = len(self.jobs)
+        if getattr(self, "_sorted_n", -1) != len(self.action_jobs):
+            real = zip(self.arrival.tolist(), self.request_service().tolist(), range(len(self.arrival)))
+            acts = ((t, s, -1) for t, s in self.action_jobs)
+            self._sorted = sorted([*real, *acts], key=lambda j: j[0])
+            self._sorted_n = len(self.action_jobs)
         jobs = self._sorted
         free = 0.0
         idx: list[int] = []
