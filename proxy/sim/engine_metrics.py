@@ -81,7 +81,8 @@ class SimEngineMetrics:
         self.refresh()
 
     def on_finish(self, r: EngineRequest, finish_reason: str) -> None:
-        self.success.labels(*self._lv, finish_reason).inc()
+        reason = "stop" if finish_reason == "tool_calls" else finish_reason   # engine-level reasons
+        self.success.labels(*self._lv, reason).inc()
         if r.finished_at is not None:
             self.e2e.labels(*self._lv).observe(r.finished_at - r.arrival)
 

@@ -117,7 +117,7 @@ def completion_prompt_ids(tok: SimTokenizer, body: Mapping) -> list[int]:
 
 def parse_job(kind: str, body: Mapping, tok: SimTokenizer, max_model_len: int) -> Job:
     if kind == "chat":
-        prompt_ids = chat_prompt_ids(tok, body)
+        prompt_ids = chat_prompt_ids(tok, body, bool(body.get("add_generation_prompt", True)))
         tools, choice = _tools(body)
         max_tokens = _int(body, "max_completion_tokens", None, 1)
         if max_tokens is None:
