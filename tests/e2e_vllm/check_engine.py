@@ -158,7 +158,7 @@ def check_cache_salt(ctx) -> tuple[bool, str]:
     if not result.ok:
         problems.append(f"adapter warm failed: {result.error}")
     got = {}
-    for salt in ("tenant-y", None, "tenant-x"):
+    for salt in ("tenant-y", "tenant-x", None):     # X before "none": the tiny cache would evict X's tail
         r = stream_chat(ctx.client, ctx.vllm, _body(ctx.model, msgs, agent.tools, salt=salt))
         got[salt or "none"] = r.cached_tokens
     ctx.log(f"   adapter warm for tenant-x; cached_tokens by tenant: {got}")

@@ -65,12 +65,16 @@ def check_workflow(ctx: Ctx) -> tuple[bool, str]:
                                    or k == "agents_gauge"}
     d, p = rows
     errors = d["errors"] + p["errors"]
-    ok = (errors == 0 and p["hit_ratio"] >= d["hit_ratio"] + 0.10 and p["ttft_mean_ms"] < d["ttft_mean_ms"])
+    # Every warmup token vLLM saw must be one the proxy counted as its own (never as client traffic).
+    accounted = abs(p["warmup_tokens_vllm"] - p["warmup_tokens_proxy"]) <= 1024
+    ok = (errors == 0 and accounted and p["hit_ratio"] >= d["hit_ratio"] + 0.10
+          and p["ttft_mean_ms"] < d["ttft_mean_ms"])
     detail = (f"hit ratio direct {d['hit_ratio']:.1%} -> proxy {p['hit_ratio']:.1%} "
               f"(after learning: {d['hit_ratio_late']:.1%} -> {p['hit_ratio_late']:.1%}); "
               f"mean TTFT {d['ttft_mean_ms']:.0f} -> {p['ttft_mean_ms']:.0f} ms; "
               f"warmup tokens vLLM saw {p['warmup_tokens_vllm']:.0f} (proxy counted {p['warmup_tokens_proxy']:.0f}); "
               f"evicted blocks {d['evicted_blocks']:.0f} / {p['evicted_blocks']:.0f}; errors {errors}; "
+              f"{'' if accounted else 'WARMUP TOKENS NOT ACCOUNTED FOR; '}"
               f"proxy agents gauge {proxied.proxy_delta.get('agents_gauge')}")
     return ok, detail
 

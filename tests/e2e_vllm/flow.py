@@ -67,6 +67,7 @@ class RunResult:
             "warmup_tokens_proxy": self.proxy_delta.get("cachescout_warmup_tokens_total", 0.0),
             "evicted_blocks": v.get("vllm:kv_block_idle_before_evict_seconds_count", 0.0),
             "wall_s": self.seconds,
+            "per_turn_cached": " ".join(f"{r.cached_tokens // 32}/{r.prompt_tokens // 32}" for r in self.replies),
         }
 
 

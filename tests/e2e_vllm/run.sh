@@ -11,8 +11,10 @@
 #
 # Env knobs: CACHESCOUT_E2E_CACHE (venv+model cache), CACHESCOUT_E2E_OUT (output dir),
 # CACHESCOUT_E2E_CHECKS (e.g. "1,2"), CACHESCOUT_E2E_BLOCKS (KV blocks of 32 tokens),
-# CACHESCOUT_E2E_READY_TIMEOUT (seconds to wait for vLLM), CACHESCOUT_E2E_KEEP_SERVERS=1 (debug:
-# print the ports and wait for Ctrl-C before stopping).
+# CACHESCOUT_E2E_READY_TIMEOUT (seconds to wait for vLLM), CACHESCOUT_E2E_PROXY_ARGS (extra
+# `cachescout serve` flags, e.g. "--set action_ttl=3"), CACHESCOUT_E2E_CHECK_ARGS (extra checks.py
+# flags, e.g. "--sessions 8 --gap 1.0"), CACHESCOUT_E2E_KEEP_SERVERS=1 (debug: print the ports and
+# wait for Ctrl-C before stopping).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -103,7 +105,7 @@ PPORT="$(free_port)"
 log "starting cachescout serve on 127.0.0.1:$PPORT -> vLLM"
 env CACHESCOUT_UPSTREAM_URL="http://127.0.0.1:$VPORT" CACHESCOUT_HOST=127.0.0.1 CACHESCOUT_PORT="$PPORT" \
     CACHESCOUT_ENGINE="${CACHESCOUT_ENGINE:-vllm}" \
-    setsid "$PROJECT_PY" -m proxy.cli serve >"$OUT/proxy.log" 2>&1 &
+    setsid "$PROJECT_PY" -m proxy.cli serve ${CACHESCOUT_E2E_PROXY_ARGS:-} >"$OUT/proxy.log" 2>&1 &
 PROXY_PID=$!
 PIDS+=("$PROXY_PID")
 wait_http "http://127.0.0.1:$PPORT/readyz" "$PROXY_PID" proxy 60
@@ -119,7 +121,7 @@ fi
 log "running checks"
 set +e
 "$PROJECT_PY" "$HERE/checks.py" --vllm "http://127.0.0.1:$VPORT" --proxy "http://127.0.0.1:$PPORT" \
-  --model tiny-llama --out "$OUT" --checks "${CACHESCOUT_E2E_CHECKS:-1,2,3,4,5}"
+  --model tiny-llama --out "$OUT" --checks "${CACHESCOUT_E2E_CHECKS:-1,2,3,4,5}" ${CACHESCOUT_E2E_CHECK_ARGS:-}
 rc=$?
 set -e
 log "checks finished rc=$rc (output: $OUT)"

