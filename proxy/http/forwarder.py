@@ -183,6 +183,7 @@ class Forwarder:
             if flags["gone"] and task is not None and task.uncancel() == 0:
                 self._end(ctx, "client_disconnect")
                 return CLIENT_GONE
+            self._end(ctx, "cancelled")  # e.g. shutdown grace exceeded: keep the observer's books right
             raise
         finally:
             flags["done"] = True
