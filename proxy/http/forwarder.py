@@ -181,9 +181,9 @@ class Forwarder:
             return await self._relay(scope, send, body, ctx, route, started, flags)
         except asyncio.CancelledError:
             if flags["gone"] and task is not None and task.uncancel() == 0:
-                self._end(ctx, "client_disconnect")
+                self._end(ctx, "client_disconnect", flags)
                 return CLIENT_GONE
-            self._end(ctx, "cancelled")  # e.g. shutdown grace exceeded: keep the observer's books right
+            self._end(ctx, "cancelled", flags)  # e.g. shutdown grace exceeded: keep the observer's books right
             raise
         finally:
             flags["done"] = True
@@ -204,7 +204,7 @@ class Forwarder:
             self.metrics.upstream_error(kind)
             status, type_, code = UPSTREAM_FAILURES[kind]
             log.warning("upstream %s error for %s %s: %s", kind, scope["method"], scope["path"], exc or type(exc).__name__)
-            self._end(ctx, f"upstream_{kind}")
+            self._end(ctx, f"upstream_{kind}", flags)
             await send_error(send, status, f"upstream {kind} error: {exc or type(exc).__name__}", type_, code)
             return status
 
@@ -243,12 +243,12 @@ class Forwarder:
                 self.metrics.upstream_error(kind)
                 log.warning("upstream %s error mid-response for %s %s: %s; cutting the client connection",
                             kind, scope["method"], scope["path"], exc or type(exc).__name__)
-                self._end(ctx, f"upstream_{kind}")
+                self._end(ctx, f"upstream_{kind}", flags)
                 return status  # returning without the final body message makes the server close the socket
             if not finished:
                 flags["done"] = True  # the final send wakes the watcher; it must not cancel us now
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
-            self._end(ctx, None)
+            self._end(ctx, None, flags)
             return status
         finally:
             await response.aclose()
@@ -279,9 +279,11 @@ class Forwarder:
             self._urls[key] = url
         return url
 
-    def _end(self, ctx: RequestContext | None, error: str | None) -> None:
-        if ctx is None:
+    def _end(self, ctx: RequestContext | None, error: str | None, flags: dict) -> None:
+        """on_response_end, exactly once per request."""
+        if ctx is None or flags.get("ended"):
             return
+        flags["ended"] = True
         try:
             self.observer.on_response_end(ctx, error, self.clock())
         except Exception:  # noqa: BLE001

@@ -418,3 +418,49 @@ async def test_upstream_failure_mid_stream_cuts_the_client() -> None:
         metrics = (await client.get("/metrics")).text
     assert obs.calls[-1] == ("end", "upstream_protocol")
     assert 'cachescout_upstream_errors_total{kind="protocol"} 1.0' in metrics
+
+
+async def test_client_disconnect_ends_observer_once_and_closes_upstream() -> None:
+    """Drive the ASGI app directly: the client disconnects while the engine is still streaming."""
+    import asyncio
+
+    closed = asyncio.Event()
+
+    class Slow(httpx.AsyncByteStream):
+        async def __aiter__(self):
+            yield b"data: 1\n\n"
+            await asyncio.sleep(30)
+            yield b"data: never\n\n"
+
+        async def aclose(self) -> None:
+            closed.set()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=Slow())
+
+    obs = Recorder()
+    async with proxied(httpx.MockTransport(handler), observer=obs) as (_, app):
+        disconnect = asyncio.Event()
+        messages = [{"type": "http.request", "body": b"{}", "more_body": False}]
+        sent: list[dict] = []
+
+        async def receive() -> dict:
+            if messages:
+                return messages.pop(0)
+            await disconnect.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+            if message.get("body") == b"data: 1\n\n":
+                disconnect.set()
+
+        scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
+                 "query_string": b"", "headers": [(b"content-type", b"application/json")], "asgi": {"version": "3.0"}}
+        await asyncio.wait_for(app(scope, receive, send), timeout=5)
+        metrics = app.state.metrics.render()[0].decode()
+    assert closed.is_set()
+    assert [c for c in obs.calls if c[0] == "end"] == [("end", "client_disconnect")]
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+    assert 'cachescout_requests_total{code_class="4xx",route="/v1/chat/completions"} 1.0' in metrics
+    assert "cachescout_inflight_requests 0.0" in metrics
