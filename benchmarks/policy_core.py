@@ -1,6 +1,7 @@
 """Benchmark of the pure policy core (not a test): observe+plan latency and learned-state size.
 
     .venv/bin/python benchmarks/policy_core.py [--agents 64] [--sessions 1000] [--requests 20000]
+                                               [--repeat 3] [--wall]
 
 Workload: one tenant, ``--agents`` agents whose anchors are 24 blocks of 16 tokens; each of
 ``--sessions`` live sessions follows a selector-style chain (a supervisor picks a worker, the
@@ -11,6 +12,9 @@ separately). Views are prebuilt with view_from_blocks so the timing is the core'
 chat canonicaliser (view_from_openai) is timed on its own for reference. The shadow's capacity is
 set so anchors do get evicted and the planner has real work. Also prints the JSON snapshot size
 after learning a 24-agent workload (paper: < 25 KB).
+
+Timing is per-thread CPU time by default: on a shared machine wall time mostly measures the
+other tenants. A calibration loop and the load average are printed so runs can be compared.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import random
 import statistics
 import sys
@@ -38,7 +43,19 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def run_latency(n_agents: int, n_sessions: int, n_requests: int, seed: int) -> dict:
+def calibration_us() -> float:
+    """Time of a fixed pure-Python loop (1,000 dict stores), to compare machines and load."""
+    best = float("inf")
+    for _ in range(20):
+        t0 = time.thread_time()
+        d = {}
+        for i in range(1000):
+            d[i] = i
+        best = min(best, time.thread_time() - t0)
+    return round(best * 1e6, 1)
+
+
+def run_latency(n_agents: int, n_sessions: int, n_requests: int, seed: int, clock=time.thread_time) -> dict:
     rng = random.Random(seed)
     cfg = PolicyConfig(residency_capacity_tokens=BLOCK_TOKENS * (ANCHOR * n_agents // 2 + 4000),
                        max_sessions=max(4096, 2 * n_sessions))
@@ -68,18 +85,18 @@ def run_latency(n_agents: int, n_sessions: int, n_requests: int, seed: int) -> d
         view = view_from_blocks("", ids, BLOCK_TOKENS, anchor_blocks=ANCHOR, session_id=f"s{sid}",
                                 anchor_payload=payload, context_payload=payload)
         t += 0.001
-        t0 = time.perf_counter()
+        t0 = clock()
         obs = policy.observe_request(view, t)
         actions = policy.plan(t, EngineLoad())
-        t1 = time.perf_counter()
+        t1 = clock()
         for a in actions:
             policy.record_action_result(a, True, t)
         pending.append(obs.request_id)
         if len(pending) > 8:
             rid = pending.pop(0)
-            t2 = time.perf_counter()
+            t2 = clock()
             policy.observe_response(rid, ResponseOutcome("stop"), t)
-            t3 = time.perf_counter()
+            t3 = clock()
             if i >= warm_n:
                 respond.append(t3 - t2)
         if i >= warm_n:
@@ -125,9 +142,9 @@ def chat_view_cost(n: int = 2000) -> dict:
             "tools": [{"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}}]}
     times = []
     for _ in range(n):
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         view_from_openai("/v1/chat/completions", body, {})
-        times.append(time.perf_counter() - t0)
+        times.append(time.thread_time() - t0)
     return {"chars": len(json.dumps(body)), "p50_us": round(pct(times, 0.5) * 1e6, 1),
             "p99_us": round(pct(times, 0.99) * 1e6, 1)}
 
@@ -138,11 +155,23 @@ def main() -> int:
     ap.add_argument("--sessions", type=int, default=1000)
     ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=3, help="independent runs (the machine is shared)")
+    ap.add_argument("--wall", action="store_true", help="time with perf_counter instead of CPU time")
     args = ap.parse_args()
     gc.collect()
-    out = {"latency": run_latency(args.agents, args.sessions, args.requests, args.seed),
+    clock = time.perf_counter if args.wall else time.thread_time
+    runs = []
+    for r in range(args.repeat):
+        runs.append(run_latency(args.agents, args.sessions, args.requests, args.seed + r, clock))
+    best = min(runs, key=lambda x: x["observe_plan_us"]["p99"])
+    out = {"clock": "wall" if args.wall else "thread CPU time",
+           "calibration_1000_dict_stores_us": calibration_us(),
+           "loadavg": list(os.getloadavg()),
+           "latency_best_of_runs": best,
+           "p99_each_run_us": [x["observe_plan_us"]["p99"] for x in runs],
+           "p50_each_run_us": [x["observe_plan_us"]["p50"] for x in runs],
            "snapshot_24_agents": snapshot_size(24, args.seed),
-           "view_from_openai_6KB": chat_view_cost()}
+           "view_from_openai_3_8KB": chat_view_cost()}
     print(json.dumps(out, indent=2))
     return 0
 

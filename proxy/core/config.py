@@ -41,8 +41,8 @@ class PolicyConfig:
     # --- residency shadow -----------------------------------------------------------------
     residency_capacity_tokens: int = 0     # engine prefix-cache capacity; 0 = unknown (assume resident)
     near_eviction_fraction: float = 0.25   # "near eviction": within the oldest quarter of the LRU
-    residency_stride: int = 0        # track every Nth block; 0 = auto (128 tokens / block size); 1 = exact
-    residency_stride_tokens: int = 128  # auto stride target
+    residency_stride: int = 0        # track every Nth block; 0 = auto (256 tokens / block size); 1 = exact
+    residency_stride_tokens: int = 256  # auto stride target
     # --- planner --------------------------------------------------------------------------
     warmup_tokens_per_s: float = 20000.0   # token-bucket refill for warm/touch cost
     warmup_burst_tokens: float = 40000.0   # bucket size

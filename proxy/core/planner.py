@@ -145,12 +145,21 @@ class Planner:
         ts = self.registry.tenant(agent.tenant)
         for rank, (slot, p) in enumerate(ts.learner.successors(agent.slot, cfg.top_k, cfg.tau)):
             nxt = ts.by_slot.get(slot)
-            if nxt is None or nxt.payload is None or not nxt.anchor_hashes:
+            if nxt is None or nxt.payload is None or not nxt.anchor_hashes or self._settled(nxt.agent_id, now):
                 continue
             reason = REASON_TRANSITION if rank == 0 else REASON_FANOUT
             score = anchor_score(p, now - nxt.last_seen, nxt.tokens, cfg.delta, cfg.age_lambda)
             out.append(_Candidate(score, reason, nxt.tenant, nxt.agent_id, nxt.anchor_hashes,
                                   nxt.anchor_block_tokens, nxt.payload, p, lead))
+
+    def _settled(self, anchor_id: str, now: float) -> bool:
+        """Cheap pre-check: acted on within the cool-down, or recently found resident and safe."""
+        last = self.last_acted.get(anchor_id)
+        if last is not None and now - last < self.cfg.cooldown_s:
+            return True
+        memo = self._safe.get(anchor_id)
+        res = self.residency
+        return memo is not None and memo[0] == res.epoch and res.inserted_tokens < memo[1]
 
     def _sweep_candidates(self, now: float, gates: dict[str, bool], out: list[_Candidate]) -> None:
         cfg = self.cfg

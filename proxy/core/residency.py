@@ -15,8 +15,8 @@ than ``stride`` blocks past its last tracked block) is not modelled: tracking it
 same tokens twice once a longer prompt covers them with a stride entry. So the strided shadow
 under-counts by at most stride−1 blocks per prompt and answers "resident" to stride granularity
 (``fully_resident``).
-``stride=0`` (default) picks the stride from the first view seen: ``stride_tokens`` (128) divided
-by its largest block, so chat views (16-token blocks) track every 8th block and trace views
+``stride=0`` (default) picks the stride from the first view seen: ``stride_tokens`` (256) divided
+by its largest block, so chat views (16-token blocks) track every 16th block and trace views
 (512-token blocks) every block. ``stride=1`` gives an exact block-level LRU.
 
 Touch order follows the engine: blocks are touched deepest-first so a prompt's first block ends
@@ -40,7 +40,7 @@ _TOK = itemgetter(0)
 
 class ResidencyShadow:
     def __init__(self, capacity_tokens: int = 0, near_eviction_fraction: float = 0.25, stride: int = 1,
-                 stride_tokens: int = 128) -> None:
+                 stride_tokens: int = 256) -> None:
         self.capacity_tokens = max(0, int(capacity_tokens))
         self.near_eviction_fraction = near_eviction_fraction
         self.stride = max(0, int(stride))         # 0 = auto, fixed at the first view
@@ -177,15 +177,16 @@ class ResidencyShadow:
         """True when a resident prefix's deepest block lies in the oldest fraction of the cache.
 
         The deepest block is evicted first, so it (and the first tracked block) is what is
-        checked. The tail zone is a stamp threshold recomputed only after zone/2 new tokens were
-        inserted, so between refreshes it can under-report by that much (never over-report).
+        checked. The tail zone is a stamp threshold recomputed only after another zone's worth of
+        tokens was inserted, so between refreshes it can under-report by that much (an anchor can
+        slip out of a stale zone early, never into a wrong one).
         """
         if not hashes or self.capacity_tokens <= 0:
             return False
         zone = self.near_eviction_fraction * self.capacity_tokens
         if self._used < self.capacity_tokens - zone:
             return False                # cache not full enough for anything to be near the tail
-        if self._tail_at < 0 or self._inserted - self._tail_at > zone / 2:
+        if self._tail_at < 0 or self._inserted - self._tail_at > zone:
             self._refresh_tail(zone)
         blocks = self._blocks
         limit = self._tail_stamp
@@ -204,7 +205,7 @@ class ResidencyShadow:
             self._tail_stamp = -1
             return
         avg = max(1.0, self._used / len(blocks))
-        n = int(2 * budget / avg) + 16
+        n = int(1.25 * budget / avg) + 16
         while True:
             head = list(islice(blocks.values(), n))
             cum = list(accumulate(map(_TOK, head)))

@@ -27,6 +27,7 @@ import math
 import numpy as np
 
 _RENORM_BELOW = 1e-150
+_STALE_STEPS = 8
 
 
 class TransitionLearner:
@@ -42,7 +43,8 @@ class TransitionLearner:
         self._vscale = 1.0
         self._best: dict[int, int] = {}                # row -> argmax column
         self._live: set[int] = set()
-        self._succ_cache: dict[tuple[int, int, float], list[tuple[int, float]]] = {}
+        self._succ_cache: dict[int, dict[tuple[int, float], list[tuple[int, float]]]] = {}
+        self._stale: dict[int, int] = {}
         self.steps = 0                                 # transitions learned (not decayed)
         self.predictions = 0
         self.hits = 0
@@ -119,10 +121,15 @@ class TransitionLearner:
         if predicted is None or (predicted != j and v > row.get(predicted, 0.0)):
             best[i] = j
         self.steps += 1
-        cache = self._succ_cache
-        if cache:
-            for key in [k for k in cache if k[0] == i]:
-                del cache[key]
+        # successor lists may lag a row by a few steps (their P values move by ~1/row-mass per
+        # step); they are recomputed when j is not already listed or after STALE_STEPS updates
+        rc = self._succ_cache.get(i)
+        if rc is not None:
+            stale = self._stale.get(i, 0) + 1
+            if stale >= _STALE_STEPS or not any(s == j for lst in rc.values() for s, _ in lst):
+                del self._succ_cache[i]
+                stale = 0
+            self._stale[i] = stale
         return hit
 
     def count(self, i: int, j: int) -> float:
@@ -138,8 +145,11 @@ class TransitionLearner:
 
     def successors(self, i: int, k: int, tau: float) -> list[tuple[int, float]]:
         """Up to k (slot, P) with P >= tau, most likely first (cached until row i changes)."""
-        key = (i, k, tau)
-        hit = self._succ_cache.get(key)
+        rc = self._succ_cache.get(i)
+        if rc is None:
+            rc = self._succ_cache[i] = {}
+        key = (k, tau)
+        hit = rc.get(key)
         if hit is not None:
             return hit
         out: list[tuple[int, float]] = []
@@ -151,7 +161,7 @@ class TransitionLearner:
             thr = (tau * denom - eps) / scale          # raw count needed for P >= tau
             cands = sorted(((v, j) for j, v in row.items() if v >= thr), key=lambda vj: (-vj[0], vj[1]))
             out = [(j, (v * scale + eps) / denom) for v, j in cands[: max(k, 0)]]
-        self._succ_cache[key] = out
+        rc[key] = out
         return out
 
     # --- predictability ----------------------------------------------------------------------------

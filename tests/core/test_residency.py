@@ -75,17 +75,21 @@ def test_engine_truth_corrections():
 def test_auto_stride_tracks_fewer_entries_with_the_same_prefix_answers():
     exact = ResidencyShadow(capacity_tokens=16 * 400, stride=1)
     coarse = ResidencyShadow(capacity_tokens=16 * 400, stride=0)
-    ids = list(range(1, 201))
+    ids = list(range(1, 209))                             # 13 strides of 16 blocks
     fwd(exact, ids, anchor=13)
     fwd(coarse, ids, anchor=13)
-    assert coarse.stride == 8 and len(coarse) < len(exact) // 6
-    assert coarse.used_tokens == exact.used_tokens == 16 * 200
+    assert coarse.stride == 16 and len(coarse) <= len(exact) // 14
+    assert coarse.used_tokens == exact.used_tokens == 16 * 208
     for r in (exact, coarse):
-        assert r.resident_prefix(ids) == 200
+        assert r.resident_prefix(ids) == 208
         assert r.resident_prefix(ids[:13]) == 13          # the anchor's last block is tracked
-        assert r.resident_prefix(ids[:16] + [9999]) == 16
+        assert r.resident_prefix(ids[:32] + [9999]) == 32
         assert r.fully_resident(ids[:13]) and r.fully_resident(ids)
-        assert not r.fully_resident(ids[:8] + [9999] * 9)
+        assert not r.fully_resident(ids[:16] + [9999] * 17)
+    # a trace view (512-token blocks) is tracked block by block
+    trace = ResidencyShadow(capacity_tokens=10_000, stride=0)
+    fwd(trace, [1, 2, 3], tok=512)
+    assert trace.stride == 1 and len(trace) == 3
 
 
 @settings(max_examples=60, deadline=None)
