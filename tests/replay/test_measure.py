@@ -104,3 +104,16 @@ def test_grouped_cache_evicts_the_lowest_scored_group_head_deepest_first():
     assert cache.match_prefix((3, 4)) == 1 and cache.match_prefix((1, 2)) == 2
     assert cache.access((3, 4, 6), ["drop"] * 3, 3.0) == 1
     assert len(cache) == 4
+
+
+def test_early_share_compares_lead_time_with_the_actions_prefill_time():
+    rec, pool = _rec(), BlockPool(256)
+    chain, toks = tuple(range(1, 101)), (16,) * 100         # 1600 tokens: ~0.11 s to prefill
+    need = COST.chunk_s(0, 1600)
+    execute_on_pool(pool, rec, COST, 0.0, "warm", "transition", chain, toks)
+    rec.request(0, need / 2, chain, toks, pool.access(chain, need / 2))       # too soon to have helped
+    execute_on_pool(pool, rec, COST, 10.0, "touch", "hint", chain, toks)
+    rec.request(1, 10.0 + 2 * need, chain, toks, pool.access(chain, 10.0 + 2 * need))
+    sig = rec.signal_summary(0.0)
+    assert sig["transition"]["early_share"] == 0.0 and sig["transition"]["conversion"] == 1.0
+    assert sig["hint"]["early_share"] == 1.0

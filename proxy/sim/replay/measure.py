@@ -5,8 +5,9 @@ paused on a tool, a fan-out, a retention hint) and each can pay or not on its ow
 essay this evaluator is built on, each signal type is judged by
 - conversion: token-weighted share of the tokens an action warmed/touched/retained that served a
   real request's prefix hit before being evicted;
-- lead time: from the action to the request it served, set against the prefill time it saved (a
-  signal helps only when it arrives at least that much before the demand);
+- lead time: from the action to the request it served, set against the prefill time of the chain
+  the action kept or warmed (a signal helps only when it arrives at least that much before the
+  demand: the "early share" of converted tokens);
 - yield: prefill seconds saved − warmup prefill seconds − pollution (prefill seconds of hits other
   requests lost relative to LRU, shared across signal types by acted tokens).
 
@@ -36,7 +37,7 @@ class SignalTally:
     saved_s: float = 0.0
     leads: list[float] = field(default_factory=list)          # seconds, one per converted mark
     lead_weights: list[int] = field(default_factory=list)     # tokens of that mark
-    early_tokens: int = 0          # converted tokens whose lead time >= the prefill time they saved
+    early_tokens: int = 0          # converted tokens whose lead time >= the prefill time of the action's chain
 
 
 class RunRecorder:
@@ -53,7 +54,7 @@ class RunRecorder:
         self.arrival = np.zeros(n_requests)
         self.action_jobs: list[tuple[float, float]] = []     # (time, engine seconds) of executed actions
         self.signals: dict[str, SignalTally] = defaultdict(SignalTally)
-        self._marks: dict[int, list[tuple[str, float, int]]] = {}   # block -> [(reason, t, tokens)]
+        self._marks: dict[int, list[tuple[str, float, int, float]]] = {}  # block -> [(reason, t, tokens, need s)]
         self.actions_by_kind: dict[str, int] = defaultdict(int)
         self.unsupported = 0
 
@@ -76,7 +77,7 @@ class RunRecorder:
             pending = marks.pop(h, None)
             if pending is None or j >= hit:
                 continue                      # a miss on a marked block: it was evicted, no credit
-            for reason, t_act, tok in pending:
+            for reason, t_act, tok, need in pending:
                 s = self.signals[reason]
                 saved = per_tok * tok
                 s.converted_tokens += tok
@@ -84,7 +85,7 @@ class RunRecorder:
                 lead = t - t_act
                 s.leads.append(lead)
                 s.lead_weights.append(tok)
-                if lead >= saved:
+                if lead >= need:
                     s.early_tokens += tok
 
     # ------------------------------------------------------------------ actions
@@ -100,12 +101,13 @@ class RunRecorder:
             self.action_jobs.append((t, service_s))
         marks = self._marks
         acted = 0
+        need = self.cost.chunk_s(0, sum(tokens[:resident_after]))   # prefill time of what it keeps
         for j in range(resident_after):
             h = hashes[j]
             tok = tokens[j]
             if j >= resident_before:
                 marks.pop(h, None)            # it had been evicted: older marks are void
-            marks.setdefault(h, []).append((reason, t, tok))
+            marks.setdefault(h, []).append((reason, t, tok, need))
             acted += tok
         s.acted_tokens += acted
 

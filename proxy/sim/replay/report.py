@@ -100,7 +100,7 @@ def markdown(results: dict, meta: dict) -> str:
     md.append("Definitions: hit rate = prefix-hit tokens / prompt tokens (blocks: hit blocks / block accesses); "
               "gap closed = (policy − lru) / (belady − lru); conversion = acted tokens that served a real hit "
               "before eviction / acted tokens; early share = converted tokens whose lead time ≥ the prefill time "
-              "they saved; yield = saved − action cost − pollution (lost hits vs LRU, shared by acted tokens). "
+              "of the chain the action kept or warmed; yield = saved − action cost − pollution (lost hits vs LRU, shared by acted tokens). "
               "TTFT: FIFO prefill server over the cost model; req/s @ budget: largest rate (arrival times "
               "compressed) keeping p99 TTFT within the budget.")
     if meta.get("plots_note"):
