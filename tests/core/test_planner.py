@@ -262,3 +262,28 @@ def test_planner_never_breaks_budgets(evs, per_tick, concurrent, r_min):
             assert len(live) <= concurrent + per_tick
     total = sum(c for _, c in spent)
     assert total <= cfg.warmup_burst_tokens + cfg.warmup_tokens_per_s * now + 1e-6
+
+
+def _paused_after_tool_calls(prefill_tokens_per_s):
+    """Agent 0 ends with tool_calls and its session comes back 0.5 s later, every time."""
+    w = Workload(ScoutPolicy(quiet_config(residency_capacity_tokens=16 * 60,
+                                          prefill_tokens_per_s=prefill_tokens_per_s)))
+    now = 0.0
+    for s in range(8):
+        for agent in (0, 1, 2):
+            w.step(agent, f"l{s}", now, finish="tool_calls" if agent == 0 else "stop", dur=0.1)
+            now += 0.6                                     # response at +0.1, next request at +0.6
+    w.policy.plan(now + 100)
+    now = fresh(w, now + 200)
+    w.step(0, "live", now, finish="tool_calls", dur=0.1)   # paused at now+0.1, back ~now+0.6
+    w.junk(16 * 80, now + 0.1)                             # evicts its context and every anchor
+    return w, w.policy.plan(now + 0.11)
+
+
+def test_min_lead_time_blocks_warms_that_cannot_finish_before_the_demand():
+    w, fast = _paused_after_tool_calls(prefill_tokens_per_s=5000.0)    # 144 tokens: 29 ms < 0.49 s
+    agent0 = w.policy.agents.tenant("").by_slot[0]
+    assert list(agent0.tool_gaps) == [0.5] * 8
+    assert {(a.kind, a.reason) for a in fast} == {("warm", REASON_TRANSITION), ("warm", REASON_TOOL_RESUME)}
+    _, slow = _paused_after_tool_calls(prefill_tokens_per_s=100.0)     # 128 tokens: 1.3 s > 0.49 s
+    assert slow == []
