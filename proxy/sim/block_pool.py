@@ -34,6 +34,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
+from proxy.sim.free_queue import PriorityFreeQueue
+
 EVICTION_MODES = ("lru", "priority")
 
 
@@ -72,9 +74,9 @@ class BlockPool:
         self.retention_seconds = float(retention_seconds)
         self._ref: dict[Hashable, int] = {}           # resident hashed block -> ref count
         self._free: OrderedDict = OrderedDict()       # lru: free slots (hash or anon key), head = next victim
-        self._buckets: dict[int, OrderedDict] = {}    # priority: prio -> OrderedDict[key -> (last, seq)]
+        self._pq = PriorityFreeQueue(self.retention_seconds) if eviction == "priority" else None
         self._meta: dict[Hashable, tuple[int, float]] = {}  # priority: key -> (prio, last access)
-        self._seq = 0
+        self._access_seq = 0
         self._empty = self.capacity                   # never-used slots (the head of vLLM's queue)
         self._held: dict[Hashable, list] = {}         # req_id -> keys it holds, in prefix order
         self._anon = 0                                # counter for unhashed (partial/decode) blocks
@@ -110,22 +112,9 @@ class BlockPool:
 
     def eviction_order(self, now: float = 0.0) -> list:
         """Free blocks in the order they would be evicted (for tests and debugging; O(n log n))."""
-        if self.eviction == "lru":
+        if self._pq is None:
             return list(self._free)
-        items = []
-        for prio, bucket in self._buckets.items():
-            for key, (last, seq) in bucket.items():
-                items.append((self._effective(prio, last, now), last, seq, key))
-        items.sort(key=lambda t: t[:3])
-        return [t[3] for t in items]
-
-    def enable_block_times(self) -> None:
-        """Record ("idle_before_evict" | "lifetime" | "reuse_gap", seconds) samples per block."""
-        self._times = {}
-
-    def drain_time_samples(self) -> list[tuple[str, float]]:
-        out, self.time_samples = self.time_samples, []
-        return out
+        return self._pq.ordered(now)
 
     # ------------------------------------------------------------------ request lifecycle
     def allocate(self, req_id: Hashable, hashes: Sequence[Hashable], now: float, priority: int = 0,
@@ -218,8 +207,12 @@ class BlockPool:
     def access(self, hashes: Sequence[Hashable], now: float, priority: int = 0) -> int:
         """Allocate + free at once (request granularity): returns the prefix-hit block count.
         A request longer than the pool keeps only its first `capacity - held` blocks."""
-        if self.eviction != "lru" or self._held or self.listener is not None or self._times is not None:
+        if self._held or self.listener is not None or self._times is not None:
             return self._access_general(hashes, now, priority)
+        if len(set(hashes)) != len(hashes):   # chained hashes never repeat; stay exact if they do
+            hashes = list(dict.fromkeys(hashes))
+        if self._pq is not None:
+            return self._access_priority(hashes, now, priority)
         ref = self._ref
         free = self._free
         hit = 0
@@ -257,7 +250,8 @@ class BlockPool:
             return False
         self._ref.clear()
         self._free.clear()
-        self._buckets.clear()
+        if self._pq is not None:
+            self._pq.clear()
         self._meta.clear()
         self._empty = self.capacity
         if self._times is not None:
@@ -272,7 +266,8 @@ class BlockPool:
         uniq = list(dict.fromkeys(hashes))
         if len(uniq) > room:
             uniq = uniq[: max(room, 0)]
-        key = ("__access__", self._seq)
+        self._access_seq += 1
+        key = ("__access__", self._access_seq)
         hit = self.allocate(key, uniq, now, priority)
         if hit is None:                       # only possible when everything is pinned
             self.queries += len(hashes)
@@ -281,10 +276,47 @@ class BlockPool:
         self.free(key, now)
         return hit
 
+    def _access_priority(self, hashes: Sequence[Hashable], now: float, priority: int) -> int:
+        """`access()` for priority mode with nothing held: allocate + free in one pass."""
+        ref, meta, pq, ret = self._ref, self._meta, self._pq, self.retention_seconds
+        hit = 0
+        for h in hashes:
+            if h not in ref:
+                break
+            hit += 1
+        self.queries += len(hashes)
+        self.hits += hit
+        if len(hashes) > self.capacity:
+            hashes = hashes[: self.capacity]
+        prios = []
+        misses = 0
+        for h in hashes:                      # touch: out of the free queue, priority = max(live, new)
+            if h in ref:
+                p, last = meta[h]
+                pq.remove(h, p)
+                del ref[h]
+                if p != 0 and now - last >= ret:
+                    p = 0
+                prios.append(p if p > priority else priority)
+            else:
+                misses += 1
+                prios.append(priority)
+        take = min(misses, self._empty)
+        self._empty -= take
+        if misses > take:
+            for victim in pq.pop_victims(misses - take, now):
+                if victim in ref:
+                    del ref[victim]
+                    self.evictions += 1
+                meta.pop(victim, None)
+        for h, p in zip(reversed(hashes), reversed(prios)):   # deepest first
+            meta[h] = (p, now)
+            pq.push(h, p, now)
+            ref[h] = 0
+        return hit
+
     def _free_len(self) -> int:
-        if self.eviction == "lru":
-            return len(self._free)
-        return sum(len(b) for b in self._buckets.values())
+        return len(self._free) if self._pq is None else len(self._pq)
 
     def _take_slot(self, now: float) -> None:
         if self._empty > 0:
@@ -337,41 +369,22 @@ class BlockPool:
         self._meta[key] = (max(self._effective(prio, last, now), priority), now)
 
     def _push_free(self, key: Hashable, now: float) -> None:
-        if self.eviction == "lru":
+        if self._pq is None:
             self._free[key] = None
             return
         prio, last = self._meta.get(key, (0, now))
         if prio != 0 and now - last >= self.retention_seconds:
             prio = 0
         self._meta[key] = (prio, now)          # finishing counts as an access (SGLang insert)
-        self._seq += 1
-        self._buckets.setdefault(prio, OrderedDict())[key] = (now, self._seq)
+        self._pq.push(key, prio, now)
 
     def _remove_free(self, key: Hashable) -> None:
-        if self.eviction == "lru":
+        if self._pq is None:
             del self._free[key]
-            return
-        prio = self._meta[key][0]
-        bucket = self._buckets[prio]
-        del bucket[key]
-        if not bucket:
-            del self._buckets[prio]
+        else:
+            self._pq.remove(key, self._meta[key][0])
 
     def _pop_victim(self, now: float) -> Hashable:
-        if self.eviction == "lru":
+        if self._pq is None:
             return self._free.popitem(last=False)[0]
-        best = None
-        best_key = None
-        for prio, bucket in self._buckets.items():
-            key, (last, seq) = next(iter(bucket.items()))
-            cand = (self._effective(prio, last, now), last, seq)
-            if best is None or cand < best:
-                best, best_key = cand, (prio, key)
-        if best_key is None:
-            raise RuntimeError("no free block to evict")
-        prio, key = best_key
-        bucket = self._buckets[prio]
-        del bucket[key]
-        if not bucket:
-            del self._buckets[prio]
-        return key
+        return self._pq.pop_victim(now)
