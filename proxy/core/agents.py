@@ -133,6 +133,7 @@ class AgentRegistry:
                 slot: int | None = None) -> Agent:
         if len(self.by_id) >= self.config.max_agents:
             self._evict_one(now)
+            self.tenants.setdefault(ts.tenant, ts)   # its last agent may just have gone
         if slot is None:
             slot = ts.alloc_slot()
         else:
@@ -159,6 +160,8 @@ class AgentRegistry:
         ts.free_slots.append(agent.slot)
         self.by_id.pop(agent.agent_id, None)
         self.evictions += 1
+        if not ts.agents:
+            del self.tenants[agent.tenant]      # bounded tenants too (salts can be per user)
         if self.on_evict is not None:
             self.on_evict(agent)
 

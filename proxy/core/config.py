@@ -43,6 +43,7 @@ class PolicyConfig:
     near_eviction_fraction: float = 0.25   # "near eviction": within the oldest quarter of the LRU
     residency_stride: int = 0        # track every Nth block; 0 = auto (256 tokens / block size); 1 = exact
     residency_stride_tokens: int = 256  # auto stride target
+    residency_max_entries: int = 500_000  # memory bound on tracked blocks (~100 MB worst case)
     # --- planner --------------------------------------------------------------------------
     warmup_tokens_per_s: float = 20000.0   # token-bucket refill for warm/touch cost
     warmup_burst_tokens: float = 40000.0   # bucket size

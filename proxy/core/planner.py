@@ -1,7 +1,7 @@
 """Planner: turns predictions, residency and budgets into Touch / Warm / Retain actions.
 
-Event-driven so plan() stays O(changed sessions): observe_request/observe_response mark a
-session dirty; plan() looks only at dirty sessions' predicted successors (reason ``transition``
+Event-driven so plan() stays O(changed sessions): a request (and a response that ends in
+``tool_calls``) marks its session dirty; plan() looks only at dirty sessions' predicted successors (reason ``transition``
 for the top-1, ``fanout`` for further successors with P >= τ) and at sessions paused on
 ``tool_calls`` (reason ``tool_resume``), plus, at most every ``sweep_interval_s``, the
 survival-ranked anchors of all live sessions (reason ``hint``: protective touches and, when

@@ -23,7 +23,8 @@ class ScoutPolicy:
     def __init__(self, config: PolicyConfig | None = None) -> None:
         self.config = cfg = config or PolicyConfig()
         self.residency = ResidencyShadow(cfg.residency_capacity_tokens, cfg.near_eviction_fraction,
-                                         cfg.residency_stride, cfg.residency_stride_tokens)
+                                         cfg.residency_stride, cfg.residency_stride_tokens,
+                                         cfg.residency_max_entries)
         self.agents = AgentRegistry(cfg)
         self.sessions = SessionTracker(cfg)
         self.agents.on_evict = self.sessions.forget_agent
@@ -68,7 +69,9 @@ class ScoutPolicy:
         if session is None:
             return                      # a warmup, or forgotten (bounded)
         self.sessions.record_response(session, outcome.finish_reason, outcome.assistant_payload, now)
-        if session.key in self.sessions.sessions:
+        # the successors were already planned for when the request came in; a response only
+        # brings something new when the session now waits on its tools (tool_resume)
+        if outcome.finish_reason == "tool_calls" and session.key in self.sessions.sessions:
             self.planner.dirty[session.key] = None
 
     # --- outputs -----------------------------------------------------------------------------------

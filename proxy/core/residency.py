@@ -21,8 +21,8 @@ by its largest block, so chat views (16-token blocks) track every 16th block and
 
 Touch order follows the engine: blocks are touched deepest-first so a prompt's first block ends
 most recently used and the tail of a prefix is evicted first. With capacity 0 (unknown) nothing is
-ever evicted and nothing counts as near eviction: the planner then only warms anchors it never
-saw forwarded.
+evicted for capacity (only beyond ``max_entries``, a memory bound) and nothing counts as near
+eviction: the planner then only warms anchors it never saw forwarded.
 """
 
 from __future__ import annotations
@@ -40,12 +40,13 @@ _TOK = itemgetter(0)
 
 class ResidencyShadow:
     def __init__(self, capacity_tokens: int = 0, near_eviction_fraction: float = 0.25, stride: int = 1,
-                 stride_tokens: int = 256) -> None:
+                 stride_tokens: int = 256, max_entries: int = 500_000) -> None:
         self.capacity_tokens = max(0, int(capacity_tokens))
         self.near_eviction_fraction = near_eviction_fraction
         self.stride = max(0, int(stride))         # 0 = auto, fixed at the first view
         self.stride_tokens = max(1, int(stride_tokens))
         self.epoch = 0                            # bumped by engine truth (invalidates verdicts)
+        self.max_entries = max(1, int(max_entries))   # memory bound, also while capacity is unknown
         self.usage_ratio: float | None = None
         # hash -> (tokens, stamp); first = LRU end; LRU order == stamp order
         self._blocks: OrderedDict[int, tuple[int, int]] = OrderedDict()
@@ -135,10 +136,13 @@ class ResidencyShadow:
 
     def _evict(self) -> None:
         cap = self.capacity_tokens
-        if cap <= 0:
-            return
         blocks = self._blocks
-        while self._used > cap and blocks:
+        if cap <= 0:
+            while len(blocks) > self.max_entries:
+                _, (t, _s) = blocks.popitem(last=False)
+                self._used -= t
+            return
+        while (self._used > cap or len(blocks) > self.max_entries) and blocks:
             _, (t, _s) = blocks.popitem(last=False)
             self._used -= t
             self.evicted_tokens += t

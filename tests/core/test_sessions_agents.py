@@ -107,3 +107,18 @@ def test_tenants_are_isolated():
     assert p.stats().transitions == 0                     # same session id, different tenants
     assert set(p.stats().predictability_by_tenant) == {"", "t2"}
     json.dumps(p.snapshot())
+
+
+def test_per_user_salts_do_not_grow_state_without_bound():
+    p = ScoutPolicy(PolicyConfig(max_agents=4, max_sessions=8, residency_max_entries=50, residency_stride=1))
+    for k in range(200):
+        p.observe_request(view_from_blocks(f"salt{k}", [k * 10 + 1, k * 10 + 2, k * 10 + 3], 16,
+                                           anchor_blocks=2, session_id="s"), float(k))
+    assert p.stats().agents <= 4 and len(p.agents.tenants) <= 4
+    assert p.stats().sessions <= 8
+    assert len(p.residency) <= 50 and p.residency.capacity_tokens == 0
+    # a tenant whose only agent is evicted while it adds another keeps a consistent state
+    q = ScoutPolicy(PolicyConfig(max_agents=1))
+    q.observe_request(view_from_blocks("t", [1, 2], 16, anchor_blocks=2, session_id="a"), 0.0)
+    obs = q.observe_request(view_from_blocks("t", [3, 4], 16, anchor_blocks=2, session_id="a"), 1.0)
+    assert q.agents.tenant("t").agents[4].agent_id == obs.agent_id and q.stats().agents == 1
