@@ -116,6 +116,14 @@ class BlockPool:
             return list(self._free)
         return self._pq.ordered(now)
 
+    def enable_block_times(self) -> None:
+        """Record ("idle_before_evict" | "lifetime" | "reuse_gap", seconds) samples per block."""
+        self._times = {}
+
+    def drain_time_samples(self) -> list[tuple[str, float]]:
+        out, self.time_samples = self.time_samples, []
+        return out
+
     # ------------------------------------------------------------------ request lifecycle
     def allocate(self, req_id: Hashable, hashes: Sequence[Hashable], now: float, priority: int = 0,
                  extra_blocks: int = 0, max_hit_blocks: int | None = None) -> int | None:
