@@ -42,6 +42,8 @@ class ObservedRequest:
     session_id: str | None
     predicted: bool | None = None      # was this agent the top-1 prediction? None = no prediction made
     resident_tokens: int = 0           # residency shadow's prefix-hit estimate before this request
+    acted_reason: str | None = None    # an executed action (within conversion_window_s) prepared
+    acted_tokens: int = 0              # ... this request's anchor/context: its reason and tokens
 
 
 @dataclass(frozen=True, slots=True)

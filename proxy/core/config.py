@@ -61,6 +61,7 @@ class PolicyConfig:
     tool_resume_gated: bool = False  # also require R >= R_min for tool_resume (a fact, not a guess)
     retain_enabled: bool = False     # emit Retain hints (only for engines that honour them)
     retain_priority_scale: int = 100 # Action.priority = round(p_surv * scale)
+    conversion_window_s: float = 300.0   # an executed action counts toward a request this long
     # --- snapshot -------------------------------------------------------------------------
     snapshot_max_bytes: int = 25_000  # restore() refuses larger documents
 

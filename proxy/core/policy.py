@@ -11,7 +11,7 @@ from collections import OrderedDict
 
 from . import snapshot as _snapshot
 from .actions import Action, ObservedRequest, PolicyStats
-from .agents import AgentRegistry
+from .agents import AgentRegistry, agent_id_for
 from .config import PolicyConfig
 from .planner import Planner
 from .residency import ResidencyShadow
@@ -30,6 +30,7 @@ class ScoutPolicy:
         self.agents.on_evict = self.sessions.forget_agent
         self.planner = Planner(cfg, self.agents, self.sessions, self.residency)
         self._pending: OrderedDict[int, Session] = OrderedDict()
+        self._acted: dict[str, tuple[str, int, float]] = {}   # anchor/context id -> (reason, tokens, when)
         self._next_id = 0
         self.requests = 0
         self.skipped_warmups = 0
@@ -57,12 +58,32 @@ class ScoutPolicy:
             predicted = self.agents.tenant(agent.tenant).learner.update(prev.slot, agent.slot)
             if session.last_end is not None and session.inflight == 0:
                 self.agents.record_gap(prev, now - session.last_end, session.finish)
+        acted = self._conversion(agent, session, now) if self._acted else None
         self.sessions.record_request(session, view, agent, now, floor)
         self._pending[rid] = session
         while len(self._pending) > 4 * self.config.max_sessions:
             self._pending.popitem(last=False)
         self.planner.dirty[session.key] = None
-        return ObservedRequest(rid, agent.agent_id if agent else None, session.sid, predicted, hit)
+        return ObservedRequest(rid, agent.agent_id if agent else None, session.sid, predicted, hit,
+                               acted[0] if acted else None, acted[1] if acted else 0)
+
+    def _conversion(self, agent, session: Session, now: float) -> tuple[str, int] | None:
+        """The executed action (if any) that prepared this request: its context, else its anchor."""
+        acted = self._acted
+        horizon = now - self.config.conversion_window_s
+        if len(acted) > 4 * self.config.max_agents:
+            for k in [k for k, v in acted.items() if v[2] < horizon]:
+                del acted[k]
+        keys = []
+        if session.hashes:
+            keys.append(agent_id_for(session.key[0], session.hashes[-1]))
+        if agent is not None:
+            keys.append(agent.agent_id)
+        for k in keys:
+            hit = acted.pop(k, None)
+            if hit is not None and hit[2] >= horizon:
+                return hit[0], hit[1]
+        return None
 
     def observe_response(self, request_id: int, outcome: ResponseOutcome, now: float) -> None:
         session = self._pending.pop(request_id, None)
@@ -81,6 +102,8 @@ class ScoutPolicy:
     def record_action_result(self, action: Action, ok: bool, now: float) -> None:
         """The executor's verdict. ok=True means the engine ran it: the shadow now holds the blocks."""
         block_tokens = self.planner.finish(action, ok)
+        if ok and action.kind != "retain":
+            self._acted[action.anchor_id] = (action.reason, action.tokens, now)
         if ok and action.kind != "retain" and action.block_hashes:
             if block_tokens is None or len(block_tokens) != len(action.block_hashes):
                 per = max(1, action.tokens // len(action.block_hashes))

@@ -50,7 +50,9 @@ class SessionTracker:
     def __init__(self, config: PolicyConfig) -> None:
         self.config = config
         self.sessions: OrderedDict[tuple[str, str], Session] = OrderedDict()
-        self._index: dict[tuple[str, int], tuple[str, str]] = {}
+        # last-block hash -> session key (the tenant is checked on the value: chat hashes are
+        # already salted per tenant, and a plain int key keeps the backwards walk cheap)
+        self._index: dict[int, tuple[str, str]] = {}
         self.on_agent: dict[tuple[str, int], int] = {}       # (tenant, slot) -> live sessions there
         self._inferred_seq = 0
         self.inferred_hits = 0
@@ -115,9 +117,10 @@ class SessionTracker:
         index = self._index
         tenant = view.tenant
         stop = max(anchor_len, len(hashes) - self.config.infer_max_lookback)
+        get = index.get
         for i in range(len(hashes) - 1, stop - 1, -1):
-            key = index.get((tenant, hashes[i]))
-            if key is not None:
+            key = get(hashes[i])
+            if key is not None and key[0] == tenant:
                 s = self.sessions.get(key)
                 if s is not None:
                     return s
@@ -145,10 +148,10 @@ class SessionTracker:
         keys: tuple = ()
         n = len(h)
         if n > anchor_len:                  # a prompt that is only the anchor starts no chain
-            keys = ((view.tenant, h[-1]),)
+            keys = (h[-1],)
             # globally cut prompts (raw/trace views) re-cut a partial last block in the follow-up
             if view.anchor_blocks == 0 and n - 2 >= anchor_len and t[-1] < t[-2]:
-                keys += ((view.tenant, h[-2]),)
+                keys += (h[-2],)
         for k in keys:
             self._index[k] = s.key
         s.index_keys = keys

@@ -287,3 +287,16 @@ def test_min_lead_time_blocks_warms_that_cannot_finish_before_the_demand():
     assert {(a.kind, a.reason) for a in fast} == {("warm", REASON_TRANSITION), ("warm", REASON_TOOL_RESUME)}
     _, slow = _paused_after_tool_calls(prefill_tokens_per_s=100.0)     # 128 tokens: 1.3 s > 0.49 s
     assert slow == []
+
+
+def test_executed_actions_are_attributed_to_the_request_they_prepared(workload):
+    w = workload(residency_capacity_tokens=16 * 60)
+    now = fresh(w, learn(w, PIPE))
+    w.junk(16 * 80, now)
+    w.step(0, "live", now + 1)
+    (warm,) = w.policy.plan(now + 1.1)
+    assert w.step(1, "unrelated", now + 1.2).acted_reason is None     # not executed yet
+    w.policy.record_action_result(warm, True, now + 1.3)
+    obs = w.step(1, "live", now + 2)                                   # the predicted agent arrives
+    assert (obs.acted_reason, obs.acted_tokens) == (REASON_TRANSITION, warm.tokens)
+    assert w.step(1, "again", now + 3).acted_reason is None            # counted once
