@@ -32,7 +32,12 @@ from proxy.demo_workload import DemoSpec, WorkloadResult, expected_requests, run
 
 PHASES = ("direct", "via proxy")
 # Policy settings of the demo's proxy (documented in docs/live.md). Empty = the core's defaults.
-DEMO_POLICY: dict[str, float] = {}
+DEMO_POLICY: dict[str, float] = {
+    "cooldown_s": 0.5,              # the demo runs ~20 s: a 5 s cool-down would allow ~4 actions per anchor
+    "max_concurrent": 8, "max_actions_per_tick": 8,
+    "warmup_tokens_per_s": 1000.0,  # budget: re-prefilling evicted anchors costs engine time; touches are cheap
+    "warmup_burst_tokens": 4000.0,
+}
 DEMO_PROXY_SETTINGS: tuple[str, ...] = ()
 
 
@@ -56,6 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="proxy Settings field (repeatable), passed to `cachescout serve --set`")
     parser.add_argument("--passthrough", action="store_true",
                         help="run the proxy with the policy off: measures the cost of the extra hop alone")
+    parser.add_argument("--sequential", action="store_true",
+                        help="one engine: direct run, cache reset, proxied run (default: both at once on two "
+                             "identical engines, so machine load affects both alike)")
+    parser.add_argument("--eviction", choices=("lru", "priority"), default="lru",
+                        help="engine eviction: lru (vLLM) or priority (SGLang --radix-eviction-policy priority)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", dest="json_out", default=None, help="also write the figures to this JSON file")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -81,6 +91,40 @@ class Progress:
         if self.enabled:
             sys.stderr.write(f"\r  {self.label:<10} [{'#' * 30}] {self.n:4d} requests  "
                              f"{time.perf_counter() - self.t0:5.1f}s\n")
+            sys.stderr.flush()
+
+
+class DualProgress:
+    """One line for two phases running at once."""
+
+    def __init__(self, bars: dict[str, Progress], enabled: bool) -> None:
+        self.bars = bars
+        self.counts = {name: 0 for name in bars}
+        self.total = next(iter(bars.values())).total
+        self.enabled = enabled
+        self.t0 = time.perf_counter()
+        self._last = 0.0
+
+    def tick(self, name: str) -> None:
+        self.counts[name] += 1
+        self.bars[name].tick()          # sequential mode: the per-phase bar draws
+        now = time.perf_counter()
+        if self.enabled and now - self._last > 0.1:
+            self._last = now
+            self._draw(now)
+
+    def _draw(self, now: float) -> None:
+        parts = []
+        for name, n in self.counts.items():
+            done = min(1.0, n / self.total)
+            parts.append(f"{name} [{'#' * int(20 * done)}{'.' * (20 - int(20 * done))}] {n:4d}")
+        sys.stderr.write("\r  " + "   ".join(parts) + f"   {now - self.t0:5.1f}s")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self._draw(time.perf_counter())
+            sys.stderr.write("\n")
             sys.stderr.flush()
 
 
@@ -215,55 +259,72 @@ def run(args: argparse.Namespace) -> int:
           f"({spec.concurrency} at once, predictability {spec.predictability}); simulated engine with "
           f"{args.cache_blocks} x 16-token cache blocks, prefill {args.prefill_tps:.0f} tok/s", file=sys.stderr)
     py = sys.executable
-    e_port, p_port = _free_port(), _free_port()
-    engine_url, proxy_url = f"http://127.0.0.1:{e_port}", f"http://127.0.0.1:{p_port}"
     admin = secrets.token_hex(16)
-    engine_cmd = [py, "-m", "proxy.cli", "sim-engine", "--port", str(e_port), "--model", model,
-                  "--capacity-blocks", str(args.cache_blocks), "--prefill-tokens-per-s", str(args.prefill_tps),
-                  "--speed", str(args.speed), "--output-tokens", str(args.output_tokens), "--seed", str(args.seed),
-                  "--tool-call-share", "0.5", "--log-level", "warning"]
-    proxy_cmd = [py, "-m", "proxy.cli", "serve", "--upstream", engine_url, "--port", str(p_port),
-                 "--log-level", "warning", "--set", "engine=sim", "--set", "scrape_interval=0.5",
-                 "--set", "policy_plan_interval=0.1"]
-    for item in [*DEMO_PROXY_SETTINGS, *args.proxy_set]:
-        proxy_cmd += ["--set", item]
     auth = {"authorization": f"Bearer {admin}"}
-    results: dict[str, dict] = {}
-    with _process(engine_cmd, engine_url + "/health"):
-        # 1) straight to the engine
-        before = _engine_counters(engine_url)
-        bar = Progress(PHASES[0], total, show)
-        res = asyncio.run(run_workload(engine_url, spec, model=model, tick=bar.tick))
-        bar.close()
-        results["direct"] = summarise(res, before, _engine_counters(engine_url), None)
-        # 2) the same workload through a fresh proxy, after an engine cache reset
-        httpx.post(engine_url + "/reset_prefix_cache", timeout=10).raise_for_status()
-        env = {"CACHESCOUT_ADMIN_TOKEN": admin, "CACHESCOUT_POLICY_OVERRIDES": json.dumps(overrides),
-               "CACHESCOUT_POLICY_ENABLED": "false" if args.passthrough else "true"}
-        with _process(proxy_cmd, proxy_url + "/livez", env=env):
-            before = _engine_counters(engine_url)
-            bar = Progress(PHASES[1], total, show)
-            res = asyncio.run(run_workload(proxy_url, spec, model=model, tick=bar.tick))
-            bar.close()
-            time.sleep(0.3)                       # let the last planned actions finish
-            after = _engine_counters(engine_url)
-            if args.passthrough:
-                eng = {"executor": {k: 0 for k in ("ok", "error", "dropped_stale", "dropped_busy", "dropped_full",
-                                                   "deduped", "warm_prompt_tokens", "warm_computed_tokens")}}
-                state = {"stats": {"actions_emitted": {}, "predictability": 0.0, "agents": 0, "top1_accuracy": 0.0},
-                         "observer": {"converted_tokens": 0}}
-            else:
-                eng = httpx.get(proxy_url + "/debug/engine", headers=auth, timeout=10).json()
-                state = httpx.get(proxy_url + "/debug/state", headers=auth, timeout=10).json()
-        ex, st = eng["executor"], state["stats"]
-        warm = {"warm_requests": ex["ok"], "warm_prompt_tokens": ex["warm_prompt_tokens"],
-                "warm_computed_tokens": ex["warm_computed_tokens"],
-                "actions": {k: ex[k] for k in ("ok", "error", "dropped_stale", "dropped_busy", "dropped_full",
-                                               "deduped")},
-                "actions_by_reason": st["actions_emitted"], "predictability": round(st["predictability"], 3),
-                "agents_learned": st["agents"], "top1_accuracy": round(st["top1_accuracy"], 3),
-                "converted_tokens": state["observer"]["converted_tokens"]}
-        results["proxy"] = summarise(res, before, after, warm)
+
+    def engine_cmd(port: int) -> list[str]:
+        return [py, "-m", "proxy.cli", "sim-engine", "--port", str(port), "--model", model,
+                "--capacity-blocks", str(args.cache_blocks), "--prefill-tokens-per-s", str(args.prefill_tps),
+                "--speed", str(args.speed), "--output-tokens", str(args.output_tokens), "--seed", str(args.seed),
+                "--tool-call-share", "0.5", "--eviction", args.eviction, "--log-level", "warning"]
+
+    def proxy_cmd(port: int, upstream: str) -> list[str]:
+        cmd = [py, "-m", "proxy.cli", "serve", "--upstream", upstream, "--port", str(port), "--log-level", "warning",
+               "--set", "engine=sim", "--set", "scrape_interval=0.5", "--set", "policy_plan_interval=0.1"]
+        for item in [*DEMO_PROXY_SETTINGS, *args.proxy_set]:
+            cmd += ["--set", item]
+        return cmd
+
+    proxy_env = {"CACHESCOUT_ADMIN_TOKEN": admin, "CACHESCOUT_POLICY_OVERRIDES": json.dumps(overrides),
+                 "CACHESCOUT_POLICY_ENABLED": "false" if args.passthrough else "true"}
+    e1, e2, pp = _free_port(), _free_port(), _free_port()
+    url1, url2, purl = (f"http://127.0.0.1:{e1}", f"http://127.0.0.1:{e2}", f"http://127.0.0.1:{pp}")
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_process(engine_cmd(e1), url1 + "/health"))
+        if args.sequential:
+            # The brief's order: direct, reset the engine's cache, then through a fresh proxy.
+            url2 = url1
+        else:
+            stack.enter_context(_process(engine_cmd(e2), url2 + "/health"))
+        stack.enter_context(_process(proxy_cmd(pp, url2), purl + "/livez", env=proxy_env))
+        bars = {name: Progress(name, total, show and args.sequential) for name in PHASES}
+        both = DualProgress(bars, show and not args.sequential)
+
+        async def phase(name: str, url: str, engine: str) -> tuple[WorkloadResult, dict, dict]:
+            before = _engine_counters(engine)
+            res = await run_workload(url, spec, model=model, tick=lambda: both.tick(name))
+            return res, before, _engine_counters(engine)
+
+        if args.sequential:
+            direct = asyncio.run(phase(PHASES[0], url1, url1))
+            bars[PHASES[0]].close()
+            httpx.post(url1 + "/reset_prefix_cache", timeout=10).raise_for_status()
+            proxied = asyncio.run(phase(PHASES[1], purl, url1))
+            bars[PHASES[1]].close()
+        else:
+            # Both at once, on two identical engines: the shared machine's load hits both runs alike.
+            async def run_both():
+                return await asyncio.gather(phase(PHASES[0], url1, url1), phase(PHASES[1], purl, url2))
+            direct, proxied = asyncio.run(run_both())
+            both.close()
+        time.sleep(0.3)                       # let the last planned actions finish
+        if args.passthrough:
+            eng = {"executor": {k: 0 for k in ("ok", "error", "dropped_stale", "dropped_busy", "dropped_full",
+                                               "deduped", "warm_prompt_tokens", "warm_computed_tokens")}}
+            state = {"stats": {"actions_emitted": {}, "predictability": 0.0, "agents": 0, "top1_accuracy": 0.0},
+                     "observer": {"converted_tokens": 0}}
+        else:
+            eng = httpx.get(purl + "/debug/engine", headers=auth, timeout=10).json()
+            state = httpx.get(purl + "/debug/state", headers=auth, timeout=10).json()
+    ex, st = eng["executor"], state["stats"]
+    warm = {"warm_requests": ex["ok"], "warm_prompt_tokens": ex["warm_prompt_tokens"],
+            "warm_computed_tokens": ex["warm_computed_tokens"],
+            "actions": {k: ex[k] for k in ("ok", "error", "dropped_stale", "dropped_busy", "dropped_full",
+                                           "deduped")},
+            "actions_by_reason": st["actions_emitted"], "predictability": round(st["predictability"], 3),
+            "agents_learned": st["agents"], "top1_accuracy": round(st["top1_accuracy"], 3),
+            "converted_tokens": state["observer"]["converted_tokens"]}
+    results = {"direct": summarise(*direct, None), "proxy": summarise(*proxied, warm)}
     d, p = results["direct"], results["proxy"]
     print()
     print(format_table(d, p))

@@ -64,6 +64,7 @@ class ActionExecutor:
         self._pending: dict[tuple, Any] = {}
         self._running: dict[tuple, Any] = {}
         self.recent: deque[dict] = deque(maxlen=64)
+        self.paused = False
         self.stats = {"submitted": 0, "deduped": 0, "ok": 0, "error": 0, "unsupported": 0,
                       "dropped_stale": 0, "dropped_busy": 0, "dropped_full": 0,
                       "warm_prompt_tokens": 0, "warm_cached_tokens": 0, "warm_computed_tokens": 0}
@@ -124,7 +125,18 @@ class ActionExecutor:
                  "deadline_in_s": round(a.deadline - now, 3)} for a in items]
 
     # -- workers ----------------------------------------------------------------------------------
+    async def quiesce(self, timeout: float = 5.0) -> None:
+        """Start nothing new (queued actions wait, then drop) and wait for running ones to finish:
+        lets tests and the demo read counters that no warmup is still changing."""
+        self.paused = True
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while self._running and loop.time() < end:
+            await asyncio.sleep(0.005)
+
     def _busy(self) -> bool:
+        if self.paused:
+            return True
         inflight, waiting = self.load()
         return inflight > self.limits.max_inflight or waiting > self.limits.max_waiting
 

@@ -137,10 +137,15 @@ class LiveRuntime:
 
     # -- engine truth ---------------------------------------------------------------------------------
     def _on_snapshot(self, snap: EngineSnapshot) -> None:
+        """Engine capacity -> the residency shadow, converted into the shadow's token units: the
+        views estimate tokens from characters, the engine counts its tokenizer's tokens."""
         kwargs: dict[str, Any] = {}
-        if snap.capacity_tokens and snap.capacity_tokens != self._capacity:
-            self._capacity = snap.capacity_tokens
-            kwargs["capacity_tokens"] = snap.capacity_tokens
+        if snap.capacity_tokens:
+            ratio = self.observer.token_ratio or 1.0
+            capacity = int(snap.capacity_tokens / max(0.05, ratio))
+            if self._capacity is None or abs(capacity - self._capacity) > 0.05 * self._capacity:
+                self._capacity = capacity
+                kwargs["capacity_tokens"] = capacity
         if snap.kv_usage is not None:
             kwargs["usage_ratio"] = snap.kv_usage
         if kwargs:

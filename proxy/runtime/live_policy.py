@@ -64,6 +64,7 @@ class LivePolicyObserver:
         self.executor: Any = None             # set by LiveRuntime (submit(actions))
         self.engine_waiting: Callable[[], int] = lambda: 0
         self._inflight: dict[int, float] = {}
+        self.token_ratio: float | None = None   # engine tokens per estimated view token (EWMA)
         self._acted: OrderedDict[int, tuple[str, int, float, str]] = OrderedDict()  # last hash -> (reason, tokens, at, tenant)
         self.counts = {"requests": 0, "observed": 0, "skipped": 0, "warmup_requests": 0, "responses": 0,
                        "errors": 0, "prompt_tokens": 0, "cached_tokens": 0, "converted_tokens": 0}
@@ -166,6 +167,10 @@ class LivePolicyObserver:
             )
             if not st.view.is_warmup and tap.prompt_tokens:
                 self._count_usage(st.view, tap.prompt_tokens, tap.cached_tokens or 0, now)
+                est = st.view.total_tokens
+                if est > 0:   # calibrate the view's token estimate against the engine's tokenizer
+                    r = tap.prompt_tokens / est
+                    self.token_ratio = r if self.token_ratio is None else 0.95 * self.token_ratio + 0.05 * r
         self.policy.observe_response(st.observed.request_id, outcome, now)
         self.plan(self.clock())
 

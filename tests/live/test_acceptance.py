@@ -78,6 +78,7 @@ def proxied_run():
         st = proxy_settings(sim.url, policy_overrides=FAST)
         with run_proxy_server(st) as px:
             records = workflow(http, px.url, sessions=6, px=px)
+            px.call(lambda: px.live.executor.quiesce(5.0))     # no warmup may change the counters below
             state = debug(http, px)
             engine = debug(http, px, "engine")
             client_cached = px.live.observer.counts["cached_tokens"]
