@@ -12,8 +12,10 @@ other areas append, without a flag of its own.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
+import typing
 
 from proxy.settings import Settings, SettingsError, load_settings
 
@@ -50,7 +52,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
             raise SettingsError(f"invalid configuration: --set expects NAME=VALUE, got {item!r}")
-        values[name.strip()] = value
+        values[name.strip()] = _decode_complex(name.strip(), value)
     for _flag, dest, _type, _help in FLAGS:
         values[dest] = getattr(args, dest, None)
     values["policy_enabled"] = getattr(args, "policy_enabled", None)
@@ -58,6 +60,36 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     if unknown:
         raise SettingsError(f"invalid configuration: unknown setting(s) {', '.join(sorted(unknown))}")
     return load_settings(**values)
+
+
+def _decode_complex(name: str, value: str) -> object:
+    """`--set policy_overrides={"cooldown_s": 2}`: dict/list fields take JSON, as their env vars do."""
+    field = Settings.model_fields.get(name)
+    if field is None:
+        return value
+    annotation = field.annotation
+    if annotation in (dict, list) or typing.get_origin(annotation) in (dict, list):
+        try:
+            return json.loads(value)
+        except ValueError as exc:
+            raise SettingsError(f"invalid configuration: --set {name}: not JSON ({exc})") from None
+    return value
+
+
+def uvicorn_kwargs(settings: Settings, access_log: bool = False) -> dict:
+    """How the proxy is served; shared by `serve` and anything that embeds the proxy (demo, tests)."""
+    return {
+        "host": settings.host,
+        "port": settings.port,
+        "loop": "auto",  # uvloop when installed
+        "http": "auto",  # httptools when installed
+        "log_level": settings.log_level,
+        "access_log": access_log,
+        "server_header": False,  # the engine's Server/Date headers pass through; do not add ours
+        "date_header": False,
+        "lifespan": "on",
+        "timeout_graceful_shutdown": settings.shutdown_grace_seconds,
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -80,18 +112,5 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("cachescout.serve").info(
         "cachescout proxy on http://%s:%d -> %s (policy %s)", settings.host, settings.port,
         settings.upstream_url, "on" if settings.policy_enabled else "off")
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        workers=1,
-        loop="auto",
-        http="auto",
-        log_level=settings.log_level,
-        access_log=bool(getattr(args, "access_log", False)),
-        server_header=False,
-        date_header=False,
-        lifespan="on",
-        timeout_graceful_shutdown=settings.shutdown_grace_seconds,
-    )
+    uvicorn.run(app, workers=1, **uvicorn_kwargs(settings, access_log=bool(getattr(args, "access_log", False))))
     return 0

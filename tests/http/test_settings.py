@@ -67,6 +67,20 @@ def test_bad_values_fail_in_one_line(kwargs: dict, needle: str) -> None:
     assert needle in message and f"CACHESCOUT_{needle.upper()}" in message
 
 
+def test_set_accepts_json_for_dict_fields() -> None:
+    if "policy_overrides" not in Settings.model_fields:
+        pytest.skip("no dict-typed setting defined (policy settings block absent)")
+    s = serve.settings_from_args(parse(["--set", 'policy_overrides={"cooldown_s": 2}']))
+    assert s.policy_overrides == {"cooldown_s": 2}
+    with pytest.raises(SettingsError, match="not JSON"):
+        serve.settings_from_args(parse(["--set", "policy_overrides={oops"]))
+
+
+def test_uvicorn_kwargs_keep_engine_headers_and_grace() -> None:
+    kw = serve.uvicorn_kwargs(Settings(port=9100, shutdown_grace_seconds=7))
+    assert (kw["port"], kw["server_header"], kw["date_header"], kw["timeout_graceful_shutdown"]) == (9100, False, False, 7)
+
+
 def test_unknown_set_name_is_rejected() -> None:
     with pytest.raises(SettingsError, match="unknown setting"):
         serve.settings_from_args(parse(["--set", "no_such_field=1"]))
