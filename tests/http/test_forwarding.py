@@ -464,3 +464,16 @@ async def test_client_disconnect_ends_observer_once_and_closes_upstream() -> Non
     assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
     assert 'cachescout_requests_total{code_class="4xx",route="/v1/chat/completions"} 1.0' in metrics
     assert "cachescout_inflight_requests 0.0" in metrics
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings"])
+async def test_each_openai_route_is_forwarded_under_its_own_label(path: str) -> None:
+    router = respx.Router()
+    route = router.post(f"{UPSTREAM}{path}").respond(200, json={"object": "ok"})
+    async with proxied(router_transport(router)) as (client, _):
+        r = await client.post(path, content=b'{"model":"m"}')
+        metrics = (await client.get("/metrics")).text
+    assert r.json() == {"object": "ok"} and route.called
+    assert f'cachescout_requests_total{{code_class="2xx",route="{path}"}} 1.0' in metrics
+    assert f'cachescout_upstream_first_byte_seconds_count{{route="{path}"}} 1.0' in metrics
+    assert f'cachescout_request_duration_seconds_count{{route="{path}"}} 1.0' in metrics
