@@ -69,6 +69,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"cachescout sim-engine: model={config.model} capacity={config.capacity_blocks} blocks "
           f"x {config.block_size} tokens, eviction={config.eviction}, speed={config.speed}, "
           f"listening on http://{args.host}:{args.port}", flush=True)
-    uvicorn.run(create_sim_app(config), host=args.host, port=args.port, log_level=args.log_level,
-                access_log=False)
+    try:
+        app = create_sim_app(config)
+    except ImportError as exc:      # --kv-events-endpoint without pyzmq/msgpack
+        print(f"cachescout sim-engine: {exc} (install cachescout[kvevents])")
+        return 2
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     return 0
