@@ -51,7 +51,10 @@ class PolicyConfig:
     max_concurrent: int = 2          # actions emitted but not yet reported back
     max_actions_per_tick: int = 4    # actions per plan() call
     max_engine_waiting: int = 2      # no actions while the engine queue is longer than this
-    cooldown_s: float = 5.0          # never act on the same anchor twice within this
+    plan_trigger: str = "response"   # when a session's successors are planned: "response" (its
+                                     # response ends: just before the demand), "request", or
+                                     # "both" (touch-only while the request runs, warm at the end)
+    cooldown_s: float = 0.5          # never act on the same anchor twice within this
     action_ttl_s: float = 2.0        # deadline = created + ttl (executor drops stale actions)
     min_lead_s: float = 0.05         # no Warm when the predicted demand is closer than this
     prefill_tokens_per_s: float = 5000.0   # estimate for "can a warm finish before the demand"

@@ -42,6 +42,7 @@ class _Candidate:
     payload: Any
     prob: float
     lead: float | None          # seconds until the predicted demand; None = unknown (not imminent)
+    warm_ok: bool = True        # False: only touch (planned while the session's request still runs)
 
 
 class Planner:
@@ -150,7 +151,8 @@ class Planner:
             reason = REASON_TRANSITION if rank == 0 else REASON_FANOUT
             score = anchor_score(p, now - nxt.last_seen, nxt.tokens, cfg.delta, cfg.age_lambda)
             out.append(_Candidate(score, reason, nxt.tenant, nxt.agent_id, nxt.anchor_hashes,
-                                  nxt.anchor_block_tokens, nxt.payload, p, lead))
+                                  nxt.anchor_block_tokens, nxt.payload, p, lead,
+                                  paused or cfg.plan_trigger == "request"))
 
     def _settled(self, anchor_id: str, now: float) -> bool:
         """Cheap pre-check: acted on within the cool-down, or recently found resident and safe."""
@@ -212,7 +214,7 @@ class Planner:
                     self._safe[c.anchor_id] = (res.epoch, res.safe_until())
                     continue
             else:
-                if c.reason == REASON_HINT and not resident:
+                if (c.reason == REASON_HINT and not resident) or not c.warm_ok:
                     continue                    # sweeps protect what is there; warming is for predictions
                 missing = float(sum(c.block_tokens[resident:]))
                 if c.lead is not None and c.lead < max(cfg.min_lead_s, missing / cfg.prefill_tokens_per_s):

@@ -63,7 +63,8 @@ class ScoutPolicy:
         self._pending[rid] = session
         while len(self._pending) > 4 * self.config.max_sessions:
             self._pending.popitem(last=False)
-        self.planner.dirty[session.key] = None
+        if self.config.plan_trigger != "response":
+            self.planner.dirty[session.key] = None
         return ObservedRequest(rid, agent.agent_id if agent else None, session.sid, predicted, hit,
                                acted[0] if acted else None, acted[1] if acted else 0)
 
@@ -90,9 +91,11 @@ class ScoutPolicy:
         if session is None:
             return                      # a warmup, or forgotten (bounded)
         self.sessions.record_response(session, outcome.finish_reason, outcome.assistant_payload, now)
-        # the successors were already planned for when the request came in; a response only
-        # brings something new when the session now waits on its tools (tool_resume)
-        if outcome.finish_reason == "tool_calls" and session.key in self.sessions.sessions:
+        # a response ending in tool_calls always matters (tool_resume); otherwise it re-plans the
+        # successors only when the trigger asks for it (acting just before the demand, so what
+        # is warmed has less time to be evicted again)
+        if (outcome.finish_reason == "tool_calls" or self.config.plan_trigger != "request") \
+                and session.key in self.sessions.sessions:
             self.planner.dirty[session.key] = None
 
     # --- outputs -----------------------------------------------------------------------------------

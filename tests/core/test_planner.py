@@ -300,3 +300,18 @@ def test_executed_actions_are_attributed_to_the_request_they_prepared(workload):
     obs = w.step(1, "live", now + 2)                                   # the predicted agent arrives
     assert (obs.acted_reason, obs.acted_tokens) == (REASON_TRANSITION, warm.tokens)
     assert w.step(1, "again", now + 3).acted_reason is None            # counted once
+
+
+def test_plan_trigger_decides_when_successors_are_planned():
+    from proxy.core import ResponseOutcome as RO
+    for trigger, at_request, at_response in (("response", 0, 1), ("request", 1, 0), ("both", 0, 1)):
+        w = Workload(ScoutPolicy(quiet_config(residency_capacity_tokens=16 * 60, plan_trigger=trigger)))
+        now = fresh(w, learn(w, PIPE))
+        w.junk(16 * 80, now)
+        obs = w.policy.observe_request(w.view(0, "live"), now + 1)
+        first = w.policy.plan(now + 1.01)
+        w.policy.observe_response(obs.request_id, RO("stop"), now + 1.5)
+        second = w.policy.plan(now + 1.51)
+        # "both" plans while the request runs too, but only touches: the evicted anchor waits
+        assert (len(first), len(second)) == (at_request, at_response), trigger
+        assert all(a.kind == "warm" and a.payload == {"agent": 1} for a in first + second)
