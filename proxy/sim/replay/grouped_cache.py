@@ -1,17 +1,20 @@
-"""A block cache whose victim is chosen by a per-group score: the engine of the scored baselines.
+"""A prefix block cache whose victim is chosen by a per-group score: the engine of the scored baselines.
 
 Why grouped: the `history` baseline (per-category reuse statistics) and `scout-engine` (per-agent
-survival) both rank blocks by `score(group, age)`, decreasing in age within a group. Keeping each
-group in LRU order makes the group's head its lowest-scored block, so choosing a victim costs one
-score per group instead of a scan of the cache. Request granularity and touch order follow
-`BlockPool.access`: a request's resident blocks are taken out first (it cannot evict its own hits),
-misses evict, then the whole request is re-inserted deepest first (the prefix ends most recent).
+survival) both rank blocks by `score(group, last access, now)`, decreasing in age within a group.
+Keeping each group's evictable blocks in a heap by last access makes the group's oldest block its
+lowest-scored one, so choosing a victim costs one score per group, not a scan of the cache.
+
+Prefix rules (as `BlockPool.access`): a request's hit is its longest resident prefix; its resident
+blocks are pinned while its misses evict; then the whole request is touched deepest first (the
+prefix ends most recent). Only *leaves* are evictable: a block with resident children would orphan
+them (a tail without its prefix never hits). LRU gets this for free from its touch order; a scored
+cache has to enforce it, so a parent becomes evictable again when its last child goes.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 
 
@@ -20,8 +23,13 @@ class GroupedCache:
         self.capacity = int(capacity_blocks)
         self.score = score                                  # (group, last access time, now) -> keep value
         self.group_of: dict[int, Hashable] = {}             # resident block -> group
-        self.groups: dict[Hashable, OrderedDict] = {}       # group -> OrderedDict[block -> last access]
+        self.last: dict[int, tuple[float, int]] = {}        # resident block -> (last access, touch seq)
+        self.parent_of: dict[int, int | None] = {}          # resident block -> its prefix parent
+        self.children: dict[int, int] = {}                  # resident block -> resident children count
+        self.leaves: dict[Hashable, list] = {}              # group -> heap of (t, seq, block), lazy
         self.evictions = 0
+        self._seq = 0
+        self._pinned: set[int] = set()
 
     def __len__(self) -> int:
         return len(self.group_of)
@@ -36,8 +44,8 @@ class GroupedCache:
         return n
 
     def last_access(self, h: int) -> float | None:
-        grp = self.group_of.get(h)
-        return None if grp is None else self.groups[grp][h]
+        v = self.last.get(h)
+        return None if v is None else v[0]
 
     def access(self, hashes: Sequence[int], groups: Sequence[Hashable], now: float) -> int:
         """Hit = leading resident blocks; then insert/touch all blocks (each into its group)."""
@@ -47,45 +55,115 @@ class GroupedCache:
         if len(hashes) > self.capacity:
             hashes, groups = hashes[: self.capacity], groups[: self.capacity]
         group_of = self.group_of
-        misses = 0
-        for h in hashes:
-            grp = group_of.pop(h, None)
-            if grp is None:
-                misses += 1
-                continue
-            od = self.groups[grp]
-            del od[h]
-            if not od:
-                del self.groups[grp]
-        free = self.capacity - len(group_of) - (len(hashes) - misses)
+        misses = sum(1 for h in dict.fromkeys(hashes) if h not in group_of)
+        free = self.capacity - len(group_of)
         if misses > free:
-            self._evict(misses - max(free, 0), now)
-        for h, grp in zip(reversed(hashes), reversed(groups)):
-            if h in group_of:
-                continue                                     # duplicate id inside one request
-            group_of[h] = grp
-            od = self.groups.get(grp)
-            if od is None:
-                od = self.groups[grp] = OrderedDict()
-            od[h] = now
+            self._pinned = set(hashes)
+            self._evict(misses - free, now)
+            self._pinned = set()
+        parent_of, children, last = self.parent_of, self.children, self.last
+        for j, h in enumerate(hashes):                      # link the new blocks to their parents
+            if h not in group_of:
+                p = hashes[j - 1] if j else None
+                parent_of[h] = p
+                if p is not None:
+                    children[p] = children.get(p, 0) + 1
+                group_of[h] = groups[j]
+        for j in range(len(hashes) - 1, -1, -1):            # touch deepest first
+            h = hashes[j]
+            grp = groups[j]
+            if group_of[h] != grp:
+                group_of[h] = grp
+            self._seq += 1
+            stamp = (now, self._seq)
+            last[h] = stamp
+            if not children.get(h):
+                heap = self.leaves.get(grp)
+                if heap is None:
+                    heap = self.leaves[grp] = []
+                heapq.heappush(heap, (now, self._seq, h))
         return hit
 
+    # ------------------------------------------------------------------ eviction
+    def _valid(self, grp, entry) -> bool:
+        t, seq, h = entry
+        return (self.group_of.get(h) == grp and self.last.get(h) == (t, seq)
+                and not self.children.get(h) and h not in self._pinned)
+
+    def _head(self, grp):
+        """The group's oldest evictable block entry (stale entries dropped), or None."""
+        heap = self.leaves.get(grp)
+        while heap:
+            if self._valid(grp, heap[0]):
+                return heap[0]
+            entry = heapq.heappop(heap)
+            h = entry[2]
+            if h in self._pinned and self.group_of.get(h) == grp and self.last.get(h) == entry[:2]:
+                self._stash.append((grp, entry))         # pinned for this request: put back later
+        if heap is not None and not heap:
+            del self.leaves[grp]
+        return None
+
     def _evict(self, n: int, now: float) -> None:
-        """Evict `n` blocks. Scores are fixed within one call (same `now`, same statistics), so a
-        heap over group heads needs one new score per eviction instead of one per group."""
+        """Evict `n` leaves, lowest score first. Scores are fixed within one call (same `now`,
+        same statistics): a heap over group heads, re-scored only when a head changes."""
+        self._stash: list = []
         score = self.score
-        heap = [(score(grp, next(iter(od.values())), now), i, grp) for i, (grp, od) in enumerate(self.groups.items())]
-        heapq.heapify(heap)
-        tie = len(heap)
-        while n > 0 and heap:
-            _, _, grp = heapq.heappop(heap)
-            od = self.groups[grp]
-            h, _ = od.popitem(last=False)
-            del self.group_of[h]
-            self.evictions += 1
-            n -= 1
-            if od:
+        top = []
+        for i, grp in enumerate(list(self.leaves)):
+            e = self._head(grp)
+            if e is not None:
+                top.append((score(grp, e[0], now), i, grp, e))
+        heapq.heapify(top)
+        tie = len(top)
+        while n > 0 and top:
+            _, _, grp, e = heapq.heappop(top)
+            cur = self._head(grp)
+            if cur is None:
+                continue
+            if cur != e:
                 tie += 1
-                heapq.heappush(heap, (score(grp, next(iter(od.values())), now), tie, grp))
-            else:
-                del self.groups[grp]
+                heapq.heappush(top, (score(grp, cur[0], now), tie, grp, cur))
+                continue
+            heapq.heappop(self.leaves[grp])
+            parent_grp = self._drop(e[2])
+            n -= 1
+            for g in {grp, parent_grp} - {None}:             # a parent may just have become a leaf
+                cur = self._head(g)
+                if cur is not None:
+                    tie += 1
+                    heapq.heappush(top, (score(g, cur[0], now), tie, g, cur))
+        for grp, entry in self._stash:
+            heapq.heappush(self.leaves.setdefault(grp, []), entry)
+        self._stash = []
+        if len(self.leaves) and sum(len(v) for v in self.leaves.values()) > 4 * len(self.group_of) + 1024:
+            self._compact()
+
+    def _drop(self, h: int):
+        """Remove a leaf; returns the parent's group when the parent became a leaf."""
+        del self.group_of[h]
+        del self.last[h]
+        self.children.pop(h, None)
+        self.evictions += 1
+        p = self.parent_of.pop(h, None)
+        if p is None or p not in self.group_of:
+            return None
+        c = self.children.get(p, 0) - 1
+        if c > 0:
+            self.children[p] = c
+            return None
+        self.children.pop(p, None)
+        t, seq = self.last[p]
+        grp = self.group_of[p]
+        heapq.heappush(self.leaves.setdefault(grp, []), (t, seq, p))
+        return grp
+
+    def _compact(self) -> None:
+        fresh: dict = {}
+        for h, grp in self.group_of.items():
+            if not self.children.get(h):
+                t, seq = self.last[h]
+                fresh.setdefault(grp, []).append((t, seq, h))
+        for heap in fresh.values():
+            heapq.heapify(heap)
+        self.leaves = fresh
