@@ -41,6 +41,7 @@ class PolicyConfig:
     # --- residency shadow -----------------------------------------------------------------
     residency_capacity_tokens: int = 0     # engine prefix-cache capacity; 0 = unknown (assume resident)
     near_eviction_fraction: float = 0.25   # "near eviction": within the oldest quarter of the LRU
+    near_eviction_horizon_s: float = 0.0   # >0: or within what traffic inserts in this many seconds
     residency_stride: int = 0        # track every Nth block; 0 = auto (256 tokens / block size); 1 = exact
     residency_stride_tokens: int = 256  # auto stride target
     residency_max_entries: int = 500_000  # memory bound on tracked blocks (~100 MB worst case)

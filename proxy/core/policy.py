@@ -24,7 +24,7 @@ class ScoutPolicy:
         self.config = cfg = config or PolicyConfig()
         self.residency = ResidencyShadow(cfg.residency_capacity_tokens, cfg.near_eviction_fraction,
                                          cfg.residency_stride, cfg.residency_stride_tokens,
-                                         cfg.residency_max_entries)
+                                         cfg.residency_max_entries, cfg.near_eviction_horizon_s)
         self.agents = AgentRegistry(cfg)
         self.sessions = SessionTracker(cfg)
         self.agents.on_evict = self.sessions.forget_agent

@@ -40,7 +40,7 @@ _TOK = itemgetter(0)
 
 class ResidencyShadow:
     def __init__(self, capacity_tokens: int = 0, near_eviction_fraction: float = 0.25, stride: int = 1,
-                 stride_tokens: int = 256, max_entries: int = 500_000) -> None:
+                 stride_tokens: int = 256, max_entries: int = 500_000, horizon_s: float = 0.0) -> None:
         self.capacity_tokens = max(0, int(capacity_tokens))
         self.near_eviction_fraction = near_eviction_fraction
         self.stride = max(0, int(stride))         # 0 = auto, fixed at the first view
@@ -55,6 +55,11 @@ class ResidencyShadow:
         self._inserted = 0              # tokens inserted so far (drives tail-zone refresh)
         self._tail_stamp = -1           # entries with stamp <= this are in the tail zone
         self._tail_at = -1              # _inserted when the tail zone was computed
+        self._tail_zone = 0.0
+        self.horizon_s = float(horizon_s)   # >0: the tail zone grows to what arrives in this long
+        self.insert_rate: float | None = None   # tokens inserted per second (EWMA, client traffic)
+        self._rate_t: float | None = None
+        self._rate_ins = 0
         self.evicted_tokens = 0
 
     # --- feeding ----------------------------------------------------------------------------
@@ -63,6 +68,12 @@ class ResidencyShadow:
         ``anchor_blocks`` (default: the view's) makes sure the anchor's last block is tracked."""
         if anchor_blocks is None:
             anchor_blocks = view.anchor_blocks
+        if self._rate_t is None:
+            self._rate_t, self._rate_ins = now, self._inserted
+        elif now - self._rate_t >= 1.0:
+            r = (self._inserted - self._rate_ins) / (now - self._rate_t)
+            self.insert_rate = r if self.insert_rate is None else 0.7 * self.insert_rate + 0.3 * r
+            self._rate_t, self._rate_ins = now, self._inserted
         if self.stride == 0 and view.block_tokens:
             self.stride = max(1, self.stride_tokens // max(1, max(view.block_tokens)))
         hashes, seg = self._sample(view.block_hashes, view.block_tokens, anchor_blocks - 1)
@@ -187,10 +198,11 @@ class ResidencyShadow:
         """
         if not hashes or self.capacity_tokens <= 0:
             return False
-        zone = self.near_eviction_fraction * self.capacity_tokens
+        zone = self.zone_tokens()
         if self._used < self.capacity_tokens - zone:
             return False                # cache not full enough for anything to be near the tail
-        if self._tail_at < 0 or self._inserted - self._tail_at > zone:
+        if (self._tail_at < 0 or self._inserted - self._tail_at > zone
+                or abs(zone - self._tail_zone) > 0.25 * zone):
             self._refresh_tail(zone)
         blocks = self._blocks
         limit = self._tail_stamp
@@ -200,10 +212,20 @@ class ResidencyShadow:
                 return True
         return False
 
+    def zone_tokens(self) -> float:
+        """Size of the tail zone: a fixed share of capacity, or (with a horizon) what the client
+        traffic will insert within ``horizon_s``, whichever is larger, at most the capacity."""
+        cap = self.capacity_tokens
+        zone = self.near_eviction_fraction * cap
+        if self.horizon_s > 0 and self.insert_rate:
+            zone = min(float(cap), max(zone, self.insert_rate * self.horizon_s))
+        return zone
+
     def _refresh_tail(self, zone: float) -> None:
         """Find the stamp closing the oldest ``zone`` tokens (C-level scan of the LRU end)."""
         budget = zone - max(0, self.capacity_tokens - self._used)   # free room also protects
         self._tail_at = self._inserted
+        self._tail_zone = zone
         blocks = self._blocks
         if budget <= 0 or not blocks:
             self._tail_stamp = -1
@@ -224,7 +246,7 @@ class ResidencyShadow:
         inserted (a quarter of the tail zone from now); the planner memoises verdicts with it."""
         if self.capacity_tokens <= 0:
             return float("inf")
-        return self._inserted + self.near_eviction_fraction * self.capacity_tokens / 4
+        return self._inserted + self.zone_tokens() / 4
 
     @property
     def inserted_tokens(self) -> int:

@@ -17,7 +17,8 @@ i.e. the mutual information I(current; next) over H(next). V_i counts visits to 
 *global* decay (half-life 5× the row half-life, in all dispatches): row totals cannot be used as
 weights because per-row decay lets rarely-left rows keep more mass than often-left ones. Smoothing makes rows with few counts
 look uncertain, so R starts low and the gate stays shut until evidence accumulates. R is refreshed
-every ``refresh_steps`` transitions (numpy, dense over live slots), not per request.
+every ``refresh_steps`` transitions once the chain is old (every quarter of its age before that;
+numpy, dense over live slots), not per request.
 """
 
 from __future__ import annotations
@@ -166,7 +167,9 @@ class TransitionLearner:
 
     # --- predictability ----------------------------------------------------------------------------
     def predictability(self, force: bool = False) -> float:
-        if force or self._r_at < 0 or self.steps - self._r_at >= self.refresh_steps:
+        # refresh often while the chain is young (R moves fast), every refresh_steps later on
+        every = min(self.refresh_steps, max(4, self._r_at // 4))
+        if force or self._r_at < 0 or self.steps - self._r_at >= every:
             self._r = self._compute_r()
             self._r_at = self.steps
         return self._r

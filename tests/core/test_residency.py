@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -115,3 +117,18 @@ def test_strided_shadow_tracks_exact_lru_to_stride_granularity(prompts, cap_bloc
             assert c >= e - (k - 1)
             if not evicted:
                 assert c <= e
+
+
+def test_horizon_grows_the_tail_zone_with_the_insert_rate():
+    r = ResidencyShadow(capacity_tokens=16 * 100, near_eviction_fraction=0.1, horizon_s=2.0)
+    t = 0.0
+    for k in range(40):                     # 4 blocks (64 tokens) a second, cache full after 25 s
+        r.on_forward(view_from_blocks("", [1000 + 4 * k + j for j in range(4)], 16), t)
+        t += 1.0
+    assert r.insert_rate == pytest.approx(64.0, rel=0.05)
+    assert r.zone_tokens() == pytest.approx(max(0.1 * 1600, 2.0 * 64.0), rel=0.05)
+    fast = ResidencyShadow(capacity_tokens=1600, near_eviction_fraction=0.1, horizon_s=60.0)
+    for k in range(40):
+        fast.on_forward(view_from_blocks("", [1000 + 4 * k + j for j in range(4)], 16), float(k))
+    assert fast.zone_tokens() == 1600                     # capped at capacity
+    assert ResidencyShadow(1600, 0.1).zone_tokens() == 160   # no horizon: the fixed share

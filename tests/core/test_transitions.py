@@ -161,3 +161,14 @@ def test_export_import_round_trip():
             assert u.prob(i, j) == pytest.approx(t.prob(i, j), rel=1e-3)
     assert u.predictability(force=True) == pytest.approx(t.predictability(force=True), abs=1e-3)
     assert u.predict_top1(1) == t.predict_top1(1) == 0
+
+
+def test_cached_r_follows_a_young_chain():
+    t = learner(6)
+    seq = _pipeline(6, 400)
+    for k, (a, b) in enumerate(zip(seq, seq[1:])):
+        t.update(a, b)
+        if k == 10:
+            early = t.predictability()
+    late = t.predictability()                  # no force: the cache must have moved on
+    assert late > early + 0.2 and late == pytest.approx(t.predictability(force=True), abs=0.02)
