@@ -9,7 +9,8 @@ Layout: one OrderedDict per priority (entries appended with non-decreasing `last
 head is its oldest entry), a lazy heap over the heads of the non-zero buckets (oldest first: the only
 head that can have decayed is the oldest one), and a lazy heap of the priorities present. A victim is
 the older of bucket 0's head and the oldest non-zero head if that one has decayed; failing both, the
-head of the lowest priority bucket. Negative priorities (rare) fall back to a full scan.
+head of the lowest priority bucket. Negative priorities (rare; decay raises them to 0, so a bucket's
+head is not its best entry) fall back to a full scan.
 """
 
 from __future__ import annotations
@@ -138,11 +139,19 @@ class PriorityFreeQueue:
         heapq.heappush(heads, entry)
 
     def _negative_scan(self, now: float) -> tuple[int, Hashable]:
+        """Full scan, used only while a negative-priority bucket exists: decay *raises* a negative
+        priority to 0, so such a bucket's best entry is its oldest entry that has not decayed."""
         best = None
+        ret = self.retention
         for prio, bucket in self.buckets.items():
             key = next(iter(bucket))
             last, seq = bucket[key]
             cand = (self._effective(prio, last, now), last, seq, prio, key)
+            if prio < 0 and cand[0] == 0:
+                for k, (lt, sq) in bucket.items():      # decayed entries form the oldest prefix
+                    if now - lt < ret:
+                        cand = (prio, lt, sq, prio, k)
+                        break
             if best is None or cand[:3] < best[:3]:
                 best = cand
         return best[3], best[4]
