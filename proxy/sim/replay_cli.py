@@ -36,6 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--predictability", type=float, default=None, help="workload: supervisor predictability")
     p.add_argument("--load", type=float, default=None, help="workload: target cold-prefill load (0..)")
     p.add_argument("--latency-budget", type=float, default=2.0, help="p99 TTFT budget for req/s @ budget")
+    p.add_argument("--engines", type=int, default=1,
+                   help="parallel prefill servers sharing the cache in the TTFT model (traces from clusters)")
     p.add_argument("--ttl", type=float, default=10.0, help="ttl policy: pin seconds after a tool call")
     p.add_argument("--scout-set", action="append", default=[], metavar="KEY=VALUE",
                    help="PolicyConfig override for the scout policies (repeatable)")
@@ -105,11 +107,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     settings = ReplaySettings(block_size=block_size, latency_budget_s=args.latency_budget, ttl_s=args.ttl,
                               scout_overrides=overrides, use_sessions=not args.no_session_ids,
-                              cost=CostModel())
+                              engines=args.engines, cost=CostModel())
     t0 = time.perf_counter()
     results = replay(reqs, caps, policies, settings, progress=not args.no_progress)
     meta = {"title": args.workload or args.trace, "source": source,
             "settings": {"capacities": caps, "latency_budget_s": args.latency_budget, "ttl_s": args.ttl,
+                         "engines": args.engines,
                          "scout_overrides": overrides, "session_ids": not args.no_session_ids,
                          "block_size": block_size, "seed": args.seed},
             "elapsed_s": round(time.perf_counter() - t0, 3)}

@@ -117,3 +117,23 @@ def test_early_share_compares_lead_time_with_the_actions_prefill_time():
     sig = rec.signal_summary(0.0)
     assert sig["transition"]["early_share"] == 0.0 and sig["transition"]["conversion"] == 1.0
     assert sig["hint"]["early_share"] == 1.0
+
+
+def test_parallel_engines_share_the_queue():
+    rec = RunRecorder(COST, np.zeros(4, dtype=np.int64), engines=2)
+    for i in range(4):
+        rec.request(i, 0.0, (i,), (1000,), 0)
+    one = COST.prefill_s(1000)
+    assert sorted(rec._queue()[1]) == pytest.approx([one, one, 2 * one, 2 * one])
+
+
+def test_grouped_cache_never_evicts_a_prefix_from_under_its_tail():
+    score = {"low": 0.0, "high": 10.0}
+    cache = GroupedCache(4, lambda g, last, now: score[g])
+    cache.access((1, 2, 3), ["low", "high", "high"], 0.0)   # the lowest-scored block is the root
+    cache.access((9,), ["high"], 1.0)
+    cache.access((7,), ["high"], 2.0)                        # needs a victim: a leaf, so 3
+    assert cache.match_prefix((1, 2, 3)) == 2 and cache.match_prefix((9,)) == 1
+    cache.access((8,), ["high"], 3.0)                        # then 2, and only then the root
+    cache.access((6,), ["high"], 4.0)
+    assert cache.match_prefix((1,)) == 0 and len(cache) == 4

@@ -19,6 +19,7 @@ absent block drops the stale marks first.
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -43,8 +44,9 @@ class SignalTally:
 class RunRecorder:
     """Collects one policy's per-request outcomes, executed actions and signal marks."""
 
-    def __init__(self, cost: CostModel, output_tokens: np.ndarray):
+    def __init__(self, cost: CostModel, output_tokens: np.ndarray, engines: int = 1):
         self.cost = cost
+        self.engines = max(1, int(engines))          # parallel prefill servers sharing the cache
         self.output_tokens = np.asarray(output_tokens, dtype=np.int64)
         n_requests = len(self.output_tokens)
         self.hit_blocks = np.zeros(n_requests, dtype=np.int64)
@@ -181,23 +183,35 @@ class RunRecorder:
 
     # ------------------------------------------------------------------ latency
     def _queue(self, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-        """FIFO prefill server (real requests and warm jobs share it). Returns (request idx, TTFT)."""
+        """FIFO prefill queue over `engines` servers (real requests and warm jobs share it; the
+        servers share one cache, as a disaggregated KV pool does). Returns (request idx, TTFT)."""
         if getattr(self, "_sorted_n", -1) != len(self.action_jobs):
             real = zip(self.arrival.tolist(), self.request_service().tolist(), range(len(self.arrival)))
             acts = ((t, s, -1) for t, s in self.action_jobs)
             self._sorted = sorted([*real, *acts], key=lambda j: j[0])
             self._sorted_n = len(self.action_jobs)
         jobs = self._sorted
-        free = 0.0
         idx: list[int] = []
         ttft: list[float] = []
-        for t, service, i in jobs:
-            t = t / scale
-            start = t if t > free else free
-            free = start + service
-            if i >= 0:
-                idx.append(i)
-                ttft.append(free - t)
+        if self.engines == 1:
+            free = 0.0
+            for t, service, i in jobs:
+                t = t / scale
+                start = t if t > free else free
+                free = start + service
+                if i >= 0:
+                    idx.append(i)
+                    ttft.append(free - t)
+        else:
+            servers = [0.0] * self.engines           # a heap of the servers' free times
+            for t, service, i in jobs:
+                t = t / scale
+                f = servers[0]
+                end = (t if t > f else f) + service
+                heapq.heapreplace(servers, end)
+                if i >= 0:
+                    idx.append(i)
+                    ttft.append(end - t)
         return np.array(idx, dtype=np.int64), np.array(ttft)
 
     def latencies(self, decode_batch: int = 16) -> tuple[np.ndarray, np.ndarray]:

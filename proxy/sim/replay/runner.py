@@ -35,6 +35,7 @@ class ReplaySettings:
     ttl_s: float = 10.0
     scout_overrides: dict = field(default_factory=dict)
     use_sessions: bool = True
+    engines: int = 1                 # parallel prefill servers in the TTFT queue (one shared cache)
     cost: CostModel = field(default_factory=CostModel)
 
 
@@ -68,10 +69,10 @@ def resolve_capacity(spec: float | int | str, requests: Sequence[ReplayRequest])
 
 
 def run_policy(policy: ReplayPolicy, requests: Sequence[ReplayRequest], capacity: int,
-               cost: CostModel, progress: Callable[[int], None] | None = None) -> RunRecorder:
+               cost: CostModel, progress: Callable[[int], None] | None = None, engines: int = 1) -> RunRecorder:
     """One policy over the stream; returns its recorder."""
     outputs = np.fromiter((r.output_tokens for r in requests), dtype=np.int64, count=len(requests))
-    rec = RunRecorder(cost, outputs)
+    rec = RunRecorder(cost, outputs, engines)
     policy.setup(requests, capacity, cost, rec)
     tick = max(1, len(requests) // 50)
     if not policy.wants_responses:
@@ -132,7 +133,8 @@ def replay(requests: Sequence[ReplayRequest], capacities: Sequence[int], policie
         for name in names:
             pol = make_policy(name, s)
             t0 = time.perf_counter()
-            rec = run_policy(pol, requests, cap, s.cost, _bar(f"{name} @ {cap}", len(requests), progress))
+            rec = run_policy(pol, requests, cap, s.cost, _bar(f"{name} @ {cap}", len(requests), progress),
+                             s.engines)
             elapsed = time.perf_counter() - t0
             if progress:
                 sys.stderr.write(f"  {elapsed:.2f}s\n")
