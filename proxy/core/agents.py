@@ -21,6 +21,7 @@ import xxhash
 
 from .config import PolicyConfig
 from .fingerprint import truncate_payload
+from .survival import median_gap
 from .transitions import TransitionLearner
 from .view import RequestView
 
@@ -39,6 +40,8 @@ class Agent:
     last_seen: float = 0.0
     gaps: deque = field(default_factory=deque)        # response end -> next request (other finishes)
     tool_gaps: deque = field(default_factory=deque)   # same, after finish_reason == "tool_calls"
+    gap_median: float | None = None                   # medians, kept current by record_gap
+    tool_gap_median: float | None = None
 
 
 def agent_id_for(tenant: str, key: int) -> str:
@@ -169,5 +172,11 @@ class AgentRegistry:
         return self.by_id.get(agent.agent_id) is agent
 
     def record_gap(self, agent: Agent, gap: float, finish: str | None) -> None:
-        if gap >= 0:
-            (agent.tool_gaps if finish == "tool_calls" else agent.gaps).append(gap)
+        if gap < 0:
+            return
+        if finish == "tool_calls":
+            agent.tool_gaps.append(gap)
+            agent.tool_gap_median = median_gap(agent.tool_gaps)
+        else:
+            agent.gaps.append(gap)
+            agent.gap_median = median_gap(agent.gaps)

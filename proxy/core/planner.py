@@ -27,7 +27,7 @@ from .agents import AgentRegistry, TenantState, agent_id_for
 from .config import PolicyConfig
 from .residency import ResidencyShadow
 from .sessions import Session, SessionTracker
-from .survival import anchor_score, continuation_probability, hop_distances, median_gap, p_surv
+from .survival import anchor_score, continuation_probability, hop_distances, p_surv
 from .view import EngineLoad
 
 
@@ -128,8 +128,9 @@ class Planner:
         paused = s.inflight == 0 and s.last_end is not None
         lead = None
         if paused:
-            samples = agent.tool_gaps if s.finish == "tool_calls" else agent.gaps
-            med = median_gap(samples)
+            tool = s.finish == "tool_calls"
+            samples = agent.tool_gaps if tool else agent.gaps
+            med = agent.tool_gap_median if tool else agent.gap_median
             elapsed = now - s.last_end
             if med is not None and elapsed < med:
                 lead = med - elapsed

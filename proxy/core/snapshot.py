@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from .agents import AgentRegistry
+from .survival import median_gap
 
 VERSION = 1
 KIND = "cachescout-policy"
@@ -62,6 +63,8 @@ def load(registry: AgentRegistry, data: dict[str, Any], max_bytes: int) -> None:
             a.uses = int(uses)
             a.gaps.extend(float(g) for g in gaps)
             a.tool_gaps.extend(float(g) for g in tool_gaps)
+            a.gap_median = median_gap(a.gaps)
+            a.tool_gap_median = median_gap(a.tool_gaps)
         used = set(ts.by_slot)
         ts.free_slots = [s for s in range(ts.next_slot) if s not in used]
         ts.learner.import_counts(t.get("transitions", []), t.get("visits"))
