@@ -13,7 +13,7 @@ only exemption is a query that needs an engine metric the simulated engine does 
 in dashboards/engine_metrics.py, e.g. SGLang's TTFT histogram); such queries are reported in a
 warning, and must still parse.
 
-Skips only when the `prometheus` binary is missing.
+Skips only when the `prometheus` binary is missing. `pytest -s` prints every query's values.
 """
 
 from __future__ import annotations
@@ -119,16 +119,47 @@ def wait_for_scrapes(base: str, targets: int, after: float, timeout: float = 30.
     raise AssertionError(f"Prometheus did not scrape all {targets} targets within {timeout}s: {targets_report(base)}")
 
 
+def wait_for_settled_series(proxy: str, quiet_s: float = 2.0, timeout: float = 15.0) -> float:
+    """After the workload, the executor may still finish actions and create new labelled series
+    (`cachescout_actions_total{...}` is counted when an action ends). Poll the proxy's own /metrics
+    until its set of series has not changed for `quiet_s`; return when it last changed."""
+    def series() -> frozenset[str]:
+        text = httpx.get(f"{proxy}/metrics", timeout=5.0).text
+        return frozenset(line.rsplit(" ", 1)[0] for line in text.splitlines() if line and not line.startswith("#"))
+
+    last, changed = series(), time.time()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and time.time() - changed < quiet_s:
+        time.sleep(0.25)
+        now = series()
+        if now != last:
+            last, changed = now, time.time()
+    return changed
+
+
 def run_workload(proxy_url: str, model: str) -> int:
-    """The project's multi-agent driver (selector group chat with tool calls), kept small."""
-    from proxy.demo_workload import DemoSpec
+    """The project's multi-agent driver (selector group chat with tool calls), kept small, then one
+    follow-up turn per agent: the agents coming back is what turns the proxy's warmups and touches
+    into real hits, so the conversion series carry data."""
+    from proxy.demo_workload import DemoSpec, build_agents
     from proxy.demo_workload import run_workload as drive
 
     spec = DemoSpec(sessions=8, concurrency=4, steps=(4, 6), anchor_words=(300, 400), max_tokens=16,
                     tool_seconds=(0.02, 0.08), seed=11)
     result = asyncio.run(drive(proxy_url, spec, model=model))
     assert result.records, "the workload sent no successful request"
-    return len(result.records)
+    sent = len(result.records)
+    time.sleep(1.0)  # let the planner act on the last turns before the agents return
+    for agent in build_agents(spec):
+        body: dict = {"model": model, "max_tokens": 4, "temperature": 0, "user": f"follow-up-{agent.name}",
+                      "messages": [{"role": "system", "content": agent.system},
+                                   {"role": "user", "content": "One more thing: summarise your last step."}]}
+        if agent.tools:
+            body["tools"] = list(agent.tools)
+        response = httpx.post(f"{proxy_url}/v1/chat/completions", json=body, timeout=30.0)
+        assert response.status_code == 200, response.text
+        sent += 1
+    return sent
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +180,7 @@ def scraped_stack(tmp_path_factory) -> Iterator[dict]:
     with contextlib.ExitStack() as stack:
         stack.enter_context(process(
             cachescout("sim-engine", "--host", "127.0.0.1", "--port", str(engine_port), "--eviction", "priority",
-                       "--capacity-blocks", "400", "--speed", "20", "--tool-call-share", "0.3"),
+                       "--capacity-blocks", "200", "--speed", "20", "--tool-call-share", "0.3"),
             f"{engine}/health", tmp / "sim.log"))
         stack.enter_context(process(
             cachescout("serve", "--upstream", engine, "--port", str(proxy_port), "--log-level", "warning",
@@ -172,15 +203,19 @@ def scraped_stack(tmp_path_factory) -> Iterator[dict]:
             response = httpx.post(f"{dead_proxy}/v1/chat/completions", timeout=10.0,
                                   json={"model": model, "messages": [{"role": "user", "content": "hi"}]})
             assert response.status_code == 502, response.text
-        finished = time.time()
-        time.sleep(1.5 * SCRAPE_S)  # the proxy's background actions and engine scrape settle
-        wait_for_scrapes(prom, targets=3, after=finished + 1.5 * SCRAPE_S)
+        settled = wait_for_settled_series(proxy)
+        # rate() needs two samples of a series: wait for two scrapes after the last series was born.
+        wait_for_scrapes(prom, targets=3, after=settled + 2.2 * SCRAPE_S)
         engine_series = {line.split("{")[0].split(" ")[0]
                          for line in httpx.get(f"{engine}/metrics", timeout=5.0).text.splitlines()
                          if line and not line.startswith("#")}
         yield {"prom": prom, "window_s": math.ceil(time.time() - started) + 5, "at": time.time(),
                "requests": requests, "engine_series": engine_series,
                "proxy_instance": f"127.0.0.1:{proxy_port}"}
+
+
+def _labels(metric: dict) -> str:
+    return ",".join(v for k, v in metric.items() if k not in ("job", "instance", "__name__"))
 
 
 def test_every_dashboard_query_returns_data(scraped_stack, dashboards):
@@ -198,6 +233,8 @@ def test_every_dashboard_query_returns_data(scraped_stack, dashboards):
                 failures.append(f"{where}: {data.get('errorType')}: {data.get('error')}")
                 continue
             if data["data"]["result"]:
+                shown = "; ".join(f"{_labels(r['metric'])}={float(r['value'][1]):.4g}" for r in data["data"]["result"][:4])
+                print(f"{uid[11:]:8} | {panel['title'][:40]:40} | {target['legendFormat'][:24]:24} | {shown}")
                 continue
             missing = {n for n in metric_names(expr) if n in known_engine and n not in scraped_stack["engine_series"]}
             if missing:
