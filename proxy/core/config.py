@@ -52,9 +52,11 @@ class PolicyConfig:
     max_concurrent: int = 2          # actions emitted but not yet reported back
     max_actions_per_tick: int = 4    # actions per plan() call
     max_engine_waiting: int = 2      # no actions while the engine queue is longer than this
-    plan_trigger: str = "response"   # when a session's successors are planned: "response" (its
-                                     # response ends: just before the demand), "request", or
-                                     # "both" (touch-only while the request runs, warm at the end)
+    plan_trigger: str = "auto"       # when a session's successors are planned: "response" (its
+                                     # response ends: just before the demand), "request", "both"
+                                     # (touch-only while the request runs, warm at the end), or
+                                     # "auto" (at the end when the agent's usual pause leaves time
+                                     # for a warm, else while the request runs)
     cooldown_s: float = 0.5          # never act on the same anchor twice within this
     action_ttl_s: float = 2.0        # deadline = created + ttl (executor drops stale actions)
     min_lead_s: float = 0.05         # no Warm when the predicted demand is closer than this

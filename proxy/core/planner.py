@@ -145,15 +145,22 @@ class Planner:
         if not self._gate(agent.tenant, gates):
             return
         ts = self.registry.tenant(agent.tenant)
+        trigger = cfg.plan_trigger
         for rank, (slot, p) in enumerate(ts.learner.successors(agent.slot, cfg.top_k, cfg.tau)):
             nxt = ts.by_slot.get(slot)
             if nxt is None or nxt.payload is None or not nxt.anchor_hashes or self._settled(nxt.agent_id, now):
                 continue
+            warm_ok = paused or trigger == "request"
+            if not paused and trigger == "auto":
+                # act now only if the pause after this response is too short for a warm then
+                gap = agent.gap_median
+                if gap is not None and gap >= max(cfg.min_lead_s, nxt.tokens / cfg.prefill_tokens_per_s):
+                    continue                    # planned again when the response ends
+                warm_ok = True
             reason = REASON_TRANSITION if rank == 0 else REASON_FANOUT
             score = anchor_score(p, now - nxt.last_seen, nxt.tokens, cfg.delta, cfg.age_lambda)
             out.append(_Candidate(score, reason, nxt.tenant, nxt.agent_id, nxt.anchor_hashes,
-                                  nxt.anchor_block_tokens, nxt.payload, p, lead,
-                                  paused or cfg.plan_trigger == "request"))
+                                  nxt.anchor_block_tokens, nxt.payload, p, lead, warm_ok))
 
     def _settled(self, anchor_id: str, now: float) -> bool:
         """Cheap pre-check: acted on within the cool-down, or recently found resident and safe."""

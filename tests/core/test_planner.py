@@ -315,3 +315,26 @@ def test_plan_trigger_decides_when_successors_are_planned():
         # "both" plans while the request runs too, but only touches: the evicted anchor waits
         assert (len(first), len(second)) == (at_request, at_response), trigger
         assert all(a.kind == "warm" and a.payload == {"agent": 1} for a in first + second)
+
+
+def test_auto_trigger_acts_at_the_response_only_when_the_pause_leaves_time():
+    from proxy.core import ResponseOutcome as RO
+
+    def run(pause):
+        w = Workload(ScoutPolicy(quiet_config(residency_capacity_tokens=16 * 60, plan_trigger="auto")))
+        now = 0.0
+        for s in range(4):
+            for agent in PIPE:
+                w.step(agent, f"l{s}", now, dur=0.1)
+                now += 0.1 + pause
+        w.policy.plan(now + 100)
+        now = fresh(w, now + 200)
+        w.junk(16 * 80, now)
+        obs = w.policy.observe_request(w.view(0, "live"), now + 1)
+        first = w.policy.plan(now + 1.01)
+        w.policy.observe_response(obs.request_id, RO("stop"), now + 1.5)
+        second = w.policy.plan(now + 1.51)
+        return len(first), len(second)
+
+    assert run(pause=1.0) == (0, 1)          # long pauses: warm just before the demand
+    assert run(pause=0.005) == (1, 0)        # tight loop: warm while the request runs
