@@ -33,28 +33,34 @@ from proxy.demo_workload import DemoSpec, WorkloadResult, expected_requests, run
 PHASES = ("direct", "via proxy")
 # Policy settings of the demo's proxy (documented in docs/live.md). Empty = the core's defaults.
 DEMO_POLICY: dict[str, float] = {
-    "cooldown_s": 0.5,              # the demo runs ~20 s: a 5 s cool-down would allow ~4 actions per anchor
+    "cooldown_s": 0.5,              # the demo runs ~30 s: a 5 s cool-down would allow ~6 actions per anchor
     "max_concurrent": 8, "max_actions_per_tick": 8,
-    "warmup_tokens_per_s": 1000.0,  # budget: re-prefilling evicted anchors costs engine time; touches are cheap
-    "warmup_burst_tokens": 4000.0,
+    "top_k": 1,                     # warm only the top-1 successor: fan-out warms mostly went unused here
+    "sweep_top_n": 0,               # no survival sweeps: their touches/warms cost more than they saved here
+    "warmup_tokens_per_s": 1500.0,  # budget: half the engine's prefill speed at most
+    "warmup_burst_tokens": 3000.0,
 }
-DEMO_PROXY_SETTINGS: tuple[str, ...] = ()
+# Yield harder to traffic than the serve default: warmups start only while at most 2 client requests
+# are in flight, so they use the engine's idle gaps instead of stretching client prefill steps.
+DEMO_PROXY_SETTINGS: tuple[str, ...] = ("action_max_inflight=2",)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sessions", type=int, default=48, help="sessions (tasks) per run")
-    parser.add_argument("--concurrency", type=int, default=16, help="sessions running at once")
-    parser.add_argument("--agents", type=int, default=6, help="agents in the group chat")
-    parser.add_argument("--predictability", type=float, default=0.85,
+    parser.add_argument("--sessions", type=int, default=16, help="sessions (tasks) per run")
+    parser.add_argument("--concurrency", type=int, default=4, help="sessions running at once")
+    parser.add_argument("--agents", type=int, default=8, help="agents in the group chat")
+    parser.add_argument("--predictability", type=float, default=0.9,
                         help="P(the supervisor follows its script); 0 = random speaker order")
-    parser.add_argument("--cache-blocks", type=int, default=560, help="engine prefix cache size in 16-token blocks")
-    parser.add_argument("--prefill-tps", type=float, default=6000.0,
-                        help="simulated prefill speed, tokens/s (a mid-range GPU serving an 8B model)")
+    parser.add_argument("--cache-blocks", type=int, default=480, help="engine prefix cache size in 16-token blocks")
+    parser.add_argument("--prefill-tps", type=float, default=3000.0,
+                        help="simulated prefill speed, tokens/s (roughly a 70B-class model on one GPU)")
     parser.add_argument("--speed", type=float, default=1.0, help="simulated seconds per wall second")
-    parser.add_argument("--output-tokens", type=int, default=12, help="typical answer length of the engine")
+    parser.add_argument("--output-tokens", type=int, default=8, help="typical answer length of the engine")
     parser.add_argument("--max-tokens", type=int, default=64, help="max_tokens of the workload's requests")
     parser.add_argument("--tool-seconds", type=float, nargs=2, default=(0.3, 1.5), metavar=("MIN", "MAX"),
                         help="how long a tool call runs before the agent resumes")
+    parser.add_argument("--gap-seconds", type=float, default=0.25,
+                        help="orchestration gap between turns (the supervisor choosing the next speaker)")
     parser.add_argument("--policy", action="append", default=[], metavar="NAME=VALUE",
                         help="PolicyConfig override for the proxy (repeatable), e.g. --policy cooldown_s=1")
     parser.add_argument("--proxy-set", action="append", default=[], metavar="NAME=VALUE",
@@ -247,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
     the engine, and the demo would measure Python contention instead of cache effects."""
     spec = DemoSpec(agents=args.agents, sessions=args.sessions, concurrency=args.concurrency,
                     predictability=args.predictability, seed=args.seed, max_tokens=args.max_tokens,
-                    tool_seconds=tuple(args.tool_seconds))
+                    tool_seconds=tuple(args.tool_seconds), think_seconds=args.gap_seconds)
     overrides = dict(DEMO_POLICY)
     for item in args.policy:
         name, _, value = item.partition("=")
