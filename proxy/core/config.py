@@ -52,6 +52,7 @@ class PolicyConfig:
     max_concurrent: int = 2          # actions emitted but not yet reported back
     max_actions_per_tick: int = 4    # actions per plan() call
     max_engine_waiting: int = 2      # no actions while the engine queue is longer than this
+    warm_max_inflight: int = 0       # >0: no Warm while more client requests than this are in flight
     plan_trigger: str = "auto"       # when a session's successors are planned: "response" (its
                                      # response ends: just before the demand), "request", "both"
                                      # (touch-only while the request runs, warm at the end), or

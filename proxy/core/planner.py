@@ -112,7 +112,8 @@ class Planner:
         if not cands:
             return []
         cands.sort(key=lambda c: c.score, reverse=True)
-        return self._select(cands, now, slots)
+        busy = 0 < cfg.warm_max_inflight < load.inflight
+        return self._select(cands, now, slots, busy)
 
     def _gate(self, tenant: str, gates: dict[str, bool]) -> bool:
         g = gates.get(tenant)
@@ -193,7 +194,7 @@ class Planner:
         scored.sort(key=lambda c: c.score, reverse=True)
         out.extend(scored[: cfg.sweep_top_n])
 
-    def _select(self, cands: list[_Candidate], now: float, slots: int) -> list[Action]:
+    def _select(self, cands: list[_Candidate], now: float, slots: int, busy: bool = False) -> list[Action]:
         cfg = self.cfg
         res = self.residency
         actions: list[Action] = []
@@ -222,7 +223,7 @@ class Planner:
                     self._safe[c.anchor_id] = (res.epoch, res.safe_until())
                     continue
             else:
-                if (c.reason == REASON_HINT and not resident) or not c.warm_ok:
+                if (c.reason == REASON_HINT and not resident) or not c.warm_ok or busy:
                     continue                    # sweeps protect what is there; warming is for predictions
                 missing = float(sum(c.block_tokens[resident:]))
                 if c.lead is not None and c.lead < max(cfg.min_lead_s, missing / cfg.prefill_tokens_per_s):

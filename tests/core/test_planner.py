@@ -338,3 +338,13 @@ def test_auto_trigger_acts_at_the_response_only_when_the_pause_leaves_time():
 
     assert run(pause=1.0) == (0, 1)          # long pauses: warm just before the demand
     assert run(pause=0.005) == (1, 0)        # tight loop: warm while the request runs
+
+
+def test_warm_max_inflight_keeps_warms_off_a_busy_engine(workload):
+    w = workload(residency_capacity_tokens=16 * 60, warm_max_inflight=3)
+    now = fresh(w, learn(w, PIPE))
+    w.junk(16 * 80, now)
+    w.step(0, "live", now + 1)
+    assert w.policy.plan(now + 1.1, EngineLoad(inflight=4)) == []
+    w.step(0, "live", now + 2)
+    assert [a.kind for a in w.policy.plan(now + 2.1, EngineLoad(inflight=3))] == ["warm"]
