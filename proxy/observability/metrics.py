@@ -26,6 +26,8 @@ OTHER_ROUTE = "other"
 CODE_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 UPSTREAM_ERROR_KINDS = ("connect", "timeout", "protocol", "other")
 ACTION_OUTCOMES = ("ok", "error", "dropped_stale", "dropped_busy", "dropped_full", "unsupported")
+ACTION_KINDS = ("touch", "warm", "retain")
+ACTION_REASONS = ("transition", "tool_resume", "fanout", "hint")
 
 _ROUTE_SET = frozenset(KNOWN_ROUTES)
 
@@ -135,6 +137,13 @@ class ProxyMetrics:
         self._upstream_errors = {k: self.upstream_errors_total.labels(k) for k in UPSTREAM_ERROR_KINDS}
         for outcome in ("hit", "miss"):
             self.prediction_total.labels(outcome)
+        # The action series are a fixed, bounded set: create them all so rates read 0, not "no data".
+        for kind in ACTION_KINDS:
+            for reason in ACTION_REASONS:
+                for outcome in ACTION_OUTCOMES:
+                    self.actions_total.labels(kind, reason, outcome)
+        for reason in ACTION_REASONS:
+            self.converted_tokens_total.labels(reason)
 
     # --- fast paths for the forwarder ---------------------------------------------------------
     def observe_request(self, route: str, status: int, duration_s: float) -> None:
