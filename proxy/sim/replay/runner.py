@@ -82,6 +82,8 @@ def run_policy(policy: ReplayPolicy, requests: Sequence[ReplayRequest], capacity
             record(i, r.t, r.block_hashes, r.block_tokens, hit)
             if progress is not None and i % tick == 0:
                 progress(i)
+        if progress is not None:
+            progress(len(requests) - 1)
         return rec
     step = cost.step_base_s + cost.decode_seq_s * DECODE_BATCH
     pending: list[tuple[float, int, int]] = []     # (end time, seq, request index)
@@ -102,6 +104,8 @@ def run_policy(policy: ReplayPolicy, requests: Sequence[ReplayRequest], capacity
     while pending:
         t_end, _, j = heapq.heappop(pending)
         policy.on_response(j, requests[j], hits.pop(j), t_end)
+    if progress is not None:
+        progress(len(requests) - 1)
     return rec
 
 
