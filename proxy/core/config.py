@@ -63,7 +63,8 @@ class PolicyConfig:
     min_lead_s: float = 0.05         # no Warm when the predicted demand is closer than this
     prefill_tokens_per_s: float = 5000.0   # estimate for "can a warm finish before the demand"
     sweep_interval_s: float = 1.0    # survival-ranked sweep over all anchors at most this often
-    sweep_top_n: int = 8             # anchors examined per sweep
+    sweep_top_n: int = 8             # anchors (and paused sessions) examined per sweep
+    sweep_sessions: int = 64         # most recent sessions a sweep checks for continuation (0 = off)
     tool_resume_min_p: float = 0.5   # continuation probability needed for a tool_resume action
     tool_resume_gated: bool = False  # also require R >= R_min for tool_resume (a fact, not a guess)
     retain_enabled: bool = False     # emit Retain hints (only for engines that honour them)

@@ -193,6 +193,34 @@ class Planner:
                                          a.anchor_block_tokens, a.payload, p, None))
         scored.sort(key=lambda c: c.score, reverse=True)
         out.extend(scored[: cfg.sweep_top_n])
+        if cfg.sweep_sessions:
+            self._sweep_paused_sessions(now, out)
+
+    def _sweep_paused_sessions(self, now: float, out: list[_Candidate]) -> None:
+        """Paused sessions likely to resume soon keep their context (session continuation).
+
+        Walks the most recently active sessions only (``sweep_sessions`` of them), so a sweep
+        stays O(that) however many sessions are live. Not gated by R: a session continuing is
+        a fact of its own history, not an agent-to-agent guess."""
+        cfg = self.cfg
+        scored: list[_Candidate] = []
+        for k, s in enumerate(reversed(self.sessions.sessions.values())):
+            if k >= cfg.sweep_sessions:
+                break
+            agent = s.agent
+            if s.inflight or s.last_end is None or agent is None or not s.hashes or s.context_payload is None:
+                continue
+            tool = s.finish == "tool_calls"
+            p = continuation_probability(agent.tool_gaps if tool else agent.gaps, now - s.last_end,
+                                         cfg.continuation_horizon_s, tool, cfg.tool_resume_prior)
+            if p < cfg.tool_resume_min_p:
+                continue
+            payload = {"context": s.context_payload, "assistant": s.assistant_payload}
+            scored.append(_Candidate(p * sum(s.block_tokens), REASON_TOOL_RESUME if tool else REASON_HINT,
+                                     agent.tenant, agent_id_for(agent.tenant, s.hashes[-1]), s.hashes,
+                                     s.block_tokens, payload, p, None, tool))
+        scored.sort(key=lambda c: c.score, reverse=True)
+        out.extend(scored[: cfg.sweep_top_n])
 
     def _select(self, cands: list[_Candidate], now: float, slots: int, busy: bool = False) -> list[Action]:
         cfg = self.cfg

@@ -210,7 +210,7 @@ def test_sweep_emits_retain_hints_with_survival_priority(workload):
     actions = w.policy.plan(now + 0.1)
     retains = [a for a in actions if a.kind == "retain"]
     assert retains and all(a.reason == REASON_HINT for a in retains)
-    by_payload = {a.payload["agent"]: a.priority for a in retains}
+    by_payload = {a.payload["agent"]: a.priority for a in retains if "agent" in a.payload}
     # sessions sit on agent 2 (their last step): 2 is E=0, 0 is one hop, 1 two hops
     assert by_payload[2] > by_payload[0] > by_payload[1]
     assert w.policy.stats().inflight_actions == 0          # hints are fire-and-forget
@@ -251,8 +251,8 @@ def test_planner_never_breaks_budgets(evs, per_tick, concurrent, r_min):
                 assert a.deadline == a.created + cfg.action_ttl_s
                 assert a.anchor_id not in last or now - last[a.anchor_id] >= cfg.cooldown_s
                 last[a.anchor_id] = now
-                if not gate:
-                    assert a.reason == REASON_TOOL_RESUME
+                if not gate:        # only session facts act with a shut gate, never agent guesses
+                    assert a.reason in (REASON_TOOL_RESUME, REASON_HINT) and "context" in a.payload
                 if a.kind != "retain":
                     open_actions.append(a)
                     spent.append((now, cfg.touch_cost_tokens if a.kind == "touch" else
@@ -348,3 +348,26 @@ def test_warm_max_inflight_keeps_warms_off_a_busy_engine(workload):
     assert w.policy.plan(now + 1.1, EngineLoad(inflight=4)) == []
     w.step(0, "live", now + 2)
     assert [a.kind for a in w.policy.plan(now + 2.1, EngineLoad(inflight=3))] == ["warm"]
+
+
+def test_sweep_keeps_paused_sessions_that_usually_resume(workload):
+    """Session continuation: a session whose agent always comes back ~2 s after a response keeps
+    its context (touched when near eviction) even with no agent transitions learned."""
+    w = workload(residency_capacity_tokens=16 * 60, sweep_interval_s=0.5, r_min=1.1)   # gate never opens
+    now = 0.0
+    for turn in range(5):
+        w.step(0, "chat", now, dur=0.5)
+        now += 2.5                                         # resumes 2 s after each response
+    ctx = tuple(w.anchor(0) + w.hist["chat"])
+    end = now - 2.0                                        # the last response ended here
+    w.policy.plan(end + 0.1)
+    w.junk(16 * 47, end + 0.2)                             # its context is now at the LRU tail
+    acts = w.policy.plan(end + 1.0)                        # paused 1 s of its usual 2 s
+    assert [(a.kind, a.reason, a.block_hashes) for a in acts] == [("touch", REASON_HINT, ctx)]
+    assert acts[0].payload["context"] == {"session": "chat"}
+    w.junk(16 * 200, end + 1.1)                            # gone: a sweep does not re-prefill it
+    assert w.policy.plan(end + 1.6) == []
+    # overdue (paused longer than it ever was): probably gone, left alone
+    w.step(0, "chat", end + 2.0, dur=0.5)
+    w.junk(16 * 47, end + 2.6)
+    assert w.policy.plan(end + 6.0) == []
