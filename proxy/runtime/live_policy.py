@@ -67,7 +67,8 @@ class LivePolicyObserver:
         self.token_ratio: float | None = None   # engine tokens per estimated view token (EWMA)
         self._acted: OrderedDict[int, tuple[str, int, float, str]] = OrderedDict()  # last hash -> (reason, tokens, at, tenant)
         self.counts = {"requests": 0, "observed": 0, "skipped": 0, "warmup_requests": 0, "responses": 0,
-                       "errors": 0, "prompt_tokens": 0, "cached_tokens": 0, "converted_tokens": 0}
+                       "errors": 0, "prompt_tokens": 0, "cached_tokens": 0, "converted_tokens": 0,
+                       "deferred_observe_us": 0}
 
     # -- load -------------------------------------------------------------------------------------
     @property
@@ -148,8 +149,9 @@ class LivePolicyObserver:
             if not view.is_warmup:
                 self.metrics.predicted_cached_tokens_total.inc(max(0, int(st.observed.resident_tokens or 0)))
         self.plan(self.clock())
-        if self.metrics is not None:
-            self.metrics.policy_observe_seconds.observe(self.clock() - t0)
+        # Not in cachescout_policy_observe_seconds (that is the forwarder's on-path hook time): this
+        # work runs after the request was handed to the network.
+        self.counts["deferred_observe_us"] += int(1e6 * (self.clock() - t0))
 
     def _observe_response(self, ctx: Any, st: _ReqState, error: str | None, now: float) -> None:
         if st.observed is None or st.view is None:
