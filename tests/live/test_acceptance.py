@@ -201,3 +201,25 @@ def test_policy_exception_is_counted_not_surfaced(http):
             metrics = http.get(px.url + "/metrics").text
     assert j["choices"][0]["finish_reason"] in ("stop", "length")
     assert "cachescout_policy_errors_total 1.0" in metrics
+
+
+def test_learned_state_survives_a_restart(http, tmp_path):
+    path = tmp_path / "state.json"
+    with run_sim_server(sim_config()) as sim:
+        with run_proxy_server(proxy_settings(sim.url, state_path=str(path))) as px:
+            workflow(http, px.url, sessions=2, px=px)
+            before = debug(http, px)
+        assert path.is_file()
+        with run_proxy_server(proxy_settings(sim.url, state_path=str(path))) as px:
+            after = debug(http, px)
+    assert after["state_loaded_from"] == str(path)
+    assert {a["id"] for a in after["agents"]} == {a["id"] for a in before["agents"]}
+    assert after["top_transitions"] and after["stats"]["sessions"] == 0    # chain restored, live sessions not
+
+
+def test_no_agent_ids_or_prompt_text_in_metrics(proxied_run):
+    metrics = proxied_run["metrics"]
+    for agent in proxied_run["state"]["agents"]:
+        assert agent["id"] not in metrics
+    assert "You are agent" not in metrics and "rule0x" not in metrics
+    assert "You are agent" not in str(proxied_run["state"])
