@@ -38,6 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--latency-budget", type=float, default=2.0, help="p99 TTFT budget for req/s @ budget")
     p.add_argument("--engines", type=int, default=1,
                    help="parallel prefill servers sharing the cache in the TTFT model (traces from clusters)")
+    p.add_argument("--retention-seconds", type=float, default=300.0,
+                   help="scout-proxy-priority: the engine's priority retention (SGLang retention_seconds)")
     p.add_argument("--ttl", type=float, default=10.0, help="ttl policy: pin seconds after a tool call")
     p.add_argument("--scout-set", action="append", default=[], metavar="KEY=VALUE",
                    help="PolicyConfig override for the scout policies (repeatable)")
@@ -107,12 +109,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     settings = ReplaySettings(block_size=block_size, latency_budget_s=args.latency_budget, ttl_s=args.ttl,
                               scout_overrides=overrides, use_sessions=not args.no_session_ids,
-                              engines=args.engines, cost=CostModel())
+                              engines=args.engines, retention_s=args.retention_seconds, cost=CostModel())
     t0 = time.perf_counter()
     results = replay(reqs, caps, policies, settings, progress=not args.no_progress)
     meta = {"title": args.workload or args.trace, "source": source,
             "settings": {"capacities": caps, "latency_budget_s": args.latency_budget, "ttl_s": args.ttl,
-                         "engines": args.engines,
+                         "engines": args.engines, "retention_s": args.retention_seconds,
                          "scout_overrides": overrides, "session_ids": not args.no_session_ids,
                          "block_size": block_size, "seed": args.seed},
             "elapsed_s": round(time.perf_counter() - t0, 3)}

@@ -18,7 +18,7 @@ def test_workload_replay_writes_report_json_md_and_plots(tmp_path, capsys):
     out = tmp_path / "rep"
     rc = replay_cli.run(_args("--workload", "pipeline", "--sessions", "12", "--capacity", "150,300",
                               "--policies", "lru,history,scout-proxy", "--out", str(out), "--no-progress",
-                              "--scout-set", "cooldown_s=1.0"))
+                              "--scout-set", "cooldown_s=1.0", "--engines", "2", "--retention-seconds", "60"))
     assert rc == 0
     doc = json.loads((out / "report.json").read_text())
     caps = doc["results"]["capacities"]
@@ -29,6 +29,7 @@ def test_workload_replay_writes_report_json_md_and_plots(tmp_path, capsys):
         assert 0.0 <= s["hit_rate"] <= 1.0 and s["ttft_p99_s"] >= s["ttft_p50_s"]
     assert pols["belady"]["gap_closed"] == 1.0 and pols["lru"]["gap_closed"] == 0.0
     assert doc["meta"]["settings"]["scout_overrides"] == {"cooldown_s": 1.0}
+    assert doc["meta"]["settings"]["engines"] == 2 and doc["meta"]["settings"]["retention_s"] == 60.0
     assert doc["meta"]["source"]["workload"]["sessions"] == 12
     assert len(doc["closing_note"]) == 2 and "of the gap" in doc["closing_note"][0]
     md = (out / "report.md").read_text()

@@ -36,6 +36,7 @@ class ReplaySettings:
     scout_overrides: dict = field(default_factory=dict)
     use_sessions: bool = True
     engines: int = 1                 # parallel prefill servers in the TTFT queue (one shared cache)
+    retention_s: float = 300.0       # priority engine: a block's priority decays after this idle time
     cost: CostModel = field(default_factory=CostModel)
 
 
@@ -52,7 +53,9 @@ def make_policy(name: str, s: ReplaySettings) -> ReplayPolicy:
         from .scout import ScoutEnginePolicy, ScoutProxyPolicy, ScoutProxyPriorityPolicy
         cls = {"scout-proxy": ScoutProxyPolicy, "scout-proxy-priority": ScoutProxyPriorityPolicy,
                "scout-engine": ScoutEnginePolicy}[name]
-        return cls(s.scout_overrides, s.use_sessions, s.block_size)
+        pol = cls(s.scout_overrides, s.use_sessions, s.block_size)
+        pol.retention_s = s.retention_s
+        return pol
     raise ValueError(f"unknown policy {name!r}; choose from {POLICIES}")
 
 

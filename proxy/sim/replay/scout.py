@@ -82,7 +82,7 @@ class ScoutProxyPolicy(_ScoutBase):
         super().setup(requests, capacity_blocks, cost, rec)
         prio = self.eviction == "priority"
         self.sp = ScoutPolicy(build_config(capacity_blocks, self.block_size, self.overrides, retain=prio))
-        self.pool = BlockPool(capacity_blocks, self.eviction)
+        self.pool = BlockPool(capacity_blocks, self.eviction, getattr(self, "retention_s", 300.0))
         self._rid: dict[int, int] = {}
         self.inflight = 0
         self.dropped_stale = 0
