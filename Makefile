@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install bench dashboards e2e-vllm clean
+.PHONY: demo test install bench dashboards e2e-vllm replay sim clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,14 @@ bench: $(STAMP)
 	$(PY) benchmarks/overhead.py
 	$(PY) benchmarks/policy_core.py
 	$(PY) benchmarks/replay_speed.py
+
+## Every policy side by side on a seeded multi-agent workload, in virtual time (report in replay-out/).
+replay: $(STAMP)
+	$(VENV)/bin/cachescout replay --workload selector --out replay-out
+
+## The simulated engine alone, on :8100.
+sim: $(STAMP)
+	$(VENV)/bin/cachescout sim-engine --port 8100 --capacity-blocks 2048
 
 dashboards: $(STAMP)
 	$(PY) dashboards/generate.py
