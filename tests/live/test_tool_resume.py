@@ -1,0 +1,99 @@
+"""Session signals on real sockets: a streamed answer that ends in `tool_calls` marks the session as
+waiting, and the proxy warms the session's full context — prompt plus the assistant tool-call turn,
+reassembled from the SSE deltas — which is exactly the prefix of the resumed request."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import pytest
+
+from proxy.runtime.testing import run_proxy_server
+from proxy.sim.testing import run_sim_server
+
+from .conftest import MODEL, agent_prompts, chat, proxy_settings, sim_config
+
+pytestmark = pytest.mark.sockets
+CAPACITY = 64            # blocks of 16: the paused context plus the other traffic do not fit
+
+TOOLS = [{"type": "function", "function": {"name": "search", "description": "search the web",
+                                           "parameters": {"type": "object", "properties": {"q": {"type": "string"}},
+                                                          "required": ["q"]}}}]
+
+
+def stream_chat(http: httpx.Client, url: str, messages: list[dict]) -> dict:
+    body = {"model": MODEL, "messages": messages, "tools": TOOLS, "max_tokens": 64, "stream": True,
+            "stream_options": {"include_usage": True}, "user": "sess-1"}
+    calls: dict[int, dict] = {}
+    out = {"finish": None, "usage": None}
+    with http.stream("POST", url + "/v1/chat/completions", json=body) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if not line.startswith("data:") or line.strip() == "data: [DONE]":
+                continue
+            obj = json.loads(line[5:])
+            out["usage"] = obj.get("usage") or out["usage"]
+            for ch in obj.get("choices") or ():
+                for tc in (ch.get("delta") or {}).get("tool_calls") or ():
+                    slot = calls.setdefault(tc.get("index", 0), {"id": None, "type": "function",
+                                                                  "function": {"name": "", "arguments": ""}})
+                    slot["id"] = tc.get("id") or slot["id"]
+                    slot["function"]["name"] += (tc.get("function") or {}).get("name") or ""
+                    slot["function"]["arguments"] += (tc.get("function") or {}).get("arguments") or ""
+                out["finish"] = ch.get("finish_reason") or out["finish"]
+    out["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return out
+
+
+def resume_run(http: httpx.Client, url: str, px=None, sent: list | None = None) -> tuple[dict, dict, list]:
+    """Tool call, then other traffic that pushes the paused context out of a small LRU cache while
+    the tool "runs", then the resume."""
+    prompts = agent_prompts(3, 120)
+    messages = [{"role": "system", "content": prompts["A"]}, {"role": "user", "content": "find the answer"}]
+    first = stream_chat(http, url, messages)
+    assert first["finish"] == "tool_calls" and first["tool_calls"]
+    for i, name in enumerate("BC"):
+        chat(http, url, prompts[name], [{"role": "user", "content": f"other work {i}"}], "sess-2")
+    time.sleep(1.3)                                          # the tool runs; the planner sweeps paused sessions
+    recent: list = []
+    if px is not None:
+        px.call(lambda: px.live.executor.drain(5.0))
+        recent = list(px.live.executor.recent)
+    asst = {"role": "assistant", "content": None, "tool_calls": first["tool_calls"]}
+    tool = {"role": "tool", "tool_call_id": first["tool_calls"][0]["id"], "content": "42"}
+    resumed = stream_chat(http, url, [*messages, asst, tool])
+    return first, resumed, recent
+
+
+def test_tool_calls_pause_the_session_and_its_context_is_warmed(http):
+    with run_sim_server(sim_config(tool_call_share=1.0, capacity_blocks=CAPACITY)) as sim:
+        _, direct, _ = resume_run(http, sim.url)
+    system = agent_prompts(1, 120)["A"]
+    sent: list[dict] = []
+    with run_sim_server(sim_config(tool_call_share=1.0, capacity_blocks=CAPACITY)) as sim:
+        overrides = {"cooldown_s": 0.0}      # tool_resume is not gated by R (the core's default)
+        with run_proxy_server(proxy_settings(sim.url, policy_overrides=overrides)) as px:
+            adapter = px.live.adapter
+            original = adapter.post_json
+
+            async def spy(path, body, *, warmup=True):
+                sent.append({"path": path, **body})
+                return await original(path, body, warmup=warmup)
+
+            px.call(lambda: setattr(adapter, "post_json", spy))
+            first, resumed, recent = resume_run(http, px.url, px, sent)
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "find the answer"}]
+    resume_actions = [a for a in recent if a["reason"] == "tool_resume" and a["outcome"] == "ok"]
+    assert resume_actions, recent
+    tokenize = [b for b in sent if b["path"] == "/tokenize"]
+    assert tokenize, sent
+    warmed_msgs = tokenize[-1]["messages"]
+    assert warmed_msgs[:2] == messages                                   # the session's prompt...
+    assert warmed_msgs[-1]["tool_calls"][0]["function"] == first["tool_calls"][0]["function"]   # ...+ its turn
+    warm = [b for b in sent if b["path"] == "/v1/completions"][-1]
+    block = 16
+    got = resumed["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert got >= (len(warm["prompt"]) // block) * block              # the warmed context is a real hit
+    assert direct["usage"]["prompt_tokens_details"]["cached_tokens"] < got / 2   # without the proxy: evicted
