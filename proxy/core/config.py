@@ -67,6 +67,8 @@ class PolicyConfig:
     sweep_sessions: int = 64         # most recent sessions a sweep checks for continuation (0 = off)
     tool_resume_min_p: float = 0.5   # continuation probability needed for a tool_resume action
     tool_resume_gated: bool = False  # also require R >= R_min for tool_resume (a fact, not a guess)
+    session_gated: bool = True       # continuation hints for sessions paused after other finishes
+                                     # need R >= R_min; off lets them act on agentless traffic
     retain_enabled: bool = False     # emit Retain hints (only for engines that honour them)
     retain_priority_scale: int = 100 # Action.priority = round(p_surv * scale)
     conversion_window_s: float = 300.0   # an executed action counts toward a request this long

@@ -12,8 +12,8 @@ Touch; resident but safe -> nothing (or Retain for a hint); (partly) evicted -> 
 demand is predicted sooner than the warm could finish (min lead time). Budgets: a token bucket
 (warm = missing tokens, touch = ``touch_cost_tokens``), ``max_concurrent`` unanswered actions,
 ``max_actions_per_tick``, no actions while the engine queue is long, one action per anchor per
-cool-down. Transition/fanout/hint actions need the tenant's gate R >= R_min; with a shut gate
-the planner does nothing for them.
+cool-down. Every action but tool_resume needs the tenant's gate R >= R_min (continuation hints can
+be exempted with ``session_gated=False``); with a shut gate the planner does nothing else.
 """
 
 from __future__ import annotations
@@ -194,14 +194,15 @@ class Planner:
         scored.sort(key=lambda c: c.score, reverse=True)
         out.extend(scored[: cfg.sweep_top_n])
         if cfg.sweep_sessions:
-            self._sweep_paused_sessions(now, out)
+            self._sweep_paused_sessions(now, gates, out)
 
-    def _sweep_paused_sessions(self, now: float, out: list[_Candidate]) -> None:
+    def _sweep_paused_sessions(self, now: float, gates: dict[str, bool], out: list[_Candidate]) -> None:
         """Paused sessions likely to resume soon keep their context (session continuation).
 
         Walks the most recently active sessions only (``sweep_sessions`` of them), so a sweep
-        stays O(that) however many sessions are live. Not gated by R: a session continuing is
-        a fact of its own history, not an agent-to-agent guess."""
+        stays O(that) however many sessions are live. A session continuing is a fact of its own
+        history, not an agent-to-agent guess, but by default only tool_resume ignores the gate
+        (``tool_resume_gated``/``session_gated``)."""
         cfg = self.cfg
         scored: list[_Candidate] = []
         for k, s in enumerate(reversed(self.sessions.sessions.values())):
@@ -211,6 +212,8 @@ class Planner:
             if s.inflight or s.last_end is None or agent is None or not s.hashes or s.context_payload is None:
                 continue
             tool = s.finish == "tool_calls"
+            if (cfg.tool_resume_gated if tool else cfg.session_gated) and not self._gate(agent.tenant, gates):
+                continue
             p = continuation_probability(agent.tool_gaps if tool else agent.gaps, now - s.last_end,
                                          cfg.continuation_horizon_s, tool, cfg.tool_resume_prior)
             if p < cfg.tool_resume_min_p:

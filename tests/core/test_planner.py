@@ -198,10 +198,15 @@ def test_tool_resume_keeps_a_paused_session_context_without_the_gate(workload):
     assert a.payload == {"context": {"session": "s"}, "assistant": None}
     assert a.block_hashes == tuple(w.anchor(0) + w.hist["s"])
     # a session that simply stopped gets nothing
-    w2 = Workload(ScoutPolicy(quiet_config(residency_capacity_tokens=16 * 60)))
+    w2 = Workload(ScoutPolicy(quiet_config(residency_capacity_tokens=16 * 60, session_gated=False)))
     w2.step(0, "s", 1.0, finish="stop")
     w2.junk(16 * 80, 2.0)
     assert w2.policy.plan(2.5) == []
+    # tool_resume_gated puts it behind the (shut) gate
+    w3 = Workload(ScoutPolicy(quiet_config(residency_capacity_tokens=16 * 60, tool_resume_gated=True)))
+    w3.step(0, "s", 1.0, finish="tool_calls")
+    w3.junk(16 * 80, 2.0)
+    assert w3.policy.plan(2.5) == []
 
 
 def test_sweep_emits_retain_hints_with_survival_priority(workload):
@@ -224,12 +229,13 @@ events = st.lists(st.tuples(st.sampled_from(["req", "req", "req", "plan", "ok", 
 
 
 @settings(max_examples=60, deadline=None)
-@given(events, st.integers(1, 3), st.integers(1, 3), st.sampled_from([0.0, 0.3, 0.9]))
-def test_planner_never_breaks_budgets(evs, per_tick, concurrent, r_min):
+@given(events, st.integers(1, 3), st.integers(1, 3), st.sampled_from([0.0, 0.3, 0.9]), st.booleans())
+def test_planner_never_breaks_budgets(evs, per_tick, concurrent, r_min, session_gated):
     cfg = quiet_config(residency_capacity_tokens=16 * 40, max_actions_per_tick=per_tick,
                        max_concurrent=concurrent, r_min=r_min, r_min_transitions=3, top_k=3, tau=0.05,
                        warmup_burst_tokens=300.0, warmup_tokens_per_s=200.0, cooldown_s=1.0,
-                       action_ttl_s=0.5, sweep_interval_s=0.5, retain_enabled=True)
+                       action_ttl_s=0.5, sweep_interval_s=0.5, retain_enabled=True,
+                       session_gated=session_gated)
     w = Workload(ScoutPolicy(cfg))
     now = 0.0
     open_actions = []
@@ -251,8 +257,9 @@ def test_planner_never_breaks_budgets(evs, per_tick, concurrent, r_min):
                 assert a.deadline == a.created + cfg.action_ttl_s
                 assert a.anchor_id not in last or now - last[a.anchor_id] >= cfg.cooldown_s
                 last[a.anchor_id] = now
-                if not gate:        # only session facts act with a shut gate, never agent guesses
+                if not gate:        # a shut gate: session facts only (continuation if exempted)
                     assert a.reason in (REASON_TOOL_RESUME, REASON_HINT) and "context" in a.payload
+                    assert a.reason == REASON_TOOL_RESUME or not session_gated
                 if a.kind != "retain":
                     open_actions.append(a)
                     spent.append((now, cfg.touch_cost_tokens if a.kind == "touch" else
@@ -353,7 +360,8 @@ def test_warm_max_inflight_keeps_warms_off_a_busy_engine(workload):
 def test_sweep_keeps_paused_sessions_that_usually_resume(workload):
     """Session continuation: a session whose agent always comes back ~2 s after a response keeps
     its context (touched when near eviction) even with no agent transitions learned."""
-    w = workload(residency_capacity_tokens=16 * 60, sweep_interval_s=0.5, r_min=1.1)   # gate never opens
+    w = workload(residency_capacity_tokens=16 * 60, sweep_interval_s=0.5, r_min=1.1,   # gate never opens
+                 session_gated=False)
     now = 0.0
     for turn in range(5):
         w.step(0, "chat", now, dur=0.5)
