@@ -18,7 +18,6 @@ import httpx
 from proxy.engines.base import (
     CAP_METRICS,
     CAP_PRIORITY,
-    CAP_WARM_CHAT,
     CAP_WARM_TOKENS,
     EngineSnapshot,
     WarmResult,

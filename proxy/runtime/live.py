@@ -89,6 +89,9 @@ class LiveRuntime:
         self.executor.adapter = self.adapter
         log.info("cache policy on: engine=%s capabilities=%s disabled=%s", self.adapter.name,
                  ",".join(sorted(self.adapter.capabilities)) or "-", self.adapter.disabled or "-")
+        if s.kv_hints or s.request_priority:
+            log.warning("kv_hints/request_priority have no effect yet: the forwarder sends client "
+                        "bodies untouched and has no body-rewrite hook yet (docs/live.md)")
         self.scraper = EngineScraper(self.adapter, self.metrics, s.scrape_interval, on_snapshot=self._on_snapshot)
         self.observer.engine_waiting = lambda: self.scraper.waiting if self.scraper else 0
         await self.executor.start()
