@@ -22,6 +22,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -233,18 +234,25 @@ def _wait_ready(url: str, proc: subprocess.Popen, timeout: float = 30.0) -> None
 @contextlib.contextmanager
 def _process(cmd: list[str], ready_url: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
     """A child process (engine or proxy) on loopback, stopped by its own PID on exit."""
-    proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        _wait_ready(ready_url, proc)
-        yield proc
-    finally:
-        proc.terminate()
+    # stderr goes to a file, not a pipe: an unread pipe fills up and blocks a chatty child.
+    with tempfile.TemporaryFile(mode="w+") as log_file:
+        proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL,
+                                stderr=log_file, text=True)
         try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+            try:
+                _wait_ready(ready_url, proc)
+            except RuntimeError:
+                log_file.seek(0)
+                sys.stderr.write(log_file.read()[-4000:])
+                raise
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
 
 
 def run(args: argparse.Namespace) -> int:
