@@ -19,6 +19,12 @@ under-counts by at most stride−1 blocks per prompt and answers "resident" to s
 by its largest block, so chat views (16-token blocks) track every 16th block and trace views
 (512-token blocks) every block. ``stride=1`` gives an exact block-level LRU.
 
+The LRU itself is two int dicts (hash -> tokens, hash -> stamp of its last touch) plus an
+append-only queue of stamps and hashes in touch order (parallel int lists: no per-touch objects for
+the garbage collector to trace), with stale queue entries skipped lazily: eviction pops the queue's head, and a second
+cursor walks the queue to keep "the oldest zone's worth of tokens" current, so each entry is
+passed by each pointer once and no step rescans the cache (no latency spikes on the request path).
+
 Touch order follows the engine: blocks are touched deepest-first so a prompt's first block ends
 most recently used and the tail of a prefix is evicted first. With capacity 0 (unknown) nothing is
 evicted for capacity (only beyond ``max_entries``, a memory bound) and nothing counts as near
@@ -27,15 +33,12 @@ eviction: the planner then only warms anchors it never saw forwarded.
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from itertools import accumulate, islice
-from operator import itemgetter
+from itertools import accumulate
 
 from .view import RequestView
 
-_TOK = itemgetter(0)
+_COMPACT_SLACK = 4096
 
 
 class ResidencyShadow:
@@ -48,14 +51,16 @@ class ResidencyShadow:
         self.epoch = 0                            # bumped by engine truth (invalidates verdicts)
         self.max_entries = max(1, int(max_entries))   # memory bound, also while capacity is unknown
         self.usage_ratio: float | None = None
-        # hash -> (tokens, stamp); first = LRU end; LRU order == stamp order
-        self._blocks: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        self._tok: dict[int, int] = {}      # hash -> tokens of the segment it closes
+        self._stamp: dict[int, int] = {}    # hash -> stamp of its last touch (membership)
+        self._qs: list[int] = []            # queue in touch order: stamps ...
+        self._qh: list[int] = []            # ... and hashes; stale entries kept until passed
+        self._head = 0                  # queue index of the LRU end (entries before it are gone)
+        self._cur = 0                   # live entries in queue[_head:_cur] form the tail zone
+        self._zone_tok = 0              # their tokens
         self._seq = 0
         self._used = 0
-        self._inserted = 0              # tokens inserted so far (drives tail-zone refresh)
-        self._tail_stamp = -1           # entries with stamp <= this are in the tail zone
-        self._tail_at = -1              # _inserted when the tail zone was computed
-        self._tail_zone = 0.0
+        self._inserted = 0              # tokens inserted so far
         self.horizon_s = float(horizon_s)   # >0: the tail zone grows to what arrives in this long
         self.insert_rate: float | None = None   # tokens inserted per second (EWMA, client traffic)
         self._rate_t: float | None = None
@@ -77,7 +82,7 @@ class ResidencyShadow:
         if self.stride == 0 and view.block_tokens:
             self.stride = max(1, self.stride_tokens // max(1, max(view.block_tokens)))
         hashes, seg = self._sample(view.block_hashes, view.block_tokens, anchor_blocks - 1)
-        blocks = self._blocks
+        blocks = self._stamp
         # residency along a chain is monotone: binary-search the last resident tracked block
         lo, hi = 0, len(hashes)
         while lo < hi:
@@ -128,40 +133,79 @@ class ResidencyShadow:
         return [hashes[i] for i in pos], seg
 
     def _touch_sampled(self, hashes: Sequence[int], tokens: Sequence[int]) -> None:
-        blocks = self._blocks
+        stamps = self._stamp
+        toks = self._tok
+        qs, qh = self._qs, self._qh
         seq = self._seq
-        added = 0
+        cs = qs[self._cur] if self._cur < len(qs) else seq + 1       # zone = stamps below this
+        added = left_zone = 0
         for h, t in zip(reversed(hashes), reversed(tokens)):
             seq += 1
-            old = blocks.get(h)
-            if old is not None:
-                blocks[h] = (old[0], seq)
-                blocks.move_to_end(h)
-            else:
-                blocks[h] = (t, seq)
+            old = stamps.get(h)
+            if old is None:
+                toks[h] = t
                 added += t
+            elif old < cs:
+                left_zone += toks[h]
+            stamps[h] = seq
+            qs.append(seq)
+            qh.append(h)
         self._seq = seq
+        self._zone_tok -= left_zone
         self._used += added
         self._inserted += added
         self._evict()
 
     def _evict(self) -> None:
         cap = self.capacity_tokens
-        blocks = self._blocks
-        if cap <= 0:
-            while len(blocks) > self.max_entries:
-                _, (t, _s) = blocks.popitem(last=False)
-                self._used -= t
-            return
-        while (self._used > cap or len(blocks) > self.max_entries) and blocks:
-            _, (t, _s) = blocks.popitem(last=False)
-            self._used -= t
+        stamps, toks = self._stamp, self._tok
+        qs, qh = self._qs, self._qh
+        head, n = self._head, len(qs)
+        limit = self.max_entries
+        used = self._used
+        zone_left = 0
+        while (len(stamps) > limit or (cap > 0 and used > cap)) and head < n:
+            h = qh[head]
+            st = qs[head]
+            head += 1
+            if stamps.get(h) != st:
+                continue                        # stale: the block was touched again later
+            del stamps[h]
+            t = toks.pop(h)
+            used -= t
             self.evicted_tokens += t
+            if head <= self._cur:
+                zone_left += t
+        self._zone_tok -= zone_left
+        self._used = used
+        self._head = head
+        if self._cur < head:
+            self._cur = head
+            self._zone_tok = 0
+        if head > _COMPACT_SLACK and (head > n // 2 or n - head > 4 * len(stamps) + _COMPACT_SLACK):
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop the evicted prefix (and, when re-touches piled up, every stale entry)."""
+        qs, qh = self._qs, self._qh
+        head, cur = self._head, self._cur
+        if len(qs) - head > 4 * len(self._stamp) + _COMPACT_SLACK:
+            stamps = self._stamp
+            cs = qs[cur] if cur < len(qs) else self._seq + 1
+            keep = [i for i in range(head, len(qs)) if stamps.get(qh[i]) == qs[i]]
+            self._qs = [qs[i] for i in keep]
+            self._qh = [qh[i] for i in keep]
+            self._cur = sum(1 for i in keep if qs[i] < cs)
+        else:
+            self._qs = qs[head:]
+            self._qh = qh[head:]
+            self._cur = cur - head
+        self._head = 0
 
     # --- queries ----------------------------------------------------------------------------
     def resident_prefix(self, hashes: Sequence[int]) -> int:
         """Leading blocks of ``hashes`` the shadow holds (to the last tracked resident block)."""
-        blocks = self._blocks
+        blocks = self._stamp
         n = len(hashes)
         k = self.stride
         if k <= 1:
@@ -189,28 +233,37 @@ class ResidencyShadow:
         return sum(tokens[:n])
 
     def near_eviction(self, hashes: Sequence[int]) -> bool:
-        """True when a resident prefix's deepest block lies in the oldest fraction of the cache.
-
-        The deepest block is evicted first, so it (and the first tracked block) is what is
-        checked. The tail zone is a stamp threshold recomputed only after another zone's worth of
-        tokens was inserted, so between refreshes it can under-report by that much (an anchor can
-        slip out of a stale zone early, never into a wrong one).
-        """
+        """True when a resident prefix's deepest block lies in the oldest part of the cache
+        (``zone_tokens``). The deepest block is evicted first, so it (and the first tracked
+        block) is what is checked."""
         if not hashes or self.capacity_tokens <= 0:
             return False
         zone = self.zone_tokens()
         if self._used < self.capacity_tokens - zone:
             return False                # cache not full enough for anything to be near the tail
-        if (self._tail_at < 0 or self._inserted - self._tail_at > zone
-                or abs(zone - self._tail_zone) > 0.25 * zone):
-            self._refresh_tail(zone)
-        blocks = self._blocks
-        limit = self._tail_stamp
-        for h in (hashes[-1], hashes[min(self.stride, len(hashes)) - 1]):
-            e = blocks.get(h)
-            if e is not None and e[1] <= limit:
+        self._advance(zone - max(0, self.capacity_tokens - self._used))   # free room also protects
+        qs = self._qs
+        cs = qs[self._cur] if self._cur < len(qs) else self._seq + 1
+        stamps = self._stamp
+        for h in (hashes[-1], hashes[min(max(1, self.stride), len(hashes)) - 1]):
+            st = stamps.get(h)
+            if st is not None and st < cs:
                 return True
         return False
+
+    def _advance(self, budget: float) -> None:
+        """Move the zone cursor until the live entries behind it hold ``budget`` tokens."""
+        if self._zone_tok > budget * 1.5 + 1:
+            self._cur, self._zone_tok = self._head, 0      # the zone shrank a lot: walk again
+        qs, qh = self._qs, self._qh
+        stamps, toks = self._stamp, self._tok
+        cur, tok, n = self._cur, self._zone_tok, len(qs)
+        while tok < budget and cur < n:
+            h = qh[cur]
+            if stamps.get(h) == qs[cur]:
+                tok += toks[h]
+            cur += 1
+        self._cur, self._zone_tok = cur, tok
 
     def zone_tokens(self) -> float:
         """Size of the tail zone: a fixed share of capacity, or (with a horizon) what the client
@@ -220,26 +273,6 @@ class ResidencyShadow:
         if self.horizon_s > 0 and self.insert_rate:
             zone = min(float(cap), max(zone, self.insert_rate * self.horizon_s))
         return zone
-
-    def _refresh_tail(self, zone: float) -> None:
-        """Find the stamp closing the oldest ``zone`` tokens (C-level scan of the LRU end)."""
-        budget = zone - max(0, self.capacity_tokens - self._used)   # free room also protects
-        self._tail_at = self._inserted
-        self._tail_zone = zone
-        blocks = self._blocks
-        if budget <= 0 or not blocks:
-            self._tail_stamp = -1
-            return
-        avg = max(1.0, self._used / len(blocks))
-        n = int(1.25 * budget / avg) + 16
-        while True:
-            head = list(islice(blocks.values(), n))
-            cum = list(accumulate(map(_TOK, head)))
-            i = bisect_left(cum, budget)
-            if i < len(head) or len(head) < n:
-                self._tail_stamp = head[min(i, len(head) - 1)][1]
-                return
-            n *= 2
 
     def safe_until(self) -> float:
         """A "resident and not near eviction" verdict stays valid until this many tokens were
@@ -257,10 +290,10 @@ class ResidencyShadow:
         return self._used
 
     def __len__(self) -> int:
-        return len(self._blocks)
+        return len(self._stamp)
 
     def __contains__(self, h: int) -> bool:
-        return h in self._blocks
+        return h in self._stamp
 
     # --- corrections from the engine ----------------------------------------------------------
     def on_engine_truth(self, *, capacity_tokens: int | None = None, capacity_blocks: int | None = None,
@@ -275,17 +308,22 @@ class ResidencyShadow:
         self.epoch += 1
         if capacity_tokens is not None and capacity_tokens >= 0:
             self.capacity_tokens = int(capacity_tokens)
-            self._tail_at = -1
         if usage_ratio is not None:
             self.usage_ratio = float(usage_ratio)
         if cleared:
-            self._blocks.clear()
-            self._used = 0
-            self._tail_at = -1
+            self._stamp.clear()
+            self._tok.clear()
+            self._qs, self._qh = [], []
+            self._head = self._cur = self._zone_tok = self._used = 0
+        qs = self._qs
+        cs = qs[self._cur] if self._cur < len(qs) else self._seq + 1
         for h in removed:
-            e = self._blocks.pop(h, None)
-            if e is not None:
-                self._used -= e[0]
+            st = self._stamp.pop(h, None)
+            if st is not None:
+                t = self._tok.pop(h)
+                self._used -= t
+                if st < cs:
+                    self._zone_tok -= t
         stored = list(stored)
         if stored:
             per = int(stored_tokens if stored_tokens is not None else (block_tokens or 16))

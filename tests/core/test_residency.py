@@ -132,3 +132,54 @@ def test_horizon_grows_the_tail_zone_with_the_insert_rate():
         fast.on_forward(view_from_blocks("", [1000 + 4 * k + j for j in range(4)], 16), float(k))
     assert fast.zone_tokens() == 1600                     # capped at capacity
     assert ResidencyShadow(1600, 0.1).zone_tokens() == 160   # no horizon: the fixed share
+
+
+class _ReferenceLRU:
+    """Textbook LRU over blocks, touched deepest-first, for checking the queue-based shadow."""
+
+    def __init__(self, cap):
+        from collections import OrderedDict
+        self.cap, self.od = cap, OrderedDict()
+
+    def touch(self, ids, tok):
+        for h in reversed(ids):
+            if h in self.od:
+                self.od.move_to_end(h)
+            else:
+                self.od[h] = tok
+        while sum(self.od.values()) > self.cap:
+            self.od.popitem(last=False)
+
+    def tail(self, budget):
+        out, acc = set(), 0
+        for h, t in self.od.items():
+            if acc >= budget:
+                break
+            out.add(h)
+            acc += t
+        return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 9), st.integers(1, 12), st.booleans()), min_size=1, max_size=120),
+       st.integers(8, 60))
+def test_queue_lru_matches_a_reference_lru_exactly(ops, cap_blocks):
+    import proxy.core.residency as residency_mod
+    old = residency_mod._COMPACT_SLACK
+    residency_mod._COMPACT_SLACK = 4              # exercise compaction constantly
+    try:
+        r = ResidencyShadow(16 * cap_blocks, near_eviction_fraction=0.25, stride=1)
+        ref = _ReferenceLRU(16 * cap_blocks)
+        for family, length, check in ops:
+            ids = [family * 100 + b for b in range(length)]
+            fwd(r, ids)
+            ref.touch(ids, 16)
+            assert set(r._stamp) == set(ref.od)
+            assert r.used_tokens == sum(ref.od.values())
+            if check and r.used_tokens >= 16 * cap_blocks * 0.75:
+                budget = 0.25 * 16 * cap_blocks - (16 * cap_blocks - r.used_tokens)
+                tail = ref.tail(budget)
+                for h in ref.od:
+                    assert r.near_eviction([h]) == (h in tail), (h, budget)
+    finally:
+        residency_mod._COMPACT_SLACK = old
