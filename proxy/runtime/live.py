@@ -90,8 +90,12 @@ class LiveRuntime:
         log.info("cache policy on: engine=%s capabilities=%s disabled=%s", self.adapter.name,
                  ",".join(sorted(self.adapter.capabilities)) or "-", self.adapter.disabled or "-")
         if s.kv_hints or s.request_priority:
-            log.warning("kv_hints/request_priority have no effect yet: the forwarder sends client "
-                        "bodies untouched and has no body-rewrite hook yet (docs/live.md)")
+            # Opt-in exception to byte-exact forwarding: the observer's rewrite_body adds the adapter's
+            # hints (only when the engine has the capability; otherwise request_extras is empty).
+            self.observer.extras_for = self.adapter.request_extras
+            self.observer.rewrite_enabled = True
+            log.info("engine hints on forwarded requests: kv_hints=%s request_priority=%s", s.kv_hints,
+                     s.request_priority)
         self.scraper = EngineScraper(self.adapter, self.metrics, s.scrape_interval, on_snapshot=self._on_snapshot)
         self.observer.engine_waiting = lambda: self.scraper.waiting if self.scraper else 0
         await self.executor.start()

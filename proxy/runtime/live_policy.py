@@ -19,11 +19,13 @@ that many cached tokens, the action's tokens count as converted for its reason.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from proxy.core.agents import agent_id_for
 from proxy.core.fingerprint import view_from_openai
 from proxy.core.view import EngineLoad, RequestView, ResponseOutcome
 from proxy.engines.base import WarmResult
@@ -37,6 +39,8 @@ CONVERSION_WINDOW_S = 600.0
 CONVERSION_SHARE = 0.8          # cached >= 80% of the warmed prompt counts as converted
 MAX_ACTED = 4096
 STALE_INFLIGHT_S = 900.0
+HINT_TTL_S = 60.0               # an anchor's action priority is used for forwarded requests this long
+ANCHOR_REASONS = ("transition", "fanout", "hint")
 
 
 class _ReqState:
@@ -65,10 +69,15 @@ class LivePolicyObserver:
         self.engine_waiting: Callable[[], int] = lambda: 0
         self._inflight: dict[int, float] = {}
         self.token_ratio: float | None = None   # engine tokens per estimated view token (EWMA)
+        # Opt-in engine hints on forwarded requests (kv_hints / request_priority): LiveRuntime sets
+        # `extras_for` to the adapter's request_extras and switches `rewrite_enabled` on.
+        self.rewrite_enabled = False
+        self.extras_for: Callable[[float | None], dict] = lambda survival: {}
+        self._anchor_priority: OrderedDict[str, tuple[int, float]] = OrderedDict()
         self._acted: OrderedDict[int, tuple[str, int, float, str]] = OrderedDict()  # last hash -> (reason, tokens, at, tenant)
         self.counts = {"requests": 0, "observed": 0, "skipped": 0, "warmup_requests": 0, "responses": 0,
                        "errors": 0, "prompt_tokens": 0, "cached_tokens": 0, "converted_tokens": 0,
-                       "deferred_observe_us": 0}
+                       "deferred_observe_us": 0, "rewritten": 0}
 
     # -- load -------------------------------------------------------------------------------------
     @property
@@ -90,6 +99,34 @@ class LivePolicyObserver:
         if ctx.headers.get(WARMUP_HEADER):
             self.counts["warmup_requests"] += 1
         self._later(self._observe_request, ctx, st)
+
+    def rewrite_body(self, ctx: Any) -> bytes | None:
+        """Opt-in: the forwarded body plus the adapter's engine hints for this request's agent
+        (`priority` from the survival the planner last gave its anchor, or a `kv_hints` envelope).
+        None (forward the original bytes) when off, unparsed, unknown agent or nothing to add. Builds
+        the view now (the deferred observation reuses it), so enabling hints costs ~0.3 ms inline."""
+        if not self.rewrite_enabled:
+            return None
+        st = ctx.state.get("cachescout")
+        if st is None or st.skip or not isinstance(ctx.json, dict):
+            return None
+        view = view_from_openai(ctx.path, ctx.json, ctx.headers, block_chars=self.block_chars,
+                                chars_per_token=self.chars_per_token)
+        st.view = view
+        if view is None or view.is_warmup or not view.block_hashes:
+            return None
+        registry = self.policy.agents
+        n = registry.anchor_length(view, registry.tenant(view.tenant))
+        if n <= 0:
+            return None
+        hit = self._anchor_priority.get(agent_id_for(view.tenant, view.block_hashes[n - 1]))
+        now = self.clock()
+        survival = hit[0] / 100.0 if hit is not None and now - hit[1] < HINT_TTL_S else None
+        extras = self.extras_for(survival)
+        if not extras:
+            return None
+        self.counts["rewritten"] += 1
+        return json.dumps({**ctx.json, **extras}, separators=(",", ":"), ensure_ascii=False).encode()
 
     def on_response_start(self, ctx: Any, status: int, headers: Any, now: float) -> None:
         st = ctx.state.get("cachescout")
@@ -134,8 +171,8 @@ class LivePolicyObserver:
 
     def _observe_request(self, ctx: Any, st: _ReqState) -> None:
         t0 = self.clock()
-        view = view_from_openai(ctx.path, ctx.json, ctx.headers, block_chars=self.block_chars,
-                                chars_per_token=self.chars_per_token)
+        view = st.view if st.view is not None else view_from_openai(
+            ctx.path, ctx.json, ctx.headers, block_chars=self.block_chars, chars_per_token=self.chars_per_token)
         if view is None:
             st.skip = True
             self.counts["skipped"] += 1
@@ -149,9 +186,10 @@ class LivePolicyObserver:
             if not view.is_warmup:
                 self.metrics.predicted_cached_tokens_total.inc(max(0, int(st.observed.resident_tokens or 0)))
         self.plan(self.clock())
-        # Not in cachescout_policy_observe_seconds (that is the forwarder's on-path hook time): this
-        # work runs after the request was handed to the network.
-        self.counts["deferred_observe_us"] += int(1e6 * (self.clock() - t0))
+        spent = self.clock() - t0
+        self.counts["deferred_observe_us"] += int(1e6 * spent)
+        if self.metrics is not None:   # the forwarder does not time hooks; observe+plan is recorded here
+            self.metrics.policy_observe_seconds.observe(spent)
 
     def _observe_response(self, ctx: Any, st: _ReqState, error: str | None, now: float) -> None:
         if st.observed is None or st.view is None:
@@ -211,6 +249,11 @@ class LivePolicyObserver:
     def on_action_result(self, action: Any, result: WarmResult, now: float) -> None:
         """Executor callback: report to the core, remember warmed prefixes for conversion."""
         self.policy.record_action_result(action, bool(result.ok), now)
+        if result.ok and action.reason in ANCHOR_REASONS:
+            self._anchor_priority[action.anchor_id] = (int(action.priority), now)
+            self._anchor_priority.move_to_end(action.anchor_id)
+            while len(self._anchor_priority) > MAX_ACTED:
+                self._anchor_priority.popitem(last=False)
         if result.ok and action.block_hashes:
             tokens = result.prompt_tokens or action.tokens
             self._acted[action.block_hashes[-1]] = (action.reason, int(tokens), now, action.tenant)
