@@ -59,7 +59,7 @@ class TenantState:
         self.next_slot = 0
         self.common: tuple[int, ...] | None = None  # longest prefix shared by every raw-prompt request
         self.seen_raw = 0
-        self.learner = TransitionLearner(config.epsilon, config.decay_half_life)
+        self.learner = TransitionLearner(config.epsilon, config.decay_half_life, config.r_refresh_steps)
 
     @property
     def skip(self) -> int:

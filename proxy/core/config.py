@@ -30,6 +30,7 @@ class PolicyConfig:
     # --- predictability gate --------------------------------------------------------------
     r_min: float = 0.3               # R_min: transition/fanout actions only when R >= this
     r_min_transitions: int = 20      # the gate stays shut until this many transitions were learned
+    r_refresh_steps: int = 256       # cached R recomputed this often (more often while young)
     # --- survival scoring -----------------------------------------------------------------
     tau: float = 0.1                 # τ: BFS only follows edges with P_ij >= τ
     max_hops: int = 3                # K: p_surv = 1 - min(E, K)/K
@@ -37,6 +38,8 @@ class PolicyConfig:
     age_lambda: float = 0.005        # λ per second of anchor age (half-life ~139 s)
     continuation_horizon_s: float = 60.0   # "resumes within" horizon for paused sessions
     tool_resume_prior: float = 0.9   # resume probability after finish_reason=tool_calls w/o history
+    continuation_prior: float = 0.3  # same after other finishes
+    continuation_min_samples: int = 3    # gaps needed before the observed ones replace the prior
     gap_samples: int = 16            # inter-request gaps kept per agent (and per kind)
     # --- residency shadow -----------------------------------------------------------------
     residency_capacity_tokens: int = 0     # engine prefix-cache capacity; 0 = unknown (assume resident)

@@ -137,7 +137,8 @@ class Planner:
                 lead = med - elapsed
             if s.finish == "tool_calls" and s.hashes and s.context_payload is not None:
                 p = continuation_probability(samples, elapsed, cfg.continuation_horizon_s, True,
-                                             cfg.tool_resume_prior)
+                                             cfg.tool_resume_prior, cfg.continuation_prior,
+                                             cfg.continuation_min_samples)
                 if p >= cfg.tool_resume_min_p and (not cfg.tool_resume_gated or self._gate(agent.tenant, gates)):
                     payload = {"context": s.context_payload, "assistant": s.assistant_payload}
                     out.append(_Candidate(p * sum(s.block_tokens), REASON_TOOL_RESUME, agent.tenant,
@@ -215,7 +216,8 @@ class Planner:
             if (cfg.tool_resume_gated if tool else cfg.session_gated) and not self._gate(agent.tenant, gates):
                 continue
             p = continuation_probability(agent.tool_gaps if tool else agent.gaps, now - s.last_end,
-                                         cfg.continuation_horizon_s, tool, cfg.tool_resume_prior)
+                                         cfg.continuation_horizon_s, tool, cfg.tool_resume_prior,
+                                         cfg.continuation_prior, cfg.continuation_min_samples)
             if p < cfg.tool_resume_min_p:
                 continue
             payload = {"context": s.context_payload, "assistant": s.assistant_payload}

@@ -10,7 +10,7 @@ as in the paper (age = seconds since the agent was last seen). Unreachable agent
 Sessions: the probability that a paused session resumes within a horizon H, from the gaps
 (response end -> next request) observed for its agent, conditioned on having already waited
 ``elapsed``:  P(gap <= elapsed + H | gap > elapsed). A ``tool_calls`` finish uses the tool-gap
-samples and, with fewer than 3 samples, a high prior (the client is running a tool and will
+samples and, with fewer than ``min_samples`` (3) samples, a high prior (the client is running a tool and will
 come back with its result).
 """
 
@@ -21,8 +21,6 @@ from collections.abc import Iterable, Sequence
 
 from .transitions import TransitionLearner
 
-_MIN_SAMPLES = 3
-_OTHER_PRIOR = 0.3
 
 
 def hop_distances(learner: TransitionLearner, sources: Iterable[int], max_hops: int, tau: float) -> dict[int, int]:
@@ -58,10 +56,12 @@ def anchor_score(p: float, age: float, tokens: int, delta: float, lam: float) ->
 
 
 def continuation_probability(samples: Sequence[float], elapsed: float, horizon: float,
-                             after_tool_calls: bool, tool_prior: float) -> float:
-    """P(the session resumes within ``horizon`` | it has been paused ``elapsed`` seconds)."""
-    if len(samples) < _MIN_SAMPLES:
-        return tool_prior if after_tool_calls else _OTHER_PRIOR
+                             after_tool_calls: bool, tool_prior: float, other_prior: float = 0.3,
+                             min_samples: int = 3) -> float:
+    """P(the session resumes within ``horizon`` | it has been paused ``elapsed`` seconds);
+    the prior for its finish kind until ``min_samples`` gaps were seen."""
+    if len(samples) < min_samples:
+        return tool_prior if after_tool_calls else other_prior
     alive = [g for g in samples if g > elapsed]
     if not alive:
         return 0.05            # waited longer than ever observed: probably gone
