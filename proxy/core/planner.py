@@ -1,11 +1,12 @@
 """Planner: turns predictions, residency and budgets into Touch / Warm / Retain actions.
 
-Event-driven so plan() stays O(changed sessions): a request (and a response that ends in
-``tool_calls``) marks its session dirty; plan() looks only at dirty sessions' predicted successors (reason ``transition``
-for the top-1, ``fanout`` for further successors with P >= τ) and at sessions paused on
-``tool_calls`` (reason ``tool_resume``), plus, at most every ``sweep_interval_s``, the
-survival-ranked anchors of all live sessions (reason ``hint``: protective touches and, when
-enabled, retention hints).
+Event-driven so plan() stays O(changed sessions): requests and/or responses mark their session
+dirty (``plan_trigger``; a response ending in ``tool_calls`` always does); plan() looks only at
+dirty sessions' predicted successors (reason ``transition`` for the top-1, ``fanout`` for further
+successors with P >= τ) and at sessions paused on ``tool_calls`` (reason ``tool_resume``), plus,
+at most every ``sweep_interval_s``, the survival-ranked anchors of all live sessions and the
+recent paused sessions likely to resume (reason ``hint``: protective touches and, when enabled,
+retention hints).
 
 What each candidate becomes follows the residency shadow: fully resident and near the LRU tail ->
 Touch; resident but safe -> nothing (or Retain for a hint); (partly) evicted -> Warm, unless the
