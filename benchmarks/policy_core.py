@@ -8,7 +8,7 @@ Workload: one tenant, ``--agents`` agents whose anchors are 24 blocks of 16 toke
 probability 0.85, else any agent) and carries its own growing history (4 new blocks a turn,
 capped at 256 blocks). Requests from random sessions are interleaved in virtual time; every
 request is observe_request + plan (timed together), its response observe_response (timed
-separately). Views are prebuilt with view_from_blocks so the timing is the core's alone; the
+separately). Views are built with view_from_blocks outside the timed window, so the timing is the core's alone; the
 chat canonicaliser (view_from_openai) is timed on its own for reference. The shadow's capacity is
 set so anchors do get evicted and the planner has real work. Also prints the JSON snapshot size
 after learning a 24-agent workload (paper: < 25 KB).

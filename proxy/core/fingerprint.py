@@ -1,7 +1,8 @@
 """Canonical request view: OpenAI request -> chained xxh3_64 block hashes.
 
 Why segments: every part of the prompt (the envelope header, then each message) is serialised as
-canonical JSON and cut into fixed-size char blocks *per segment*. Appending a message therefore
+canonical JSON and cut into fixed-size char blocks *per segment*, each block's xxh3_64 seeded
+with the previous block's hash (the chain). Appending a message therefore
 leaves every earlier block unchanged, so a follow-up turn's chain extends its parent's chain
 exactly, which is what session inference and anchor identity rely on. The first block's parent is
 a hash of the tenant (cache_salt), so tenants never share a chain. Anything unparseable returns
@@ -33,14 +34,24 @@ def tenant_root(tenant: str) -> int:
 
 def chain_text(parent: int, text: str, block_chars: int, chars_per_token: float,
                hashes: list[int], tokens: list[int]) -> int:
-    """Append the blocks of one segment to (hashes, tokens); returns the new parent hash."""
+    """Append the blocks of one segment to (hashes, tokens); returns the new parent hash.
+    Chained by seeding: h_i = xxh3_64(block_i, seed=h_{i-1})."""
     if not text:
         return parent
-    for start in range(0, len(text), block_chars):
-        chunk = text[start:start + block_chars]
-        parent = xxhash.xxh3_64_intdigest(parent.to_bytes(8, "little") + chunk.encode("utf-8", "surrogatepass"))
-        hashes.append(parent)
-        tokens.append(max(1, math.ceil(len(chunk) / chars_per_token)))
+    h64 = xxhash.xxh3_64_intdigest
+    add_h = hashes.append
+    n = len(text)
+    full = n - n % block_chars
+    for start in range(0, full, block_chars):
+        parent = h64(text[start:start + block_chars].encode("utf-8", "surrogatepass"), parent)
+        add_h(parent)
+    nfull = full // block_chars
+    if nfull:
+        tokens.extend([max(1, math.ceil(block_chars / chars_per_token))] * nfull)
+    if full < n:
+        parent = h64(text[full:].encode("utf-8", "surrogatepass"), parent)
+        add_h(parent)
+        tokens.append(max(1, math.ceil((n - full) / chars_per_token)))
     return parent
 
 
@@ -204,7 +215,7 @@ def _completion_view(body: Mapping, headers, block_chars: int, cpt: float) -> Re
         for start in range(0, len(prompt), _IDS_PER_BLOCK):
             ids = prompt[start:start + _IDS_PER_BLOCK]
             data = b"".join(int(t).to_bytes(8, "little", signed=True) for t in ids)
-            parent = xxhash.xxh3_64_intdigest(parent.to_bytes(8, "little") + data)
+            parent = xxhash.xxh3_64_intdigest(data, parent)
             hashes.append(parent)
             tokens.append(len(ids))
         unit = _IDS_PER_BLOCK
