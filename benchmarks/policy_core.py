@@ -1,7 +1,7 @@
 """Benchmark of the pure policy core (not a test): observe+plan latency and learned-state size.
 
     .venv/bin/python benchmarks/policy_core.py [--agents 64] [--sessions 1000] [--requests 20000]
-                                               [--repeat 3] [--wall]
+                                               [--repeat 3] [--wall] [--history-blocks 256]
 
 Workload: one tenant, ``--agents`` agents whose anchors are 24 blocks of 16 tokens; each of
 ``--sessions`` live sessions follows a noisy pipeline over all agents (next = current + 1 with
@@ -55,7 +55,8 @@ def calibration_us() -> float:
     return round(best * 1e6, 1)
 
 
-def run_latency(n_agents: int, n_sessions: int, n_requests: int, seed: int, clock=time.thread_time) -> dict:
+def run_latency(n_agents: int, n_sessions: int, n_requests: int, seed: int, clock=time.thread_time,
+                history_blocks: int = 256) -> dict:
     rng = random.Random(seed)
     cfg = PolicyConfig(residency_capacity_tokens=BLOCK_TOKENS * (ANCHOR * n_agents // 2 + 4000),
                        max_sessions=max(4096, 2 * n_sessions))
@@ -78,8 +79,8 @@ def run_latency(n_agents: int, n_sessions: int, n_requests: int, seed: int, cloc
         for _ in range(4):
             next_id += 1
             hist.append(next_id)
-        if len(hist) > 256:
-            del hist[: len(hist) - 256]
+        if len(hist) > history_blocks:
+            del hist[: len(hist) - history_blocks]
         ids = anchors[agent] + hist
         view = view_from_blocks("", ids, BLOCK_TOKENS, anchor_blocks=ANCHOR, session_id=f"s{sid}",
                                 anchor_payload=payload, context_payload=payload)
@@ -157,12 +158,14 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=3, help="independent runs (the machine is shared)")
     ap.add_argument("--wall", action="store_true", help="time with perf_counter instead of CPU time")
+    ap.add_argument("--history-blocks", type=int, default=256, help="cap on a session's history blocks")
     args = ap.parse_args()
     gc.collect()
     clock = time.perf_counter if args.wall else time.thread_time
     runs = []
     for r in range(args.repeat):
-        runs.append(run_latency(args.agents, args.sessions, args.requests, args.seed + r, clock))
+        runs.append(run_latency(args.agents, args.sessions, args.requests, args.seed + r, clock,
+                                args.history_blocks))
     best = min(runs, key=lambda x: x["observe_plan_us"]["p99"])
     out = {"clock": "wall" if args.wall else "thread CPU time",
            "calibration_1000_dict_stores_us": calibration_us(),
