@@ -198,3 +198,30 @@ def test_completion_prompts_text_and_token_ids():
     assert cut == {"kind": "completion", "model": "m", "prompt": ("abc" * 100)[:128]}
     chat_payload = {"kind": "chat", "messages": []}
     assert truncate_payload(chat_payload, 3) is chat_payload
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=True) | text,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(
+        st.sampled_from(["model", "messages", "role", "content", "tools", "prompt", "type", "text",
+                         "cache_salt", "user", "metadata", "session_id", "max_tokens", "name", "x"]),
+        children, max_size=5),
+    max_leaves=25)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(["/v1/chat/completions", "/v1/completions", "/v1/other"]), json_values,
+       st.dictionaries(st.sampled_from(["x-session-id", "X-CacheScout-Warmup", "other"]), text, max_size=2))
+def test_any_json_shape_gives_a_view_or_none_never_an_error(path, body, headers):
+    v = view_from_openai(path, body, headers)
+    if v is not None:
+        assert len(v.block_hashes) == len(v.block_tokens) > 0
+        assert 0 <= v.anchor_blocks <= len(v.block_hashes)
+        assert all(isinstance(h, int) and 0 <= h < 2**64 for h in v.block_hashes)
+    # and the same as raw bytes (the forwarder may hand over the body undecoded)
+    try:
+        raw = json.dumps(body).encode()
+    except (ValueError, TypeError):
+        return
+    w = view_from_openai(path, raw, headers)
+    assert (w is None) == (v is None) or body != json.loads(raw)
