@@ -59,6 +59,7 @@ class TenantState:
         self.next_slot = 0
         self.common: tuple[int, ...] | None = None  # longest prefix shared by every raw-prompt request
         self.seen_raw = 0
+        self.max_anchor_tokens = 0                  # largest anchor seen (bounds any warm's size)
         self.learner = TransitionLearner(config.epsilon, config.decay_half_life, config.r_refresh_steps)
 
     @property
@@ -126,6 +127,8 @@ class AgentRegistry:
             agent.anchor_hashes = view.block_hashes[:n]
             agent.anchor_block_tokens = view.block_tokens[:n]
             agent.tokens = sum(agent.anchor_block_tokens)
+            if agent.tokens > ts.max_anchor_tokens:
+                ts.max_anchor_tokens = agent.tokens
         if view.anchor_payload is not None and (agent.payload is None or view.anchor_blocks <= 0):
             agent.payload = view.anchor_payload if view.anchor_blocks > 0 else truncate_payload(view.anchor_payload, n)
         agent.uses += 1

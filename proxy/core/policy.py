@@ -63,7 +63,14 @@ class ScoutPolicy:
         self._pending[rid] = session
         while len(self._pending) > 4 * self.config.max_sessions:
             self._pending.popitem(last=False)
-        if self.config.plan_trigger != "response":
+        trigger = self.config.plan_trigger
+        if trigger == "auto" and agent is not None and agent.gap_median is not None:
+            # the planner would defer every successor to the response end anyway: skip the work
+            cfg = self.config
+            ts = self.agents.tenant(agent.tenant)
+            if agent.gap_median < max(cfg.min_lead_s, ts.max_anchor_tokens / cfg.prefill_tokens_per_s):
+                self.planner.dirty[session.key] = None
+        elif trigger != "response":
             self.planner.dirty[session.key] = None
         return ObservedRequest(rid, agent.agent_id if agent else None, session.sid, predicted, hit,
                                acted[0] if acted else None, acted[1] if acted else 0)
