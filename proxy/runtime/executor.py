@@ -65,6 +65,7 @@ class ActionExecutor:
         self._running: dict[tuple, Any] = {}
         self.recent: deque[dict] = deque(maxlen=64)
         self.paused = False
+        self.sending = 0             # actions inside adapter.warm (the engine may already count them)
         self.stats = {"submitted": 0, "deduped": 0, "ok": 0, "error": 0, "unsupported": 0,
                       "dropped_stale": 0, "dropped_busy": 0, "dropped_full": 0,
                       "warm_prompt_tokens": 0, "warm_cached_tokens": 0, "warm_computed_tokens": 0}
@@ -125,14 +126,16 @@ class ActionExecutor:
                  "deadline_in_s": round(a.deadline - now, 3)} for a in items]
 
     # -- workers ----------------------------------------------------------------------------------
-    async def quiesce(self, timeout: float = 5.0) -> None:
-        """Start nothing new (queued actions wait, then drop) and wait for running ones to finish:
-        lets tests and the demo read counters that no warmup is still changing."""
+    async def quiesce(self, timeout: float = 5.0) -> bool:
+        """Start nothing new (queued and later actions end as `dropped_busy`) and wait until no
+        warmup is on the wire: lets tests and the demo read engine counters that no warmup is still
+        changing. True when quiet within `timeout`."""
         self.paused = True
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout
-        while self._running and loop.time() < end:
+        while self.sending and loop.time() < end:
             await asyncio.sleep(0.005)
+        return self.sending == 0
 
     def _busy(self) -> bool:
         if self.paused:
@@ -168,11 +171,15 @@ class ActionExecutor:
                 return
             if not self._busy():
                 break
-            if self.clock() + BUSY_POLL_S > action.deadline:
+            if self.paused or self.clock() + BUSY_POLL_S > action.deadline:
                 self._finish(action, "dropped_busy", None)
                 return
             await asyncio.sleep(BUSY_POLL_S)
-        result = await self.adapter.warm(action)
+        self.sending += 1
+        try:
+            result = await self.adapter.warm(action)
+        finally:
+            self.sending -= 1
         outcome = "ok" if result.ok else ("unsupported" if result.unsupported else "error")
         self._finish(action, outcome, result)
 

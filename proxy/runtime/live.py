@@ -118,6 +118,26 @@ class LiveRuntime:
             await self.kv_events.stop()
         self._save_state()
 
+    async def settle(self, timeout: float = 5.0) -> bool:
+        """Wait until every client response was observed (and planned from) and the actions it
+        queued have run. Tests and notebooks call this between steps of a scripted workload."""
+        ok = await self._observed(timeout)
+        await self.executor.drain(timeout)
+        return ok and not self.executor.pending()
+
+    async def quiesce(self, timeout: float = 5.0) -> bool:
+        """Stop starting warmups and wait until no client request, deferred observation or warmup
+        is still in progress: after this the engine's counters and the proxy's agree exactly."""
+        observed = await self._observed(timeout)
+        return await self.executor.quiesce(timeout) and observed
+
+    async def _observed(self, timeout: float) -> bool:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while not self.observer.settled and loop.time() < end:
+            await asyncio.sleep(0.005)
+        return self.observer.settled
+
     async def _tick_loop(self) -> None:
         interval = float(self.settings.policy_plan_interval)
         while True:

@@ -68,6 +68,7 @@ class LivePolicyObserver:
         self.executor: Any = None             # set by LiveRuntime (submit(actions))
         self.engine_waiting: Callable[[], int] = lambda: 0
         self._inflight: dict[int, float] = {}
+        self.deferred = 0                       # call_soon work scheduled but not yet run
         self.token_ratio: float | None = None   # engine tokens per estimated view token (EWMA)
         # Opt-in engine hints on forwarded requests (kv_hints / request_priority): LiveRuntime sets
         # `extras_for` to the adapter's request_extras and switches `rewrite_enabled` on.
@@ -152,11 +153,21 @@ class LivePolicyObserver:
     def _later(self, fn: Callable, *args: Any) -> None:
         if self.defer:
             try:
-                asyncio.get_running_loop().call_soon(self._guard, fn, *args)
+                asyncio.get_running_loop().call_soon(self._deferred_run, fn, *args)
+                self.deferred += 1
                 return
             except RuntimeError:
                 pass
         self._guard(fn, *args)
+
+    def _deferred_run(self, fn: Callable, *args: Any) -> None:
+        self.deferred -= 1
+        self._guard(fn, *args)
+
+    @property
+    def settled(self) -> bool:
+        """No client request in flight and every response observed (counters are final)."""
+        return not self._inflight and self.deferred == 0
 
     def _guard(self, fn: Callable, *args: Any) -> None:
         try:

@@ -7,7 +7,6 @@ through the proxy exists only because the proxy warmed it.
 
 from __future__ import annotations
 
-import time
 
 import httpx
 import pytest
@@ -27,8 +26,7 @@ FAST = {"cooldown_s": 0.0, "action_ttl_s": 5.0}
 
 def settle(px) -> None:
     """Let the proxy finish observing the last response and run the actions it planned."""
-    time.sleep(0.03)
-    px.call(lambda: px.live.executor.drain(5.0))
+    px.call(lambda: px.live.settle(5.0))
 
 
 def workflow(http: httpx.Client, url: str, sessions: int, px=None, salt: str | None = None, steps: int = 6,
@@ -78,7 +76,8 @@ def proxied_run():
         st = proxy_settings(sim.url, policy_overrides=FAST)
         with run_proxy_server(st) as px:
             records = workflow(http, px.url, sessions=6, px=px)
-            px.call(lambda: px.live.executor.quiesce(5.0))     # no warmup may change the counters below
+            # No response still unobserved, no warmup on the wire: the counters below are final.
+            assert px.call(lambda: px.live.quiesce(5.0))
             state = debug(http, px)
             engine = debug(http, px, "engine")
             client_cached = px.live.observer.counts["cached_tokens"]
@@ -133,7 +132,7 @@ def test_client_warmup_header_is_not_learned(http):
             for i in range(3):
                 chat(http, px.url, PROMPTS["ABC"[i]], [{"role": "user", "content": "hi"}], "w",
                      headers={"X-CacheScout-Warmup": "1"})
-            time.sleep(0.05)
+            px.call(lambda: px.live.settle(5.0))
             state = debug(http, px)
     assert state["stats"]["agents"] == 0 and state["observer"]["requests"] == 3
 
@@ -197,7 +196,7 @@ def test_policy_exception_is_counted_not_surfaced(http):
 
             px.call(lambda: setattr(px.live.policy, "observe_request", boom))
             j = chat(http, px.url, PROMPTS["A"], [{"role": "user", "content": "hi"}], "x")
-            time.sleep(0.05)
+            px.call(lambda: px.live.settle(5.0))
             metrics = http.get(px.url + "/metrics").text
     assert j["choices"][0]["finish_reason"] in ("stop", "length")
     assert "cachescout_policy_errors_total 1.0" in metrics

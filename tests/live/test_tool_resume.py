@@ -59,7 +59,7 @@ def resume_run(http: httpx.Client, url: str, px=None, sent: list | None = None) 
     time.sleep(1.3)                                          # the tool runs; the planner sweeps paused sessions
     recent: list = []
     if px is not None:
-        px.call(lambda: px.live.executor.drain(5.0))
+        px.call(lambda: px.live.settle(5.0))
         recent = list(px.live.executor.recent)
     asst = {"role": "assistant", "content": None, "tool_calls": first["tool_calls"]}
     tool = {"role": "tool", "tool_call_id": first["tool_calls"][0]["id"], "content": "42"}
