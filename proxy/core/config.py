@@ -74,6 +74,10 @@ class PolicyConfig:
                                      # need R >= R_min; off lets them act on agentless traffic
     retain_enabled: bool = False     # emit Retain hints (only for engines that honour them)
     retain_priority_scale: int = 100 # Action.priority = round(p_surv * scale)
+    retain_sessions: bool = False    # also Retain paused sessions' whole contexts (not only agent
+                                     # anchors): off, because an engine keeps a retained block's
+                                     # priority for its retention time (SGLang/Dynamo: 300 s) and
+                                     # contexts of finished sessions then crowd out live histories
     conversion_window_s: float = 300.0   # an executed action counts toward a request this long
     # --- snapshot -------------------------------------------------------------------------
     snapshot_max_bytes: int = 25_000  # restore() refuses larger documents

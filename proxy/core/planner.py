@@ -44,6 +44,7 @@ class _Candidate:
     prob: float
     lead: float | None          # seconds until the predicted demand; None = unknown (not imminent)
     warm_ok: bool = True        # False: only touch (planned while the session's request still runs)
+    context: bool = False       # a session's whole context (not an agent anchor)
 
 
 class Planner:
@@ -144,7 +145,7 @@ class Planner:
                     payload = {"context": s.context_payload, "assistant": s.assistant_payload}
                     out.append(_Candidate(p * sum(s.block_tokens), REASON_TOOL_RESUME, agent.tenant,
                                           agent_id_for(agent.tenant, s.hashes[-1]), s.hashes, s.block_tokens,
-                                          payload, p, lead))
+                                          payload, p, lead, True, True))
         if not self._gate(agent.tenant, gates):
             return
         ts = self.registry.tenant(agent.tenant)
@@ -224,7 +225,7 @@ class Planner:
             payload = {"context": s.context_payload, "assistant": s.assistant_payload}
             scored.append(_Candidate(p * sum(s.block_tokens), REASON_TOOL_RESUME if tool else REASON_HINT,
                                      agent.tenant, agent_id_for(agent.tenant, s.hashes[-1]), s.hashes,
-                                     s.block_tokens, payload, p, None, tool))
+                                     s.block_tokens, payload, p, None, tool, True))
         scored.sort(key=lambda c: c.score, reverse=True)
         out.extend(scored[: cfg.sweep_top_n])
 
@@ -242,14 +243,15 @@ class Planner:
             if last is not None and now - last < cfg.cooldown_s:
                 continue
             memo = self._safe.get(c.anchor_id)
+            retainable = cfg.retain_enabled and c.reason == REASON_HINT and (cfg.retain_sessions or not c.context)
             if (memo is not None and memo[0] == res.epoch and res.inserted_tokens < memo[1]
-                    and not (cfg.retain_enabled and c.reason == REASON_HINT)):
+                    and not retainable):
                 continue                        # found resident and safe recently; nothing moved since
             resident = res.resident_prefix(c.hashes)
             if res.fully_resident(c.hashes):
                 if res.near_eviction(c.hashes):
                     kind, cost = TOUCH, float(cfg.touch_cost_tokens)
-                elif cfg.retain_enabled and c.reason == REASON_HINT:
+                elif retainable:
                     kind, cost = RETAIN, 0.0
                 else:
                     if len(self._safe) > 4 * cfg.max_agents + cfg.max_sessions:
@@ -266,9 +268,11 @@ class Planner:
             if cost > self.bucket:
                 continue
             self.bucket -= cost
+            # session contexts get no engine priority unless asked: a priority outlives the pause
+            prio = int(round(c.prob * cfg.retain_priority_scale)) if cfg.retain_sessions or not c.context else 0
             action = Action(kind=kind, reason=c.reason, tenant=c.tenant, anchor_id=c.anchor_id,
                             block_hashes=c.hashes, tokens=int(sum(c.block_tokens)), payload=c.payload,
-                            priority=int(round(c.prob * cfg.retain_priority_scale)), created=now,
+                            priority=prio, created=now,
                             deadline=now + cfg.action_ttl_s)
             self.last_acted[c.anchor_id] = now
             seen.add(c.anchor_id)

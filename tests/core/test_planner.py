@@ -379,3 +379,23 @@ def test_sweep_keeps_paused_sessions_that_usually_resume(workload):
     w.step(0, "chat", end + 2.0, dur=0.5)
     w.junk(16 * 47, end + 2.6)
     assert w.policy.plan(end + 6.0) == []
+
+
+def test_retain_hints_cover_anchors_not_paused_session_contexts(workload):
+    """An engine keeps a retained block's priority for its retention time (minutes): contexts of
+    sessions that may never resume must not get one unless asked (``retain_sessions``)."""
+    def run(**kw):
+        w = workload(residency_capacity_tokens=16 * 1000, retain_enabled=True, sweep_interval_s=0.0,
+                     session_gated=False, **kw)
+        now = fresh(w, learn(w, PIPE, drain=False))
+        for turn in range(4):                              # a chat that resumes every 2 s
+            w.step(0, "chat", now, dur=0.5)
+            now += 2.0
+        fresh(w, now)
+        return w, w.policy.plan(now - 1.0)
+    w, acts = run()
+    retains = [a for a in acts if a.kind == "retain"]
+    assert retains and all("agent" in a.payload for a in retains)
+    assert all(a.priority == 0 for a in acts if "context" in a.payload)
+    w, acts = run(retain_sessions=True)
+    assert any(a.kind == "retain" and "context" in a.payload and a.priority > 0 for a in acts)
