@@ -65,6 +65,10 @@ class EngineSnapshot:
     running: float | None = None
     waiting: float | None = None
     capacity_tokens: int | None = None    # prefix-cache size (vLLM cache_config_info blocks × block size)
+    capacity_blocks: int | None = None    # vLLM cache_config_info num_gpu_blocks
+    block_size: int | None = None         # tokens per KV block (vLLM block_size, SGLang page_size)
+    prompt_tokens: float | None = None    # cumulative prompt tokens of admitted requests
+    prefill_seconds: float | None = None  # cumulative prefill time (vLLM request_prefill_time_seconds_sum)
     raw: dict[str, float] = field(default_factory=dict)
 
 

@@ -83,7 +83,12 @@ class SglangAdapter(VllmAdapter):
 
     def parse_metrics(self, text: str) -> EngineSnapshot:
         s = sample_sums(text)
+        info = self.server_info
+        capacity = _int(info.get("max_total_num_tokens"))      # KV pool size in tokens
+        page = _int(info.get("page_size")) or 1
         return EngineSnapshot(
+            capacity_tokens=capacity, capacity_blocks=capacity // page if capacity else None, block_size=page,
+            prompt_tokens=first(s, "sglang:prompt_tokens_total"),
             hit_rate=mean(s, "sglang:cache_hit_rate"),
             kv_usage=mean(s, "sglang:token_usage"),
             running=first(s, "sglang:num_running_reqs"),
@@ -95,6 +100,13 @@ class SglangAdapter(VllmAdapter):
         if not self.priority_on_requests or CAP_PRIORITY not in self.capabilities or survival is None:
             return {}
         return {"priority": int(round(100 * float(survival)))}
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 __all__ = ["SglangAdapter", "usage_tokens"]

@@ -191,13 +191,17 @@ class VllmAdapter(HttpEngineAdapter):
     def parse_metrics(self, text: str) -> EngineSnapshot:
         s = sample_sums(text)
         p = self.metric_prefix
+        blocks, block_size = _blocks(info_labels(text, f"{p}cache_config_info"))
         return EngineSnapshot(
             prefix_queries=first(s, f"{p}prefix_cache_queries_total", f"{p}gpu_prefix_cache_queries_total"),
             prefix_hits=first(s, f"{p}prefix_cache_hits_total", f"{p}gpu_prefix_cache_hits_total"),
             kv_usage=first(s, f"{p}kv_cache_usage_perc", f"{p}gpu_cache_usage_perc"),
             running=first(s, f"{p}num_requests_running"),
             waiting=first(s, f"{p}num_requests_waiting"),
-            capacity_tokens=_capacity(info_labels(text, f"{p}cache_config_info")),
+            capacity_tokens=blocks * block_size if blocks and block_size else None,
+            capacity_blocks=blocks, block_size=block_size,
+            prompt_tokens=first(s, f"{p}prompt_tokens_total"),
+            prefill_seconds=first(s, f"{p}request_prefill_time_seconds_sum"),
             raw={k: v for k, v in s.items() if k.startswith(p) and "#" not in k and "_bucket" not in k},
         )
 
@@ -214,10 +218,15 @@ class VllmAdapter(HttpEngineAdapter):
         }}
 
 
-def _capacity(labels: dict[str, str]) -> int | None:
+def _blocks(labels: dict[str, str]) -> tuple[int | None, int | None]:
+    """(num_gpu_blocks, block_size) from cache_config_info; the override wins when set."""
+    try:
+        size = int(labels["block_size"])
+    except (KeyError, ValueError, TypeError):
+        return None, None
     for key in ("num_gpu_blocks_override", "num_gpu_blocks"):
         try:
-            return int(labels[key]) * int(labels["block_size"])
+            return int(labels[key]), size
         except (KeyError, ValueError, TypeError):
             continue
-    return None
+    return None, size

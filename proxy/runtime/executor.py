@@ -66,6 +66,7 @@ class ActionExecutor:
         self.recent: deque[dict] = deque(maxlen=64)
         self.paused = False
         self.sending = 0             # actions inside adapter.warm (the engine may already count them)
+        self.prefill: Any = None     # PrefillRate: ok warmups' computed tokens / duration
         self.stats = {"submitted": 0, "deduped": 0, "ok": 0, "error": 0, "unsupported": 0,
                       "dropped_stale": 0, "dropped_busy": 0, "dropped_full": 0,
                       "warm_prompt_tokens": 0, "warm_cached_tokens": 0, "warm_computed_tokens": 0}
@@ -176,10 +177,13 @@ class ActionExecutor:
                 return
             await asyncio.sleep(BUSY_POLL_S)
         self.sending += 1
+        t0 = self.clock()
         try:
             result = await self.adapter.warm(action)
         finally:
             self.sending -= 1
+        if result.ok and self.prefill is not None:
+            self.prefill.add_request(result.computed_tokens, self.clock() - t0)
         outcome = "ok" if result.ok else ("unsupported" if result.unsupported else "error")
         self._finish(action, outcome, result)
 

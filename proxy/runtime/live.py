@@ -29,6 +29,7 @@ from proxy.engines.select import NoEngineAdapter, build_adapter
 from proxy.runtime.executor import ActionExecutor, ExecutorLimits
 from proxy.runtime.kv_events import KvEvent, KvEventSubscriber
 from proxy.runtime.live_policy import LivePolicyObserver
+from proxy.runtime.prefill import PrefillRate
 from proxy.runtime.scraper import EngineScraper
 
 log = logging.getLogger("cachescout.live")
@@ -75,6 +76,12 @@ class LiveRuntime:
         self.kv_events: KvEventSubscriber | None = None
         self._tick: asyncio.Task | None = None
         self._capacity: int | None = None
+        self.prefill = PrefillRate()
+        self.observer.prefill = self.prefill
+        self.executor.prefill = self.prefill
+        self.budget: dict[str, Any] = {"source": "core default",
+                                       "warmup_tokens_per_s": self.config.warmup_tokens_per_s}
+        self._prev_queries: float | None = None
         self.state_loaded: str | None = None
         self.lmcache = LmcacheClient(client, settings.lmcache_url) if settings.lmcache_url else None
         self._side_tasks: set[asyncio.Task] = set()
@@ -164,19 +171,69 @@ class LiveRuntime:
 
     # -- engine truth ---------------------------------------------------------------------------------
     def _on_snapshot(self, snap: EngineSnapshot) -> None:
-        """Engine capacity -> the residency shadow, converted into the shadow's token units: the
-        views estimate tokens from characters, the engine counts its tokenizer's tokens."""
+        """Each scrape (the first runs at start): engine capacity -> the residency shadow; counters
+        that went backwards (engine restarted) -> the shadow is cleared; prefill time -> the rate
+        the warmup budget follows. The waiting queue reaches the core through `observer.load()`."""
         kwargs: dict[str, Any] = {}
-        if snap.capacity_tokens:
+        capacity = snap.capacity_tokens or (snap.capacity_blocks * snap.block_size
+                                            if snap.capacity_blocks and snap.block_size else None)
+        if capacity:
+            # The shadow counts the views' estimated tokens (characters / chars_per_token); the engine
+            # counts its tokenizer's: convert with the calibrated ratio (engine tokens per view token).
             ratio = self.observer.token_ratio or 1.0
-            capacity = int(snap.capacity_tokens / max(0.05, ratio))
+            capacity = int(capacity / max(0.05, ratio))
             if self._capacity is None or abs(capacity - self._capacity) > 0.05 * self._capacity:
                 self._capacity = capacity
                 kwargs["capacity_tokens"] = capacity
-        if snap.kv_usage is not None:
-            kwargs["usage_ratio"] = snap.kv_usage
+        usage = self._kv_events_usage(snap)
+        if usage is None:
+            usage = snap.kv_usage
+        if usage is not None:
+            kwargs["usage_ratio"] = usage
+        if snap.prefix_queries is not None:
+            if self._prev_queries is not None and snap.prefix_queries < self._prev_queries:
+                kwargs["cleared"] = True            # counters restarted: so did the engine's cache
+            self._prev_queries = snap.prefix_queries
         if kwargs:
             self.policy.residency.on_engine_truth(**kwargs)
+        if snap.prefill_seconds is not None and snap.prompt_tokens is not None:
+            self.prefill.add_engine_totals(snap.prompt_tokens - (snap.prefix_hits or 0.0), snap.prefill_seconds)
+        self._apply_prefill_rate()
+
+    def _kv_events_usage(self, snap: EngineSnapshot) -> float | None:
+        """Share of the engine's blocks holding cached prefixes, counted from KV events (exact, unlike
+        the scraped usage gauge, which counts blocks held by running requests)."""
+        sub = self.kv_events
+        if sub is None or sub.messages == 0 or not snap.capacity_blocks:
+            return None
+        return min(1.0, len(sub.residency.resident) / snap.capacity_blocks)
+
+    def _apply_prefill_rate(self) -> None:
+        """Warmup budget = `warmup_prefill_share` × measured prefill rate, unless the operator fixed
+        `warmup_tokens_per_s` in policy_overrides. The core's config is frozen: a changed copy is
+        swapped into the policy and its planner (the only readers of these three fields)."""
+        share = float(getattr(self.settings, "warmup_prefill_share", 0.0) or 0.0)
+        rate = self.prefill.tokens_per_s()
+        fixed = "warmup_tokens_per_s" in (getattr(self.settings, "policy_overrides", None) or {})
+        if rate is None or share <= 0 or fixed:
+            if rate is not None:
+                self.budget["measured_prefill_tokens_per_s"] = round(rate)
+            return
+        budget = share * rate
+        current = self.policy.config.warmup_tokens_per_s
+        if self.budget["source"] != "core default" and abs(budget - current) <= 0.1 * current:
+            return
+        cfg = self.policy.config.with_overrides(
+            warmup_tokens_per_s=budget,
+            warmup_burst_tokens=max(2.0 * budget, rate),   # a warm of up to ~1 s of prefill may start
+            prefill_tokens_per_s=rate)
+        self.policy.config = cfg
+        self.policy.planner.cfg = cfg
+        self.budget = {"source": f"measured ({self.prefill.source})", "measured_prefill_tokens_per_s": round(rate),
+                       "share": share, "warmup_tokens_per_s": round(budget),
+                       "warmup_burst_tokens": round(cfg.warmup_burst_tokens)}
+        log.info("warmup budget %.0f tokens/s (%.0f%% of measured prefill %.0f tokens/s, %s)", budget,
+                 100 * share, rate, self.prefill.source)
 
     def _on_kv_event(self, ev: KvEvent) -> None:
         # Engine block ids are not the views' ids: only a full clear maps onto the shadow directly.
@@ -215,6 +272,8 @@ class LiveRuntime:
         info["kv_events"] = self.kv_events.info() if self.kv_events is not None else None
         info["executor"] = dict(self.executor.stats)
         info["lmcache"] = self.lmcache.info() if self.lmcache is not None else None
+        info["warmup_budget"] = dict(self.budget)
+        info["shadow_capacity_tokens"] = self._capacity
         return info
 
     def debug_state(self) -> dict:

@@ -69,6 +69,7 @@ class LivePolicyObserver:
         self.engine_waiting: Callable[[], int] = lambda: 0
         self._inflight: dict[int, float] = {}
         self.deferred = 0                       # call_soon work scheduled but not yet run
+        self.prefill: Any = None                # PrefillRate: streamed requests' computed tokens / TTFT
         self.token_ratio: float | None = None   # engine tokens per estimated view token (EWMA)
         # Opt-in engine hints on forwarded requests (kv_hints / request_priority): LiveRuntime sets
         # `extras_for` to the adapter's request_extras and switches `rewrite_enabled` on.
@@ -218,6 +219,9 @@ class LivePolicyObserver:
             )
             if not st.view.is_warmup and tap.prompt_tokens:
                 self._count_usage(st.view, tap.prompt_tokens, tap.cached_tokens or 0, now)
+                if self.prefill is not None and tap.stream and tap.first_token_at is not None:
+                    self.prefill.add_request(tap.prompt_tokens - (tap.cached_tokens or 0),
+                                             tap.first_token_at - ctx.started)
                 est = st.view.total_tokens
                 if est > 0:   # calibrate the view's token estimate against the engine's tokenizer
                     r = tap.prompt_tokens / est
