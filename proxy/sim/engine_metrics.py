@@ -61,6 +61,10 @@ class SimEngineMetrics:
             self.sg_used = Gauge("sglang:num_used_tokens", "KV tokens held by running requests.", sl, registry=registry)
             self.sg_running = Gauge("sglang:num_running_reqs", "Running requests.", sl, registry=registry)
             self.sg_queue = Gauge("sglang:num_queue_reqs", "Queued requests.", sl, registry=registry)
+            # SGLang's TTFT histogram (same observations as vllm:time_to_first_token_seconds), so the
+            # dashboards' SGLang TTFT panels have data against the sim in priority mode.
+            self.sg_ttft = Histogram("sglang:time_to_first_token_seconds", "Time to first token (virtual seconds).",
+                                     sl, buckets=TTFT_BUCKETS, registry=registry)
         for m in (self.queries, self.hits, self.prompt_tokens, self.cached_prompt, self.gen_tokens, self.usage,
                   self.running, self.waiting):
             m.labels(*self._lv)
@@ -78,6 +82,8 @@ class SimEngineMetrics:
         for r in res.emitted:
             if r.generated == 1 and r.first_token_at is not None:
                 self.ttft.labels(*lv).observe(r.first_token_at - r.arrival)
+                if self.sglang:
+                    self.sg_ttft.labels(lv[0]).observe(r.first_token_at - r.arrival)
         self.refresh()
 
     def on_finish(self, r: EngineRequest, finish_reason: str) -> None:
