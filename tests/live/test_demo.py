@@ -38,3 +38,21 @@ def test_table_formatting():
             "warm_computed_tokens": 20}
     table = format_table(base, prox)
     assert "+10.0 pp" in table and "-50.0%" in table and "20.0% of client" in table
+
+
+def test_progress_without_a_tty_prints_a_line_per_ten_percent(capsys):
+    from proxy.demo import DualProgress, Progress
+
+    bars = {name: Progress(name, 40, False, tty=False) for name in ("direct", "via proxy")}
+    both = DualProgress(bars, True, tty=False)
+    for _ in range(40):
+        both.tick("direct")
+    for _ in range(7):
+        both.tick("via proxy")
+    both.close()
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    lines = err.splitlines()
+    assert [ln.split()[1] for ln in lines if ln.split()[0] == "direct"] == [f"{10 * k}%" for k in range(1, 11)]
+    proxy_lines = [ln for ln in lines if "via proxy" in ln]
+    assert len(proxy_lines) == 1 and proxy_lines[0].startswith("  via proxy   10% (4/40 requests)")
