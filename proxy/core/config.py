@@ -49,12 +49,19 @@ class PolicyConfig:
     residency_stride_tokens: int = 256  # auto stride target
     residency_max_entries: int = 500_000  # memory bound on tracked blocks (~100 MB worst case)
     # --- planner --------------------------------------------------------------------------
-    warmup_tokens_per_s: float = 20000.0   # token-bucket refill for warm/touch cost
-    warmup_burst_tokens: float = 40000.0   # bucket size
+    warmup_tokens_per_s: float = 0.0       # token-bucket refill for warm/touch cost; 0 = auto:
+                                           # warmup_share x prefill_tokens_per_s (a fixed number that
+                                           # exceeds the engine's own prefill rate swamps it)
+    warmup_burst_tokens: float = 0.0       # bucket size; 0 = auto: max(2 s of budget, 1 s of prefill)
+    warmup_share: float = 0.25             # auto budget's share of the engine's prefill rate
     touch_cost_tokens: int = 16      # budget charged for a touch (one recomputed block + decode)
     max_concurrent: int = 2          # actions emitted but not yet reported back
     max_actions_per_tick: int = 4    # actions per plan() call
     max_engine_waiting: int = 2      # no actions while the engine queue is longer than this
+    warm_max_waiting: int = 0        # no Warm while the engine queue is longer than this (a warm
+                                     # is prefill work queued in front of real requests)
+    warm_top_k: int = 1              # only the top this-many successors may be warmed; the rest
+                                     # (fanout) are only touched
     warm_max_inflight: int = 0       # >0: no Warm while more client requests than this are in flight
     plan_trigger: str = "auto"       # when a session's successors are planned: "response" (its
                                      # response ends: just before the demand), "request", "both"
@@ -64,7 +71,15 @@ class PolicyConfig:
     cooldown_s: float = 0.5          # never act on the same anchor twice within this
     action_ttl_s: float = 2.0        # deadline = created + ttl (executor drops stale actions)
     min_lead_s: float = 0.05         # no Warm when the predicted demand is closer than this
-    prefill_tokens_per_s: float = 5000.0   # estimate for "can a warm finish before the demand"
+    warm_max_cache_share: float = 0.1    # no Warm of a session context (used once, unlike an
+                                     # anchor) missing more than this share of the cache
+                                     # (0 = no limit; unknown capacity = no limit)
+    warm_lifetime_share: float = 1.0 # no Warm when the predicted demand is further away than this
+                                     # share of the cache's turnover time (capacity / insert rate;
+                                     # 0 = off)
+    prefill_tokens_per_s: float = 5000.0   # the engine's prefill rate: "can a warm finish before the
+                                           # demand", and the auto warm budget (the live side measures
+                                           # it; the replay passes its cost model's)
     sweep_interval_s: float = 1.0    # survival-ranked sweep over all anchors at most this often
     sweep_top_n: int = 8             # anchors (and paused sessions) examined per sweep
     sweep_sessions: int = 64         # most recent sessions a sweep checks for continuation (0 = off)
@@ -89,3 +104,9 @@ class PolicyConfig:
         if unknown:
             raise TypeError(f"unknown PolicyConfig fields: {sorted(unknown)}")
         return replace(self, **overrides)
+
+    def warm_budget(self) -> tuple[float, float]:
+        """(refill tokens/s, bucket size) after resolving the auto (0) settings."""
+        rate = self.warmup_tokens_per_s or self.warmup_share * self.prefill_tokens_per_s
+        burst = self.warmup_burst_tokens or max(2.0 * rate, self.prefill_tokens_per_s)
+        return float(rate), float(burst)

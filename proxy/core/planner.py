@@ -55,7 +55,7 @@ class Planner:
         self.sessions = sessions
         self.residency = residency
         self.dirty: dict[tuple[str, str], None] = {}
-        self.bucket = float(config.warmup_burst_tokens)
+        self.bucket = config.warm_budget()[1]
         self._refilled: float | None = None
         self.inflight: dict[tuple[str, float], tuple[float, tuple[int, ...]]] = {}
         self.last_acted: dict[str, float] = {}
@@ -74,8 +74,8 @@ class Planner:
     # --- budget bookkeeping ----------------------------------------------------------------------
     def _refill(self, now: float) -> None:
         if self._refilled is not None and now > self._refilled:
-            self.bucket = min(self.cfg.warmup_burst_tokens,
-                              self.bucket + (now - self._refilled) * self.cfg.warmup_tokens_per_s)
+            rate, burst = self.cfg.warm_budget()          # cfg may be swapped (measured rate)
+            self.bucket = min(burst, self.bucket + (now - self._refilled) * rate)
         if self._refilled is None or now > self._refilled:
             self._refilled = now
         grace = self.cfg.action_ttl_s
@@ -114,7 +114,7 @@ class Planner:
         if not cands:
             return []
         cands.sort(key=lambda c: c.score, reverse=True)
-        busy = 0 < cfg.warm_max_inflight < load.inflight
+        busy = 0 < cfg.warm_max_inflight < load.inflight or load.waiting > cfg.warm_max_waiting
         return self._select(cands, now, slots, busy)
 
     def _gate(self, tenant: str, gates: dict[str, bool]) -> bool:
@@ -154,13 +154,16 @@ class Planner:
             nxt = ts.by_slot.get(slot)
             if nxt is None or nxt.payload is None or not nxt.anchor_hashes or self._settled(nxt.agent_id, now):
                 continue
-            warm_ok = paused or trigger == "request"
+            if rank >= cfg.warm_top_k:
+                warm_ok = False                 # lower-ranked successors are only kept, not re-made
+            else:
+                warm_ok = paused or trigger == "request"
             if not paused and trigger == "auto":
                 # act now only if the pause after this response is too short for a warm then
                 gap = agent.gap_median
                 if gap is not None and gap >= max(cfg.min_lead_s, nxt.tokens / cfg.prefill_tokens_per_s):
                     continue                    # planned again when the response ends
-                warm_ok = True
+                warm_ok = rank < cfg.warm_top_k
             reason = REASON_TRANSITION if rank == 0 else REASON_FANOUT
             score = anchor_score(p, now - nxt.last_seen, nxt.tokens, cfg.delta, cfg.age_lambda)
             out.append(_Candidate(score, reason, nxt.tenant, nxt.agent_id, nxt.anchor_hashes,
@@ -222,10 +225,13 @@ class Planner:
                                          cfg.continuation_prior, cfg.continuation_min_samples)
             if p < cfg.tool_resume_min_p:
                 continue
+            med = agent.tool_gap_median if tool else agent.gap_median
+            elapsed = now - s.last_end
+            lead = med - elapsed if med is not None and elapsed < med else None
             payload = {"context": s.context_payload, "assistant": s.assistant_payload}
             scored.append(_Candidate(p * sum(s.block_tokens), REASON_TOOL_RESUME if tool else REASON_HINT,
                                      agent.tenant, agent_id_for(agent.tenant, s.hashes[-1]), s.hashes,
-                                     s.block_tokens, payload, p, None, tool, True))
+                                     s.block_tokens, payload, p, lead, tool, True))
         scored.sort(key=lambda c: c.score, reverse=True)
         out.extend(scored[: cfg.sweep_top_n])
 
@@ -234,6 +240,8 @@ class Planner:
         res = self.residency
         actions: list[Action] = []
         seen: set[str] = set()
+        life = res.lifetime_s()
+        max_warm = cfg.warm_max_cache_share * res.capacity_tokens
         for c in cands:
             if len(actions) >= slots:
                 break
@@ -264,6 +272,10 @@ class Planner:
                 missing = float(sum(c.block_tokens[resident:]))
                 if c.lead is not None and c.lead < max(cfg.min_lead_s, missing / cfg.prefill_tokens_per_s):
                     continue                    # demand predicted before a warm could finish
+                if max_warm and c.context and missing > max_warm:
+                    continue                    # one session's context: too much of the cache for one use
+                if c.lead is not None and life is not None and 0 < cfg.warm_lifetime_share * life < c.lead:
+                    continue                    # it would be evicted again before the demand
                 kind, cost = WARM, missing
             if cost > self.bucket:
                 continue

@@ -95,6 +95,15 @@ class ResidencyShadow:
         self._touch_sampled(hashes, seg)
         return hit
 
+    def lifetime_s(self) -> float | None:
+        """How long a block just made most recent survives untouched: capacity over the client
+        insert rate (None while either is unknown). A warm whose demand is further away than this
+        is evicted again before it pays."""
+        rate = self.insert_rate
+        if not self.capacity_tokens or not rate or rate <= 0:
+            return None
+        return self.capacity_tokens / rate
+
     def touch(self, hashes: Sequence[int], tokens: Sequence[int], anchor_blocks: int = 0) -> None:
         """Mark a whole prompt (or an executed action's blocks) most recently used."""
         sh, seg = self._sample(hashes, tokens, anchor_blocks - 1)

@@ -45,7 +45,8 @@ class Workload:
 
 def quiet_config(**kw) -> PolicyConfig:
     base = dict(r_min_transitions=5, sweep_interval_s=1e9, residency_stride=1, cooldown_s=5.0,
-                max_concurrent=8, max_actions_per_tick=8)
+                max_concurrent=8, max_actions_per_tick=8, warm_lifetime_share=0.0,
+                warm_max_cache_share=0.0)
     base.update(kw)
     return PolicyConfig(**base)
 

@@ -32,7 +32,7 @@ def fresh(w: Workload, now):
     p.last_acted.clear()
     p.inflight.clear()
     p._safe.clear()
-    p.bucket = w.policy.config.warmup_burst_tokens
+    p.bucket = w.policy.config.warm_budget()[1]
     p._refilled = now
     return now
 
@@ -108,7 +108,8 @@ def star(w, n_workers=4, reps=30, now=0.0):
 
 
 def test_fanout_and_max_actions_per_tick(workload):
-    w = workload(residency_capacity_tokens=16 * 60, top_k=4, tau=0.1, r_min=0.2, max_actions_per_tick=2)
+    w = workload(residency_capacity_tokens=16 * 60, top_k=4, tau=0.1, r_min=0.2, max_actions_per_tick=2,
+                 warm_top_k=4)
     now = fresh(w, star(w))
     w.junk(16 * 80, now)
     w.step(0, "live", now + 1)
@@ -123,7 +124,7 @@ def test_fanout_and_max_actions_per_tick(workload):
 
 
 def test_max_concurrent_counts_unanswered_actions(workload):
-    w = workload(residency_capacity_tokens=16 * 60, top_k=4, tau=0.1, r_min=0.2, max_concurrent=1)
+    w = workload(residency_capacity_tokens=16 * 60, top_k=4, tau=0.1, r_min=0.2, max_concurrent=1, warm_top_k=4)
     now = fresh(w, star(w))
     w.junk(16 * 80, now)
     w.step(0, "live", now + 1)
@@ -139,7 +140,7 @@ def test_max_concurrent_counts_unanswered_actions(workload):
 
 def test_unanswered_actions_stop_counting_after_their_deadline(workload):
     w = workload(residency_capacity_tokens=16 * 60, top_k=4, tau=0.1, r_min=0.2, max_concurrent=1,
-                 action_ttl_s=1.0)
+                 action_ttl_s=1.0, warm_top_k=4)
     now = fresh(w, star(w))
     w.junk(16 * 80, now)
     w.step(0, "live", now + 1)
@@ -150,7 +151,7 @@ def test_unanswered_actions_stop_counting_after_their_deadline(workload):
 
 def test_token_bucket_limits_warm_tokens(workload):
     w = workload(residency_capacity_tokens=16 * 60, top_k=4, tau=0.1, r_min=0.2,
-                 warmup_burst_tokens=ANCHOR_TOKENS * 1.5, warmup_tokens_per_s=ANCHOR_TOKENS / 2)
+                 warmup_burst_tokens=ANCHOR_TOKENS * 1.5, warmup_tokens_per_s=ANCHOR_TOKENS / 2, warm_top_k=4)
     now = fresh(w, star(w))
     w.policy.planner.bucket = ANCHOR_TOKENS * 1.5
     w.junk(16 * 80, now)
@@ -163,7 +164,7 @@ def test_token_bucket_limits_warm_tokens(workload):
 
 
 def test_engine_queue_and_cooldown(workload):
-    w = workload(residency_capacity_tokens=16 * 60, cooldown_s=10.0, max_engine_waiting=2)
+    w = workload(residency_capacity_tokens=16 * 60, cooldown_s=10.0, max_engine_waiting=2, warm_max_waiting=2)
     now = fresh(w, learn(w, PIPE))
     w.junk(16 * 80, now)
     w.step(0, "live", now + 1)
@@ -399,3 +400,48 @@ def test_retain_hints_cover_anchors_not_paused_session_contexts(workload):
     assert all(a.priority == 0 for a in acts if "context" in a.payload)
     w, acts = run(retain_sessions=True)
     assert any(a.kind == "retain" and "context" in a.payload and a.priority > 0 for a in acts)
+
+
+def test_auto_warm_budget_is_a_share_of_the_prefill_rate():
+    cfg = quiet_config(prefill_tokens_per_s=3000.0, warmup_share=0.5)
+    assert cfg.warm_budget() == (1500.0, 3000.0)
+    assert quiet_config(warmup_tokens_per_s=100.0, warmup_burst_tokens=50.0).warm_budget() == (100.0, 50.0)
+    p = ScoutPolicy(cfg).planner
+    assert p.bucket == 3000.0
+
+
+def test_no_warm_while_the_engine_queue_is_not_empty(workload):
+    w = workload(residency_capacity_tokens=16 * 60)
+    now = fresh(w, learn(w, PIPE))
+    w.junk(16 * 80, now)
+    w.step(0, "live", now + 1)
+    assert w.policy.plan(now + 1.2, EngineLoad(waiting=1)) == []
+    w.step(0, "live2", now + 2)
+    assert [a.kind for a in w.policy.plan(now + 2.1, EngineLoad(waiting=0))] == ["warm"]
+
+
+def test_no_warm_that_the_cache_would_evict_before_the_demand(workload):
+    """Paused on tool_calls, resuming ~5 s later, but the cache turns over in ~1 s: no warm."""
+    def run(share):
+        w = workload(residency_capacity_tokens=16 * 60, warm_lifetime_share=share, warm_max_cache_share=0.0)
+        now = 0.0
+        for _ in range(4):
+            w.step(0, "s", now, finish="tool_calls", dur=0.5)
+            now += 5.5
+        for k in range(6):                               # ~960 tokens/s of other traffic
+            w.junk(16 * 60, now + k)
+        w.step(0, "s", now + 6, finish="tool_calls", dur=0.5)
+        w.junk(16 * 80, now + 6.6)
+        return w.policy.plan(now + 6.7)
+    assert [a.kind for a in run(0.0)] == ["warm"]        # the rule off: warmed
+    assert run(1.0) == []
+
+
+def test_session_context_warm_limited_to_a_share_of_the_cache(workload):
+    def run(share):
+        w = workload(residency_capacity_tokens=16 * 60, warm_max_cache_share=share)
+        w.step(0, "s", 1.0, finish="tool_calls")           # context: 9 blocks = 15% of the cache
+        w.junk(16 * 80, 2.0)
+        return w.policy.plan(2.5)
+    assert [a.kind for a in run(0.2)] == ["warm"]
+    assert run(0.1) == []

@@ -117,3 +117,19 @@ def test_capacity_accepts_shares_percentages_and_blocks(topo):
     assert resolve_capacity("50%", reqs) == 2
     assert resolve_capacity(0.5, reqs) == 2
     assert resolve_capacity("300", reqs) == 300
+
+
+def test_engine_queue_counts_jobs_waiting_to_start():
+    from proxy.sim.replay.scout import EngineQueue
+    q = EngineQueue(1)
+    q.push(0.0, 1.0)                      # runs 0-1
+    q.push(0.1, 1.0)                      # waits until 1
+    q.push(0.2, 1.0)                      # waits until 2
+    assert q.waiting(0.5) == 2
+    assert q.waiting(1.5) == 1
+    assert q.waiting(2.5) == 0
+    two = EngineQueue(2)
+    two.push(0.0, 1.0)
+    two.push(0.0, 1.0)                    # second server
+    two.push(0.1, 1.0)
+    assert two.waiting(0.5) == 1

@@ -16,7 +16,9 @@
 
 from __future__ import annotations
 
+import heapq
 import math
+from collections import deque
 
 from ...core import config as core_config
 from ...core.policy import ScoutPolicy
@@ -31,11 +33,14 @@ HISTORY = "__history__"          # scout-engine's group for non-anchor blocks (p
 
 
 def build_config(capacity_blocks: int, block_size: int, overrides: dict | None = None,
-                 retain: bool = False) -> core_config.PolicyConfig:
-    """The planner's config for a replay: the residency shadow knows the engine's capacity (the live
-    proxy learns it from the engine's metrics or settings), plus caller overrides."""
-    cfg = core_config.PolicyConfig().with_overrides(
-        residency_capacity_tokens=int(capacity_blocks) * int(block_size), retain_enabled=retain)
+                 retain: bool = False, prefill_tokens_per_s: float | None = None) -> core_config.PolicyConfig:
+    """The planner's config for a replay: the residency shadow knows the engine's capacity and the
+    planner its prefill rate (the live proxy learns both from the engine's metrics or settings),
+    plus caller overrides."""
+    base = dict(residency_capacity_tokens=int(capacity_blocks) * int(block_size), retain_enabled=retain)
+    if prefill_tokens_per_s:
+        base["prefill_tokens_per_s"] = float(prefill_tokens_per_s)
+    cfg = core_config.PolicyConfig().with_overrides(**base)
     return cfg.with_overrides(**(overrides or {}))
 
 
@@ -81,8 +86,11 @@ class ScoutProxyPolicy(_ScoutBase):
     def setup(self, requests, capacity_blocks, cost, rec):
         super().setup(requests, capacity_blocks, cost, rec)
         prio = self.eviction == "priority"
-        self.sp = ScoutPolicy(build_config(capacity_blocks, self.block_size, self.overrides, retain=prio))
+        engines = getattr(rec, "engines", 1)
+        self.sp = ScoutPolicy(build_config(capacity_blocks, self.block_size, self.overrides, retain=prio,
+                                           prefill_tokens_per_s=engines / cost.prefill_token_s))
         self.pool = BlockPool(capacity_blocks, self.eviction, getattr(self, "retention_s", 300.0))
+        self.queue = EngineQueue(engines)
         self._rid: dict[int, int] = {}
         self.inflight = 0
         self.dropped_stale = 0
@@ -93,6 +101,7 @@ class ScoutProxyPolicy(_ScoutBase):
         self._rid[i] = obs.request_id
         self.inflight += 1
         hit = self.pool.access(req.block_hashes, now)
+        self.queue.push(now, self.cost.prefill_s(req.prompt_tokens, sum(req.block_tokens[:hit])))
         self._plan(now)
         return hit
 
@@ -101,16 +110,19 @@ class ScoutProxyPolicy(_ScoutBase):
         self._plan(now)
 
     def _plan(self, now: float) -> None:
-        actions = self.sp.plan(now, EngineLoad(inflight=self.inflight, waiting=0))
+        actions = self.sp.plan(now, EngineLoad(inflight=self.inflight, waiting=self.queue.waiting(now)))
         for a in actions:
             if now > a.deadline:
                 self.dropped_stale += 1
                 self.sp.record_action_result(a, False, now)
                 continue
             toks = self._tokens_of(a)
+            jobs = len(self.rec.action_jobs)
             ok = execute_on_pool(self.pool, self.rec, self.cost, now, a.kind, a.reason, a.block_hashes,
                                  toks, a.priority, honours_priority=self.eviction == "priority")
             self.executed += ok
+            if len(self.rec.action_jobs) > jobs:
+                self.queue.push(now, self.rec.action_jobs[-1][1])
             self.sp.record_action_result(a, ok, now)
 
     def _tokens_of(self, a) -> tuple[int, ...]:
@@ -125,6 +137,29 @@ class ScoutProxyPolicy(_ScoutBase):
         out = super().extra()
         out.update({"executed": self.executed, "dropped_stale": self.dropped_stale})
         return out
+
+
+class EngineQueue:
+    """The simulated engine's prefill queue as the planner would see it live (vLLM
+    `num_requests_waiting`): the same FIFO over `engines` servers the TTFT model uses, kept online.
+    Jobs arrive in time order, so their start times are non-decreasing and a deque suffices."""
+
+    def __init__(self, engines: int = 1) -> None:
+        self.servers = [0.0] * max(1, int(engines))     # heap of the servers' free times
+        self.starts: deque[float] = deque()
+
+    def push(self, now: float, service_s: float) -> None:
+        free = self.servers[0]
+        start = now if now > free else free
+        heapq.heapreplace(self.servers, start + service_s)
+        if start > now:
+            self.starts.append(start)
+
+    def waiting(self, now: float) -> int:
+        starts = self.starts
+        while starts and starts[0] <= now:
+            starts.popleft()
+        return len(starts)
 
 
 class ScoutProxyPriorityPolicy(ScoutProxyPolicy):
