@@ -42,6 +42,7 @@ class Agent:
     tool_gaps: deque = field(default_factory=deque)   # same, after finish_reason == "tool_calls"
     gap_median: float | None = None                   # medians, kept current by record_gap
     tool_gap_median: float | None = None
+    forgotten: bool = False                           # evicted (sessions drop it lazily)
 
 
 def agent_id_for(tenant: str, key: int) -> str:
@@ -154,9 +155,14 @@ class AgentRegistry:
         return agent
 
     def _evict_one(self, now: float) -> None:
+        """Make room: evicts the least valuable ~1/16 of the registry at once (at least one), so
+        the O(agents) ranking is paid once per max_agents/16 creations, not on every new agent
+        (agent-less traces create one per request)."""
         lam = self.config.age_lambda
-        victim = min(self.by_id.values(), key=lambda a: a.uses * math.exp(-lam * max(0.0, now - a.last_seen)))
-        self.remove(victim)
+        batch = max(1, len(self.by_id) // 16)
+        ranked = sorted(self.by_id.values(), key=lambda a: a.uses * math.exp(-lam * max(0.0, now - a.last_seen)))
+        for victim in ranked[:batch]:
+            self.remove(victim)
 
     def remove(self, agent: Agent) -> None:
         ts = self.tenants[agent.tenant]

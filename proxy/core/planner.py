@@ -215,7 +215,8 @@ class Planner:
             if k >= cfg.sweep_sessions:
                 break
             agent = s.agent
-            if s.inflight or s.last_end is None or agent is None or not s.hashes or s.context_payload is None:
+            if (s.inflight or s.last_end is None or agent is None or agent.forgotten or not s.hashes
+                    or s.context_payload is None):
                 continue
             tool = s.finish == "tool_calls"
             if (cfg.tool_resume_gated if tool else cfg.session_gated) and not self._gate(agent.tenant, gates):

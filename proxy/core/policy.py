@@ -34,6 +34,7 @@ class ScoutPolicy:
         self._next_id = 0
         self.requests = 0
         self.skipped_warmups = 0
+        self.tool_resumes = 0           # same-agent resumes after tool_calls (not learned as transitions)
 
     # --- inputs ------------------------------------------------------------------------------------
     def observe_request(self, view: RequestView, now: float) -> ObservedRequest:
@@ -55,7 +56,13 @@ class ScoutPolicy:
         predicted = None
         prev = session.agent
         if agent is not None and prev is not None and self.agents.alive(prev) and prev.tenant == agent.tenant:
-            predicted = self.agents.tenant(agent.tenant).learner.update(prev.slot, agent.slot)
+            # a session resumed by its own agent after a tool_calls answer is the same turn going
+            # on (the tool result), not an agent->agent transition: learning it as a self-loop
+            # would teach "A follows A" where the workflow says "B follows A"
+            if not (prev is agent and session.finish == "tool_calls"):
+                predicted = self.agents.tenant(agent.tenant).learner.update(prev.slot, agent.slot)
+            else:
+                self.tool_resumes += 1
             if session.last_end is not None and session.inflight == 0:
                 self.agents.record_gap(prev, now - session.last_end, session.finish)
         acted = self._conversion(agent, session, now) if self._acted else None

@@ -77,7 +77,7 @@ class SessionTracker:
         self._leave_agent(s)
 
     def _leave_agent(self, s: Session) -> None:
-        if s.agent is not None:
+        if s.agent is not None and not s.agent.forgotten:
             k = (s.agent.tenant, s.agent.slot)
             c = self.on_agent.get(k, 0) - 1
             if c > 0:
@@ -166,8 +166,11 @@ class SessionTracker:
             self.sessions.move_to_end(s.key)
 
     def forget_agent(self, agent: Agent) -> None:
-        """An evicted agent: sessions sitting on it no longer have a current agent."""
-        for s in self.sessions.values():
-            if s.agent is agent:
-                self._leave_agent(s)
-                s.agent = None
+        """An evicted agent: sessions sitting on it no longer have a current agent.
+
+        O(1): its BFS-source count goes now; sessions still pointing at it are cleaned lazily (the
+        policy and the planner check ``AgentRegistry.alive`` before using a session's agent, and
+        ``_leave_agent`` skips agents that were already forgotten). Scanning every session here made
+        agent-less traces (one new "agent" per request) quadratic."""
+        self.on_agent.pop((agent.tenant, agent.slot), None)
+        agent.forgotten = True

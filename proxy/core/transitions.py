@@ -75,7 +75,8 @@ class TransitionLearner:
                     else:
                         del self._best[i]
         self._succ_cache.clear()
-        self._r_at = -1
+        # R is refreshed at its usual cadence: resetting it here recomputed R (O(agents^2)) on
+        # every gate check while agents churn (agent-less traces evict one per request)
 
     @property
     def n_agents(self) -> int:

@@ -122,3 +122,27 @@ def test_per_user_salts_do_not_grow_state_without_bound():
     q.observe_request(view_from_blocks("t", [1, 2], 16, anchor_blocks=2, session_id="a"), 0.0)
     obs = q.observe_request(view_from_blocks("t", [3, 4], 16, anchor_blocks=2, session_id="a"), 1.0)
     assert q.agents.tenant("t").agents[4].agent_id == obs.agent_id and q.stats().agents == 1
+
+
+def test_tool_resume_by_the_same_agent_is_not_a_transition():
+    """A -> (tool_calls) -> A resumes -> B: the learned chain says B follows A, with no A->A."""
+    from proxy.core import ScoutPolicy
+    from .conftest import Workload, quiet_config
+    w = Workload(ScoutPolicy(quiet_config()))
+    now = 0.0
+    for s in range(10):
+        w.step(0, f"s{s}", now, finish="tool_calls")
+        w.step(0, f"s{s}", now + 1)
+        w.step(1, f"s{s}", now + 2)
+        now += 10
+    learner = w.policy.agents.tenant("").learner
+    a, b = (w.policy.agents.tenant("").agents[k].slot for k in (w.anchor(0)[-1], w.anchor(1)[-1]))
+    assert learner.count(a, a) == 0 and learner.count(a, b) > 0
+    assert learner.predict_top1(a) == b
+    assert w.policy.tool_resumes == 10
+    st = w.policy.stats()
+    assert st.top1_accuracy == 1.0
+    # an explicit different agent after tool_calls is still a transition
+    w.step(0, "x", now, finish="tool_calls")
+    w.step(1, "x", now + 1)
+    assert learner.count(a, b) > 9
