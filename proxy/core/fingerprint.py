@@ -142,6 +142,13 @@ def view_from_openai(path: str, body: Any, headers: Mapping[str, str] | None = N
         return None
 
 
+def _choices(body: Mapping) -> int:
+    """OpenAI ``n`` (completions also ``best_of``): sequences forked from one prompt."""
+    n = _int_or_none(body.get("n"))
+    b = _int_or_none(body.get("best_of"))
+    return max(1, n or 1, b or 1)
+
+
 def _common(body: Mapping, headers: Mapping[str, str] | None) -> tuple[str, str, int | None, bool, str | None]:
     model = body.get("model")
     model = model if isinstance(model, str) else ""
@@ -187,7 +194,7 @@ def _chat_view(body: Mapping, headers, block_chars: int, cpt: float) -> RequestV
     base = {"kind": "chat", "model": model, "tools": tools, "cache_salt": salt_or_none(tenant), **extra}
     return RequestView(
         tenant=tenant, model=model, block_hashes=tuple(hashes), block_tokens=tuple(tokens),
-        anchor_blocks=anchor_blocks, session_id=sid, max_tokens=max_tokens, is_warmup=is_warmup,
+        anchor_blocks=anchor_blocks, session_id=sid, max_tokens=max_tokens, is_warmup=is_warmup, n=_choices(body),
         anchor_payload={**base, "messages": list(messages[:anchor_msgs])},
         context_payload={**base, "messages": list(messages)},
     )
@@ -225,7 +232,7 @@ def _completion_view(body: Mapping, headers, block_chars: int, cpt: float) -> Re
                "header_blocks": header_blocks, "block_unit": unit}
     return RequestView(
         tenant=tenant, model=model, block_hashes=tuple(hashes), block_tokens=tuple(tokens),
-        anchor_blocks=0, session_id=sid, max_tokens=max_tokens, is_warmup=is_warmup,
+        anchor_blocks=0, session_id=sid, max_tokens=max_tokens, is_warmup=is_warmup, n=_choices(body),
         anchor_payload=payload, context_payload=payload,
     )
 

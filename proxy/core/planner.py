@@ -55,6 +55,7 @@ class Planner:
         self.sessions = sessions
         self.residency = residency
         self.dirty: dict[tuple[str, str], None] = {}
+        self.fanout: dict[tuple[str, str], tuple] = {}   # session -> (agent, parent hashes, tokens, payload)
         self.bucket = config.warm_budget()[1]
         self._refilled: float | None = None
         self.inflight: dict[tuple[str, float], tuple[float, tuple[int, ...]]] = {}
@@ -108,6 +109,13 @@ class Planner:
             if s is not None:
                 self._session_candidates(s, now, gates, cands)
         self.dirty.clear()
+        if self.fanout:
+            for agent, hashes, toks, payload in self.fanout.values():
+                # a fact (the siblings are running), so not gated; touch/retain only
+                out_id = agent_id_for(agent.tenant, hashes[-1])
+                cands.append(_Candidate(float(sum(toks)), REASON_FANOUT, agent.tenant, out_id, hashes,
+                                        toks, payload, 1.0, None, False))
+            self.fanout.clear()
         if now - self._last_sweep >= cfg.sweep_interval_s:
             self._last_sweep = now
             self._sweep_candidates(now, gates, cands)
@@ -252,7 +260,8 @@ class Planner:
             if last is not None and now - last < cfg.cooldown_s:
                 continue
             memo = self._safe.get(c.anchor_id)
-            retainable = cfg.retain_enabled and c.reason == REASON_HINT and (cfg.retain_sessions or not c.context)
+            retainable = cfg.retain_enabled and (c.reason == REASON_HINT and (cfg.retain_sessions or not c.context)
+                                                 or c.reason == REASON_FANOUT and not c.warm_ok)
             if (memo is not None and memo[0] == res.epoch and res.inserted_tokens < memo[1]
                     and not retainable):
                 continue                        # found resident and safe recently; nothing moved since

@@ -34,6 +34,7 @@ class ScoutPolicy:
         self._next_id = 0
         self.requests = 0
         self.skipped_warmups = 0
+        self.fanouts = 0                # fan-out parents detected
         self.tool_resumes = 0           # same-agent resumes after tool_calls (not learned as transitions)
 
     # --- inputs ------------------------------------------------------------------------------------
@@ -66,6 +67,7 @@ class ScoutPolicy:
             if session.last_end is not None and session.inflight == 0:
                 self.agents.record_gap(prev, now - session.last_end, session.finish)
         acted = self._conversion(agent, session, now) if self._acted else None
+        self._detect_fanout(view, session, agent, floor)
         self.sessions.record_request(session, view, agent, now, floor)
         self._pending[rid] = session
         while len(self._pending) > 4 * self.config.max_sessions:
@@ -81,6 +83,25 @@ class ScoutPolicy:
             self.planner.dirty[session.key] = None
         return ObservedRequest(rid, agent.agent_id if agent else None, session.sid, predicted, hit,
                                acted[0] if acted else None, acted[1] if acted else 0)
+
+    def _detect_fanout(self, view: RequestView, session: Session, agent, floor: int) -> None:
+        """Fan-out: a request of a session whose previous request is still running shares a parent
+        prefix with it (parallel tool calls, map steps), or asks for n > 1 choices. The parent,
+        beyond the agent's anchor, is what every sibling (and the join after them) reads: the
+        planner keeps it (touch / retain, never a warm: the siblings are running on it)."""
+        hashes = view.block_hashes
+        k = 0
+        if session.inflight > 0 and session.hashes:
+            prev = session.hashes
+            m = min(len(prev), len(hashes))
+            while k < m and prev[k] == hashes[k]:
+                k += 1
+        elif view.n > 1:
+            k = len(hashes)
+        if k > floor and agent is not None:
+            self.fanouts += 1
+            self.planner.fanout[session.key] = (agent, hashes[:k], view.block_tokens[:k],
+                                                {"context": view.context_payload, "assistant": None})
 
     def _conversion(self, agent, session: Session, now: float) -> tuple[str, int] | None:
         """The executed action (if any) that prepared this request: its context, else its anchor."""

@@ -23,6 +23,7 @@ class RequestView:
     is_warmup: bool                    # proxy warmup header, or max_tokens <= 1: never learned from
     anchor_payload: Any = None         # opaque to the core: what an adapter needs to rebuild the anchor
     context_payload: Any = None        # opaque: what an adapter needs to rebuild the whole prompt (tool_resume)
+    n: int = 1                         # choices requested (n > 1: the engine forks the prompt: fan-out)
 
     @property
     def total_tokens(self) -> int:
@@ -56,6 +57,7 @@ def view_from_blocks(
     is_warmup: bool = False,
     anchor_payload: Any = None,
     context_payload: Any = None,
+    n: int = 1,
 ) -> RequestView:
     """A view from engine-style block ids (traces, the simulator), used as the hash chain as-is.
 
@@ -83,4 +85,5 @@ def view_from_blocks(
         is_warmup=bool(is_warmup),
         anchor_payload=anchor_payload,
         context_payload=context_payload,
+        n=max(1, int(n)),
     )

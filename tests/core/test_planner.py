@@ -445,3 +445,36 @@ def test_session_context_warm_limited_to_a_share_of_the_cache(workload):
         return w.policy.plan(2.5)
     assert [a.kind for a in run(0.2)] == ["warm"]
     assert run(0.1) == []
+
+
+def test_concurrent_requests_sharing_a_parent_protect_it_as_fanout(workload):
+    """Two requests of one session in flight at once share a parent prefix beyond the anchor
+    (parallel branches): the parent is touched when near eviction, reason fanout, without the gate."""
+    from proxy.core import view_from_blocks
+    w = workload(residency_capacity_tokens=16 * 100)
+    pol = w.policy
+    w.step(0, "s", 1.0, dur=0.1)                            # anchor + 1 history block
+    parent = w.anchor(0) + w.hist["s"]
+    a = pol.observe_request(view_from_blocks("", parent + [7001], BLOCK, anchor_blocks=ANCHOR,
+                                             session_id="s", context_payload="a"), 2.0)
+    assert pol.plan(2.0) == [] and pol.fanouts == 0          # one branch: nothing
+    pol.observe_request(view_from_blocks("", parent + [7002], BLOCK, anchor_blocks=ANCHOR,
+                                         session_id="s", context_payload="b"), 2.1)
+    assert pol.fanouts == 1
+    w.junk(16 * 80, 2.2)                                     # the parent drifts to the LRU tail
+    acts = pol.plan(2.3)
+    assert [(x.kind, x.reason, x.block_hashes) for x in acts] == [("touch", REASON_FANOUT, tuple(parent))]
+    assert not pol.stats().gate_open
+    pol.observe_response(a.request_id, ResponseOutcome("stop"), 2.4)
+
+
+def test_n_above_one_marks_the_prompt_as_a_fanout_parent(workload):
+    from proxy.core import view_from_blocks, view_from_openai
+    v = view_from_openai("/v1/chat/completions", {"model": "m", "n": 3, "messages": [
+        {"role": "system", "content": "x" * 200}, {"role": "user", "content": "hi"}]}, {})
+    assert v is not None and v.n == 3
+    w = workload(residency_capacity_tokens=16 * 100, retain_enabled=True)
+    ids = w.anchor(0) + [8001, 8002]
+    w.policy.observe_request(view_from_blocks("", ids, BLOCK, anchor_blocks=ANCHOR, session_id="p", n=4), 1.0)
+    acts = w.policy.plan(1.1)
+    assert [(x.kind, x.reason, x.block_hashes) for x in acts] == [("retain", REASON_FANOUT, tuple(ids))]
