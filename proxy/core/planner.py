@@ -62,26 +62,32 @@ class Planner:
         self.last_acted: dict[str, float] = {}
         self._safe: dict[str, tuple[int, float]] = {}   # anchor -> (shadow epoch, inserted-tokens horizon)
         self._last_sweep = float("-inf")
+        self._now: float | None = None
+        self._budget_cfg: PolicyConfig | None = None
+        self._budget = (0.0, 0.0)
         self.emitted: dict[str, int] = {}
         self.failed = 0
 
     # --- gate ------------------------------------------------------------------------------------
-    def gate_open(self, ts: TenantState) -> bool:
+    def gate_open(self, ts: TenantState, now: float | None = None) -> bool:
         learner = ts.learner
         if learner.steps < self.cfg.r_min_transitions:
             return False
-        return learner.predictability() >= self.cfg.r_min
+        return learner.predictability(now=now) >= self.cfg.r_min
 
     # --- budget bookkeeping ----------------------------------------------------------------------
     def _refill(self, now: float) -> None:
+        if self._budget_cfg is not self.cfg:             # cfg may be swapped (measured rate)
+            self._budget_cfg, self._budget = self.cfg, self.cfg.warm_budget()
         if self._refilled is not None and now > self._refilled:
-            rate, burst = self.cfg.warm_budget()          # cfg may be swapped (measured rate)
+            rate, burst = self._budget
             self.bucket = min(burst, self.bucket + (now - self._refilled) * rate)
         if self._refilled is None or now > self._refilled:
             self._refilled = now
-        grace = self.cfg.action_ttl_s
-        for key in [k for k, (deadline, _) in self.inflight.items() if deadline + grace < now]:
-            del self.inflight[key]          # never answered: stop counting it against concurrency
+        if self.inflight:
+            grace = self.cfg.action_ttl_s
+            for key in [k for k, (deadline, _) in self.inflight.items() if deadline + grace < now]:
+                del self.inflight[key]      # never answered: stop counting it against concurrency
         if len(self.last_acted) > 4 * self.cfg.max_agents + 4 * self.cfg.max_sessions:
             horizon = now - self.cfg.cooldown_s
             self.last_acted = {k: t for k, t in self.last_acted.items() if t >= horizon}
@@ -95,6 +101,7 @@ class Planner:
     # --- planning --------------------------------------------------------------------------------
     def plan(self, now: float, load: EngineLoad) -> list[Action]:
         cfg = self.cfg
+        self._now = now
         self._refill(now)
         if load.waiting > cfg.max_engine_waiting:
             return []                                   # keep dirty sessions for a calmer tick
@@ -128,7 +135,7 @@ class Planner:
     def _gate(self, tenant: str, gates: dict[str, bool]) -> bool:
         g = gates.get(tenant)
         if g is None:
-            g = gates[tenant] = self.gate_open(self.registry.tenant(tenant))
+            g = gates[tenant] = self.gate_open(self.registry.tenant(tenant), self._now)
         return g
 
     def _session_candidates(self, s: Session, now: float, gates: dict[str, bool], out: list[_Candidate]) -> None:

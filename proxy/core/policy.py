@@ -11,7 +11,7 @@ from collections import OrderedDict
 
 from . import snapshot as _snapshot
 from .actions import Action, ObservedRequest, PolicyStats
-from .agents import AgentRegistry, agent_id_for
+from .agents import AgentRegistry
 from .config import PolicyConfig
 from .planner import Planner
 from .residency import ResidencyShadow
@@ -30,7 +30,7 @@ class ScoutPolicy:
         self.agents.on_evict = self.sessions.forget_agent
         self.planner = Planner(cfg, self.agents, self.sessions, self.residency)
         self._pending: OrderedDict[int, Session] = OrderedDict()
-        self._acted: dict[str, tuple[str, int, float]] = {}   # anchor/context id -> (reason, tokens, when)
+        self._acted: dict[tuple[str, int], tuple[str, int, float]] = {}   # (tenant, last hash) -> (reason, tokens, when)
         self._next_id = 0
         self.requests = 0
         self.skipped_warmups = 0
@@ -111,10 +111,11 @@ class ScoutPolicy:
             for k in [k for k, v in acted.items() if v[2] < horizon]:
                 del acted[k]
         keys = []
+        tenant = session.key[0]
         if session.hashes:
-            keys.append(agent_id_for(session.key[0], session.hashes[-1]))
+            keys.append((tenant, session.hashes[-1]))      # the session's context
         if agent is not None:
-            keys.append(agent.agent_id)
+            keys.append((tenant, agent.key))                # its anchor (key = anchor's last hash)
         for k in keys:
             hit = acted.pop(k, None)
             if hit is not None and hit[2] >= horizon:
@@ -140,8 +141,8 @@ class ScoutPolicy:
     def record_action_result(self, action: Action, ok: bool, now: float) -> None:
         """The executor's verdict. ok=True means the engine ran it: the shadow now holds the blocks."""
         block_tokens = self.planner.finish(action, ok)
-        if ok and action.kind != "retain":
-            self._acted[action.anchor_id] = (action.reason, action.tokens, now)
+        if ok and action.kind != "retain" and action.block_hashes:
+            self._acted[(action.tenant, action.block_hashes[-1])] = (action.reason, action.tokens, now)
         if ok and action.kind != "retain" and action.block_hashes:
             if block_tokens is None or len(block_tokens) != len(action.block_hashes):
                 per = max(1, action.tokens // len(action.block_hashes))
@@ -161,7 +162,7 @@ class ScoutPolicy:
             hits += learner.hits
             if learner.steps > most:
                 busiest, most = name, learner.steps
-        gate = self.planner.gate_open(self.agents.tenants[busiest]) if busiest in self.agents.tenants else False
+        gate = self.planner.gate_open(self.agents.tenants[busiest], self.planner._now) if busiest in self.agents.tenants else False
         p = self.planner
         return PolicyStats(
             predictability=by_tenant.get(busiest, 0.0), predictability_by_tenant=by_tenant,

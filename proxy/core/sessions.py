@@ -55,12 +55,16 @@ class SessionTracker:
         self._index: dict[int, tuple[str, str]] = {}
         self.on_agent: dict[tuple[str, int], int] = {}       # (tenant, slot) -> live sessions there
         self._inferred_seq = 0
+        self._expired_at = float("-inf")
         self.inferred_hits = 0
 
     def __len__(self) -> int:
         return len(self.sessions)
 
     def expire(self, now: float) -> None:
+        if len(self.sessions) <= self.config.max_sessions and now - self._expired_at < 1.0:
+            return                      # TTLs are minutes: a check per second is exact enough
+        self._expired_at = now
         horizon = now - self.config.session_ttl_s
         sessions = self.sessions
         while sessions:

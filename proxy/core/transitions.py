@@ -51,11 +51,15 @@ class TransitionLearner:
         self.hits = 0
         self._r = 0.0
         self._r_at = -1
+        self._r_time: float | None = None          # `now` of the last refresh (when callers pass it)
+        self.min_refresh_s = 1.0                    # ... and at most this often once R exists
+        self._succ_members: dict[int, set[int]] = {}  # slots listed in row i's cached successor lists
 
     # --- slots ---------------------------------------------------------------------------------
     def add_slot(self, slot: int) -> None:
         self._live.add(slot)
         self._succ_cache.clear()
+        self._succ_members.clear()
 
     def remove_slot(self, slot: int) -> None:
         """Forget an evicted agent: its row and column go."""
@@ -75,6 +79,7 @@ class TransitionLearner:
                     else:
                         del self._best[i]
         self._succ_cache.clear()
+        self._succ_members.clear()
         # R is refreshed at its usual cadence: resetting it here recomputed R (O(agents^2)) on
         # every gate check while agents churn (agent-less traces evict one per request)
 
@@ -125,11 +130,11 @@ class TransitionLearner:
         self.steps += 1
         # successor lists may lag a row by a few steps (their P values move by ~1/row-mass per
         # step); they are recomputed when j is not already listed or after STALE_STEPS updates
-        rc = self._succ_cache.get(i)
-        if rc is not None:
+        if i in self._succ_cache:
             stale = self._stale.get(i, 0) + 1
-            if stale >= _STALE_STEPS or not any(s == j for lst in rc.values() for s, _ in lst):
+            if stale >= _STALE_STEPS or j not in self._succ_members.get(i, ()):
                 del self._succ_cache[i]
+                self._succ_members.pop(i, None)
                 stale = 0
             self._stale[i] = stale
         return hit
@@ -164,15 +169,25 @@ class TransitionLearner:
             cands = sorted(((v, j) for j, v in row.items() if v >= thr), key=lambda vj: (-vj[0], vj[1]))
             out = [(j, (v * scale + eps) / denom) for v, j in cands[: max(k, 0)]]
         rc[key] = out
+        members = self._succ_members.get(i)
+        if members is None:
+            members = self._succ_members[i] = set()
+        members.update(j for j, _ in out)
         return out
 
     # --- predictability ----------------------------------------------------------------------------
-    def predictability(self, force: bool = False) -> float:
-        # refresh often while the chain is young (R moves fast), every refresh_steps later on
+    def predictability(self, force: bool = False, now: float | None = None) -> float:
+        # refresh often while the chain is young (R moves fast), every refresh_steps later on, and
+        # (when the caller passes `now`) at most every min_refresh_s: the O(agents^2) recompute is
+        # the request path's largest single cost, and R moves slowly once the chain has history
         every = min(self.refresh_steps, max(4, self._r_at // 4))
         if force or self._r_at < 0 or self.steps - self._r_at >= every:
+            if (not force and now is not None and self._r_time is not None and self._r_at >= 0
+                    and now - self._r_time < self.min_refresh_s and self._r_at >= self.refresh_steps):
+                return self._r
             self._r = self._compute_r()
             self._r_at = self.steps
+            self._r_time = now
         return self._r
 
     def _compute_r(self) -> float:
@@ -247,4 +262,5 @@ class TransitionLearner:
             if row:
                 self._best[i] = max(sorted(row), key=row.__getitem__)
         self._succ_cache.clear()
+        self._succ_members.clear()
         self._r_at = -1
