@@ -87,6 +87,7 @@ class PolicyConfig:
     tool_resume_gated: bool = False  # also require R >= R_min for tool_resume (a fact, not a guess)
     session_gated: bool = True       # continuation hints for sessions paused after other finishes
                                      # need R >= R_min; off lets them act on agentless traffic
+    fanout_enabled: bool = True      # protect the shared parent of concurrent requests / n > 1
     retain_enabled: bool = False     # emit Retain hints (only for engines that honour them)
     retain_priority_scale: int = 100 # Action.priority = round(p_surv * scale)
     retain_sessions: bool = False    # also Retain paused sessions' whole contexts (not only agent

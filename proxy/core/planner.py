@@ -121,7 +121,7 @@ class Planner:
                 # a fact (the siblings are running), so not gated; touch/retain only
                 out_id = agent_id_for(agent.tenant, hashes[-1])
                 cands.append(_Candidate(float(sum(toks)), REASON_FANOUT, agent.tenant, out_id, hashes,
-                                        toks, payload, 1.0, None, False))
+                                        toks, payload, 1.0, None, False, True))
             self.fanout.clear()
         if now - self._last_sweep >= cfg.sweep_interval_s:
             self._last_sweep = now
@@ -267,8 +267,10 @@ class Planner:
             if last is not None and now - last < cfg.cooldown_s:
                 continue
             memo = self._safe.get(c.anchor_id)
-            retainable = cfg.retain_enabled and (c.reason == REASON_HINT and (cfg.retain_sessions or not c.context)
-                                                 or c.reason == REASON_FANOUT and not c.warm_ok)
+            # a session's context or fan-out parent serves one session: an engine priority would
+            # outlive it by the engine's retention time (retain_sessions opts in)
+            retainable = (cfg.retain_enabled and c.reason in (REASON_HINT, REASON_FANOUT)
+                          and (cfg.retain_sessions or not c.context))
             if (memo is not None and memo[0] == res.epoch and res.inserted_tokens < memo[1]
                     and not retainable):
                 continue                        # found resident and safe recently; nothing moved since

@@ -67,7 +67,8 @@ class ScoutPolicy:
             if session.last_end is not None and session.inflight == 0:
                 self.agents.record_gap(prev, now - session.last_end, session.finish)
         acted = self._conversion(agent, session, now) if self._acted else None
-        self._detect_fanout(view, session, agent, floor)
+        if self.config.fanout_enabled:
+            self._detect_fanout(view, session, agent, floor)
         self.sessions.record_request(session, view, agent, now, floor)
         self._pending[rid] = session
         while len(self._pending) > 4 * self.config.max_sessions:

@@ -57,6 +57,10 @@ class WorkloadSpec:
     decode_tokens_per_s: float = 140.0              # nominal per-stream decode (cost model at batch 16)
     prefill_tokens_per_s: float = 15000.0           # nominal prefill speed (cost model default)
     seed: int = 0
+    fanout: int = 0                                 # >1: a turn may fork into this many parallel branches
+    fanout_prob: float = 0.0                        # P(a turn forks): map steps, parallel tool calls
+    fanout_stagger_s: float = 0.3                   # delay between the branches' starts
+    branch_tokens: tuple[int, int] = (32, 96)       # each branch's own instruction after the shared parent
 
 
 PRESETS: dict[str, WorkloadSpec] = {
@@ -79,6 +83,10 @@ PRESETS: dict[str, WorkloadSpec] = {
                              anchor_tokens=(2400, 3600), task_tokens=(200, 600), reply_tokens=(60, 200),
                              steps=(10, 16), tool_agents=3, tool_prob=0.6, tool_seconds=(1.0, 20.0),
                              tool_result_tokens=(150, 500), sessions=48),
+    # fan-out: a selector chat whose turns fork into 4 parallel branches half of the time (the
+    # branches share the agent's anchor and the session's history: the parent)
+    "fanout": WorkloadSpec(name="fanout", topology="selector", predictability=0.8, steps=(6, 10),
+                           anchor_tokens=(720, 1040), fanout=4, fanout_prob=0.5, branch_tokens=(16, 48)),
 }
 
 
@@ -123,6 +131,21 @@ class _Chains:
             hashes += (_h(tail_parent, "partial", session, full, rest),)
             tokens.append(rest)
         return hashes, tuple(tokens)
+
+
+def _branch(chains: _Chains, agent: int, session: int, hist_tokens: int, key: tuple,
+            branch_tokens: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A fan-out branch: the parent (anchor + the history's full blocks) + the branch's own blocks."""
+    bs = chains.bs
+    hashes, tokens = chains.prompt(agent, session, hist_tokens)
+    full = len(chains.anchor[agent]) + hist_tokens // bs
+    hashes, tokens = list(hashes[:full]), list(tokens[:full])
+    parent = hashes[-1] if hashes else 0
+    for j in range(max(1, -(-branch_tokens // bs))):
+        parent = _h(parent, "branch", *key, j)
+        hashes.append(parent)
+        tokens.append(bs)
+    return tuple(hashes), tuple(tokens)
 
 
 def _script(spec: WorkloadSpec, rng: random.Random) -> list[int]:
@@ -180,6 +203,24 @@ def _session(spec: WorkloadSpec, sid: int, chains: _Chains, script: list[int], s
             t += emit(sel_agent, 8, category="selector") + spec.gap_seconds
         cur = _next_agent(spec, cur, step, script, rng)
         reply = rng.randint(*spec.reply_tokens)
+        if spec.fanout > 1 and rng.random() < spec.fanout_prob:
+            # the turn forks: branches start `fanout_stagger_s` apart on the same parent, their
+            # results join the history when the slowest is done
+            end, joined = t, 0
+            for b in range(spec.fanout):
+                out_tokens = rng.randint(*spec.reply_tokens)
+                hashes, tokens = _branch(chains, cur, sid, hist, (sid, step, b), rng.randint(*spec.branch_tokens))
+                start = t + b * spec.fanout_stagger_s
+                out.append((start, ReplayRequest(
+                    t=0.0, tenant="", block_hashes=hashes, block_tokens=tokens, output_tokens=out_tokens,
+                    session_id=sname, agent=f"agent{cur}", category="branch",
+                    anchor_blocks=len(chains.anchor[cur]), finish_reason="stop")))
+                end = max(end, start + sum(tokens) / spec.prefill_tokens_per_s
+                          + out_tokens / spec.decode_tokens_per_s)
+                joined += out_tokens // 2
+            hist += joined
+            t = end + spec.gap_seconds
+            continue
         uses_tool = 1 <= cur <= spec.tool_agents and rng.random() < spec.tool_prob
         if uses_tool:
             lo, hi = spec.tool_seconds

@@ -473,8 +473,12 @@ def test_n_above_one_marks_the_prompt_as_a_fanout_parent(workload):
     v = view_from_openai("/v1/chat/completions", {"model": "m", "n": 3, "messages": [
         {"role": "system", "content": "x" * 200}, {"role": "user", "content": "hi"}]}, {})
     assert v is not None and v.n == 3
-    w = workload(residency_capacity_tokens=16 * 100, retain_enabled=True)
-    ids = w.anchor(0) + [8001, 8002]
-    w.policy.observe_request(view_from_blocks("", ids, BLOCK, anchor_blocks=ANCHOR, session_id="p", n=4), 1.0)
-    acts = w.policy.plan(1.1)
+    def run(**kw):
+        w = workload(residency_capacity_tokens=16 * 100, retain_enabled=True, **kw)
+        ids = w.anchor(0) + [8001, 8002]
+        w.policy.observe_request(view_from_blocks("", ids, BLOCK, anchor_blocks=ANCHOR, session_id="p", n=4), 1.0)
+        return ids, w.policy.plan(1.1)
+    ids, acts = run(retain_sessions=True)
     assert [(x.kind, x.reason, x.block_hashes) for x in acts] == [("retain", REASON_FANOUT, tuple(ids))]
+    assert run()[1] == []                   # resident and safe, no engine priority for one session's parent
+    assert run(retain_sessions=True, fanout_enabled=False)[1] == []

@@ -102,3 +102,27 @@ def test_unknown_topology_and_preset_are_rejected():
         generate(WorkloadSpec(topology="star"))
     with pytest.raises(KeyError):
         preset("nope")
+
+
+def test_fanout_preset_forks_turns_into_concurrent_branches_on_one_parent(streams):
+    spec = PRESETS["fanout"]
+    branches = [r for r in streams["fanout"] if r.category == "branch"]
+    assert branches
+    by_session: dict = {}
+    for r in branches:
+        by_session.setdefault(r.session_id, []).append(r)
+    checked = 0
+    for rs in by_session.values():
+        rs.sort(key=lambda r: r.t)
+        for k in range(0, len(rs) - spec.fanout + 1, spec.fanout):
+            g = rs[k:k + spec.fanout]
+            # siblings start within the stagger window, share anchor + history, differ at the end
+            assert g[-1].t - g[0].t <= spec.fanout_stagger_s * (spec.fanout - 1) + 1e-6
+            n = min(len(r.block_hashes) for r in g)
+            common = 0
+            while common < n and len({r.block_hashes[common] for r in g}) == 1:
+                common += 1
+            assert common > g[0].anchor_blocks
+            assert len({r.block_hashes[-1] for r in g}) == spec.fanout
+            checked += 1
+    assert checked >= 10
