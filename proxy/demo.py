@@ -32,18 +32,14 @@ import httpx
 from proxy.demo_workload import DemoSpec, WorkloadResult, expected_requests, run_workload
 
 PHASES = ("direct", "via proxy")
-# Policy settings of the demo's proxy (documented in docs/live.md). Empty = the core's defaults.
+# Policy settings of the demo's proxy (each one and why: docs/live.md). Everything else is the
+# default: the warmup budget follows the engine's measured prefill rate (warmup_prefill_share).
 DEMO_POLICY: dict[str, float] = {
-    "cooldown_s": 0.5,              # the demo runs ~30 s: a 5 s cool-down would allow ~6 actions per anchor
-    "max_concurrent": 8, "max_actions_per_tick": 8,
     "top_k": 1,                     # warm only the top-1 successor: fan-out warms mostly went unused here
     "sweep_top_n": 0,               # no survival sweeps: their touches/warms cost more than they saved here
-    "warmup_tokens_per_s": 1500.0,  # budget: half the engine's prefill speed at most
-    "warmup_burst_tokens": 3000.0,
 }
-# Yield harder to traffic than the serve default: warmups start only while at most 2 client requests
-# are in flight, so they use the engine's idle gaps instead of stretching client prefill steps.
-DEMO_PROXY_SETTINGS: tuple[str, ...] = ("action_max_inflight=2",)
+# Proxy Settings the demo changes (besides engine=sim and faster scrape/plan ticks): none.
+DEMO_PROXY_SETTINGS: tuple[str, ...] = ()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -362,7 +358,8 @@ def run(args: argparse.Namespace) -> int:
                                            "deduped")},
             "actions_by_reason": st["actions_emitted"], "predictability": round(st["predictability"], 3),
             "agents_learned": st["agents"], "top1_accuracy": round(st["top1_accuracy"], 3),
-            "converted_tokens": state["observer"]["converted_tokens"]}
+            "converted_tokens": state["observer"]["converted_tokens"],
+            "warmup_budget": eng.get("warmup_budget") or {}}
     results = {"direct": summarise(*direct, None), "proxy": summarise(*proxied, warm)}
     d, p = results["direct"], results["proxy"]
     print()
@@ -371,6 +368,9 @@ def run(args: argparse.Namespace) -> int:
           f"top-1 next-agent accuracy {p['top1_accuracy']:.0%}; actions: "
           + ", ".join(f"{k} {v}" for k, v in sorted(p["actions_by_reason"].items()))
           + f"; executor outcomes {p['actions']}")
+    budget = p.get("warmup_budget") or {}
+    if budget:
+        print("warmup budget: " + ", ".join(f"{k} {v}" for k, v in budget.items()))
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"args": vars(args), "direct": d, "proxy": p}, f, indent=2, default=str)

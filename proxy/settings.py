@@ -110,9 +110,9 @@ class Settings(BaseSettings):
     state_path: str | None = Field(None, description="file to save learned state at shutdown and load at start")
     kv_hints: bool = Field(False, description="opt-in: add vLLM kv_hints to forwarded requests")
     request_priority: bool = Field(False, description="opt-in: add SGLang priority to forwarded requests")
-    warmup_prefill_share: float = Field(
-        0.5, ge=0, le=1, description="warmup budget = this share of the engine's measured prefill rate "
-        "(tokens/s); 0 = keep the core's fixed warmup_tokens_per_s")
+    warmup_prefill_share: float | None = Field(
+        None, gt=0, le=1, description="warmup budget as a share of the engine's measured prefill rate "
+        "(PolicyConfig.warmup_share; None = core default)")
 
     @field_validator("engine")
     @classmethod

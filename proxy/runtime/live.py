@@ -42,6 +42,8 @@ def policy_config(settings: Any) -> PolicyConfig:
                                  "max_engine_waiting": int(settings.action_max_waiting)}
     if settings.policy_r_min is not None:
         overrides["r_min"] = float(settings.policy_r_min)
+    if getattr(settings, "warmup_prefill_share", None) is not None:
+        overrides["warmup_share"] = float(settings.warmup_prefill_share)
     known = {f.name for f in dataclasses.fields(PolicyConfig)}
     overrides = {k: v for k, v in overrides.items() if k in known}
     overrides.update(dict(getattr(settings, "policy_overrides", None) or {}))   # unknown names raise
@@ -79,8 +81,7 @@ class LiveRuntime:
         self.prefill = PrefillRate()
         self.observer.prefill = self.prefill
         self.executor.prefill = self.prefill
-        self.budget: dict[str, Any] = {"source": "core default",
-                                       "warmup_tokens_per_s": self.config.warmup_tokens_per_s}
+        self.budget: dict[str, Any] = {"source": "core default prefill_tokens_per_s"}
         self._prev_queries: float | None = None
         self.state_loaded: str | None = None
         self.lmcache = LmcacheClient(client, settings.lmcache_url) if settings.lmcache_url else None
@@ -209,36 +210,25 @@ class LiveRuntime:
         return min(1.0, len(sub.residency.resident) / snap.capacity_blocks)
 
     def _apply_prefill_rate(self) -> None:
-        """Warmup budget = `warmup_prefill_share` × measured prefill rate, unless the operator fixed
-        `warmup_tokens_per_s` in policy_overrides. The core's config is frozen: a changed copy is
-        swapped into the policy and its planner (the only readers of these three fields)."""
-        share = float(getattr(self.settings, "warmup_prefill_share", 0.0) or 0.0)
+        """The measured prefill rate becomes the core's `prefill_tokens_per_s`: its "can a warm
+        finish before the demand" test and, unless the operator fixed `warmup_tokens_per_s`, its
+        auto warmup budget (`warmup_share` × rate). The core's config is frozen: a changed copy is
+        swapped into the policy and its planner (the planner re-reads it at every refill)."""
         rate = self.prefill.tokens_per_s()
-        fixed = "warmup_tokens_per_s" in (getattr(self.settings, "policy_overrides", None) or {})
-        if rate is None or share <= 0 or fixed:
-            if rate is not None:
-                self.budget["measured_prefill_tokens_per_s"] = round(rate)
-            return
-        budget = share * rate
-        current = self.policy.config.warmup_tokens_per_s
-        if self.budget["source"] != "core default" and abs(budget - current) <= 0.1 * current:
-            return
-        cfg = self.policy.config.with_overrides(
-            warmup_tokens_per_s=budget,
-            warmup_burst_tokens=max(2.0 * budget, rate),   # a warm of up to ~1 s of prefill may start
-            prefill_tokens_per_s=rate)
-        self.policy.config = cfg
-        self.policy.planner.cfg = cfg
-        self.budget = {"source": f"measured ({self.prefill.source})", "measured_prefill_tokens_per_s": round(rate),
-                       "share": share, "warmup_tokens_per_s": round(budget),
-                       "warmup_burst_tokens": round(cfg.warmup_burst_tokens)}
-        log.info("warmup budget %.0f tokens/s (%.0f%% of measured prefill %.0f tokens/s, %s)", budget,
-                 100 * share, rate, self.prefill.source)
-
-    def _on_kv_event(self, ev: KvEvent) -> None:
-        # Engine block ids are not the views' ids: only a full clear maps onto the shadow directly.
-        if ev.kind == "cleared":
-            self.policy.residency.on_engine_truth(cleared=True)
+        cfg = self.policy.config
+        if rate is not None and abs(rate - cfg.prefill_tokens_per_s) > 0.1 * cfg.prefill_tokens_per_s:
+            cfg = cfg.with_overrides(prefill_tokens_per_s=rate)
+            self.policy.config = cfg
+            self.policy.planner.cfg = cfg
+            log.info("engine prefill rate %.0f tokens/s (%s): warmup budget %.0f tokens/s, burst %.0f",
+                     rate, self.prefill.source, *cfg.warm_budget())
+        if rate is not None:
+            refill, burst = cfg.warm_budget()
+            self.budget = {"source": f"measured ({self.prefill.source})",
+                           "measured_prefill_tokens_per_s": round(rate),
+                           "prefill_tokens_per_s": round(cfg.prefill_tokens_per_s),
+                           "warmup_share": cfg.warmup_share, "fixed": bool(cfg.warmup_tokens_per_s),
+                           "warmup_tokens_per_s": round(refill), "warmup_burst_tokens": round(burst)}
 
     # -- state file -------------------------------------------------------------------------------------
     def _load_state(self) -> None:

@@ -32,11 +32,21 @@ class EngineScraper:
         self.scrapes = 0
         self.failures = 0
         self._prev: EngineSnapshot | None = None
+        self._before: EngineSnapshot | None = None     # the scrape before `latest`
         self._task: asyncio.Task | None = None
 
     @property
     def waiting(self) -> int:
-        return int(self.latest.waiting or 0) if self.latest is not None else 0
+        """The engine's waiting queue as the executor and the core see it: the smaller of the last two
+        scrapes. The gauge is a point sample; one scrape that catches a request (or the proxy's own
+        warmup) between arrival and admission must not stop warmups for a whole scrape interval,
+        while a queue that persists across two scrapes is real load."""
+        if self.latest is None:
+            return 0
+        now = int(self.latest.waiting or 0)
+        if self._before is None:
+            return now
+        return min(now, int(self._before.waiting or 0))
 
     async def scrape_once(self) -> EngineSnapshot | None:
         try:
@@ -50,6 +60,7 @@ class EngineScraper:
             return None
         self.scrapes += 1
         self._update_ratio(snap)
+        self._before = self.latest
         self._prev, self.latest = snap, snap
         if self.on_snapshot is not None:
             try:
@@ -101,4 +112,5 @@ class EngineScraper:
                 "prefix_queries": snap.prefix_queries, "prefix_hits": snap.prefix_hits,
                 "hit_rate": snap.hit_rate, "kv_usage": snap.kv_usage,
                 "running": snap.running, "waiting": snap.waiting},
+            "waiting_used": self.waiting,
         }

@@ -92,7 +92,7 @@ async def test_sglang_priority_only_in_priority_eviction_mode():
 @respx.mock
 async def test_scraper_hit_ratio_is_windowed():
     texts = iter([
-        "vllm:prefix_cache_queries_total 100\nvllm:prefix_cache_hits_total 10\n",
+        "vllm:prefix_cache_queries_total 100\nvllm:prefix_cache_hits_total 10\nvllm:num_requests_waiting 5\n",
         "vllm:prefix_cache_queries_total 200\nvllm:prefix_cache_hits_total 90\nvllm:num_requests_waiting 3\n",
     ])
     respx.get(f"{BASE}/metrics").mock(side_effect=lambda req: httpx.Response(200, text=next(texts)))
@@ -101,7 +101,25 @@ async def test_scraper_hit_ratio_is_windowed():
         await sc.scrape_once()
         assert sc.window_hit_ratio == 0.1
         await sc.scrape_once()
-    assert sc.window_hit_ratio == 0.8 and sc.waiting == 3
+    assert sc.window_hit_ratio == 0.8 and sc.waiting == 3          # a queue seen twice: the smaller
+
+
+async def test_scraper_ignores_a_queue_seen_in_one_scrape_only():
+    from proxy.engines.base import EngineSnapshot
+
+    class Scripted:
+        def __init__(self, waits):
+            self.waits = list(waits)
+
+        async def scrape(self):
+            return EngineSnapshot(waiting=self.waits.pop(0))
+
+    sc = EngineScraper(Scripted([0, 1, 0, 2, 2]), None)
+    seen = []
+    for _ in range(5):
+        await sc.scrape_once()
+        seen.append(sc.waiting)
+    assert seen == [0, 0, 0, 0, 2]
 
 
 @respx.mock

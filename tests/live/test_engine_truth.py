@@ -73,15 +73,16 @@ async def test_capacity_queue_and_budget_reach_the_core():
                                          vllm.parse_metrics(vllm_text(9000, 1200, 2.5, waiting=1))]),
                                None, on_snapshot=rt._on_snapshot)
     rt.observer.engine_waiting = lambda: rt.scraper.waiting
-    default_budget = rt.policy.config.warmup_tokens_per_s
+    default_rate = rt.policy.config.prefill_tokens_per_s
     await rt.scraper.scrape_once()
     assert rt.policy.residency.capacity_tokens == 32000              # 2000 blocks × 16, token ratio unknown
     assert rt.observer.load().waiting == 7                            # the engine's queue -> EngineLoad
-    assert rt.policy.config.warmup_tokens_per_s == default_budget     # one scrape: no rate yet
+    assert rt.policy.config.prefill_tokens_per_s == default_rate      # one scrape: no rate yet
     await rt.scraper.scrape_once()
     rate = (8000 - 1000) / 2.0                                        # computed tokens / prefill seconds
     assert rt.policy.config.prefill_tokens_per_s == pytest.approx(rate)
-    assert rt.policy.planner.cfg.warmup_tokens_per_s == pytest.approx(0.25 * rate)
+    assert rt.policy.planner.cfg.warm_budget()[0] == pytest.approx(0.25 * rate)   # warmup_prefill_share
+    assert rt.budget["warmup_tokens_per_s"] == round(0.25 * rate)
     assert rt.budget["source"] == "measured (engine)" and rt.observer.load().waiting == 1
 
 
@@ -96,8 +97,9 @@ async def test_operator_budget_wins_and_restart_clears_the_shadow():
     rt.policy.residency.on_engine_truth = lambda **kw: (cleared.append(kw.get("cleared", False)), original(**kw))
     for _ in snaps:
         await rt.scraper.scrape_once()
-    assert rt.policy.config.warmup_tokens_per_s == 123.0              # fixed by the operator
-    assert rt.budget["measured_prefill_tokens_per_s"] == 4000         # still measured and shown
+    assert rt.policy.config.prefill_tokens_per_s == pytest.approx(4000)   # measured, for lead times
+    assert rt.policy.config.warm_budget()[0] == 123.0                 # budget fixed by the operator
+    assert rt.budget["fixed"] and rt.budget["measured_prefill_tokens_per_s"] == 4000
     assert cleared == [True]                     # only the third scrape: counters went back, engine restarted
 
 
@@ -137,4 +139,5 @@ def test_live_proxy_reads_the_sims_capacity_and_measures_prefill(http):
     assert budget["source"] == "measured (observed)"
     # TTFT includes the step overhead and the proxy hop: the measured rate is below the sim's 15k
     assert 1000 < budget["measured_prefill_tokens_per_s"] < 15000
-    assert budget["warmup_tokens_per_s"] == pytest.approx(0.5 * budget["measured_prefill_tokens_per_s"], rel=0.01)
+    share = budget["warmup_share"]
+    assert budget["warmup_tokens_per_s"] == pytest.approx(share * budget["measured_prefill_tokens_per_s"], rel=0.01)
