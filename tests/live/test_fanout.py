@@ -3,13 +3,15 @@ executor runs them and counts them in cachescout_actions_total{reason="fanout"} 
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import pytest
 
 from proxy.runtime.testing import run_proxy_server
 from proxy.sim.testing import run_sim_server
 
-from .conftest import agent_prompts, chat, proxy_settings, sim_config
+from .conftest import MODEL, agent_prompts, chat, proxy_settings, sim_config
 
 pytestmark = pytest.mark.sockets
 
@@ -43,3 +45,38 @@ def test_second_successor_is_warmed_as_fanout(http: httpx.Client):
     assert fan.get("ok", 0) >= 1, (fan, recent)
     assert any(r["reason"] == "fanout" and r["outcome"] == "ok" for r in recent)
     assert 'reason="fanout"' in metrics
+
+
+async def _siblings(url: str, system: str, shared: str, k: int) -> list[int]:
+    """k requests of one session on one parent prefix, the later ones sent while the first runs."""
+    async def one(i: int, delay: float) -> int:
+        await asyncio.sleep(delay)
+        tail = " ".join(f"b{i}y{j}" for j in range(8))
+        body = {"model": MODEL, "user": "fan-1", "max_tokens": 64,
+                "messages": [{"role": "system", "content": system},
+                             {"role": "user", "content": f"{shared} -- branch {i}: {tail}"}]}
+        async with httpx.AsyncClient(timeout=20) as c:
+            r = await c.post(url + "/v1/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        return r.json()["usage"]["prompt_tokens"]
+    return await asyncio.gather(*(one(i, 0.0 if i == 0 else 0.05) for i in range(k)))
+
+
+def test_concurrent_siblings_keep_their_shared_parent():
+    """Three requests of one session on one long parent, the last two while the first still runs: the
+    core sees a fan-out (a fact, not gated by R) and keeps the parent. Nothing pushes the parent
+    toward eviction in so short a run, so the action here is a Retain (SGLang-style priority engine,
+    retain for session parents switched on); the executor sends it like any action, with priority."""
+    shared = "shared context: " + " ".join(f"doc{k} line" for k in range(120))
+    policy = {"retain_enabled": 1, "retain_sessions": 1}
+    # speed 1 and ~100 output tokens: the first sibling is still decoding when the others arrive
+    with run_sim_server(sim_config(speed=1.0, output_tokens=100, eviction="priority")) as sim:
+        with run_proxy_server(proxy_settings(sim.url, policy_overrides=policy)) as px:
+            asyncio.run(_siblings(px.url, PROMPTS["A"], shared, 3))
+            assert px.call(lambda: px.live.quiesce(5.0))
+            fan = outcomes(px, "fanout")
+            fanouts = px.live.policy.fanouts
+            recent = list(px.live.executor.recent)
+    assert fanouts >= 1
+    assert fan.get("ok", 0) >= 1, (fan, recent)
+    assert {r["kind"] for r in recent if r["reason"] == "fanout"} <= {"retain", "touch"}   # never a warm
