@@ -53,7 +53,7 @@ class PolicyConfig:
                                            # warmup_share x prefill_tokens_per_s (a fixed number that
                                            # exceeds the engine's own prefill rate swamps it)
     warmup_burst_tokens: float = 0.0       # bucket size; 0 = auto: max(2 s of budget, 1 s of prefill)
-    warmup_share: float = 0.25             # auto budget's share of the engine's prefill rate
+    warmup_share: float = 0.15             # auto budget's share of the engine's prefill rate
     touch_cost_tokens: int = 16      # budget charged for a touch (one recomputed block + decode)
     max_concurrent: int = 2          # actions emitted but not yet reported back
     max_actions_per_tick: int = 4    # actions per plan() call
