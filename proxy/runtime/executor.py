@@ -176,6 +176,7 @@ class ActionExecutor:
                 self._finish(action, "dropped_busy", None)
                 return
             await asyncio.sleep(BUSY_POLL_S)
+        alone = self.sending == 0 and self.load()[0] == 0
         self.sending += 1
         t0 = self.clock()
         try:
@@ -183,7 +184,7 @@ class ActionExecutor:
         finally:
             self.sending -= 1
         if result.ok and self.prefill is not None:
-            self.prefill.add_request(result.computed_tokens, self.clock() - t0)
+            self.prefill.add_request(result.computed_tokens, self.clock() - t0, alone=alone)
         outcome = "ok" if result.ok else ("unsupported" if result.unsupported else "error")
         self._finish(action, outcome, result)
 

@@ -44,9 +44,10 @@ ANCHOR_REASONS = ("transition", "fanout", "hint")
 
 
 class _ReqState:
-    __slots__ = ("view", "observed", "tap", "status", "skip")
+    __slots__ = ("view", "observed", "tap", "status", "skip", "alone")
 
     def __init__(self) -> None:
+        self.alone = False
         self.view: RequestView | None = None
         self.observed: Any = None
         self.tap: ResponseTap | None = None
@@ -93,6 +94,7 @@ class LivePolicyObserver:
     def on_request(self, ctx: Any) -> None:
         self._inflight[ctx.request_id] = ctx.started
         st = _ReqState()
+        st.alone = len(self._inflight) == 1 and not getattr(self.executor, "sending", 0)
         ctx.state["cachescout"] = st
         self.counts["requests"] += 1
         if ctx.path not in OBSERVED_PATHS or not isinstance(ctx.json, dict) or ctx.method != "POST":
@@ -221,7 +223,7 @@ class LivePolicyObserver:
                 self._count_usage(st.view, tap.prompt_tokens, tap.cached_tokens or 0, now)
                 if self.prefill is not None and tap.stream and tap.first_token_at is not None:
                     self.prefill.add_request(tap.prompt_tokens - (tap.cached_tokens or 0),
-                                             tap.first_token_at - ctx.started)
+                                             tap.first_token_at - ctx.started, alone=st.alone)
                 est = st.view.total_tokens
                 if est > 0:   # calibrate the view's token estimate against the engine's tokenizer
                     r = tap.prompt_tokens / est

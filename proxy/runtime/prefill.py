@@ -6,7 +6,9 @@ running an 8B model floods a CPU engine or a 70B model. The proxy can measure th
 - the engine's own prefill time (vLLM `vllm:request_prefill_time_seconds_sum`, with prompt tokens
   minus prefix-cache hits as the tokens actually computed) — preferred when the engine reports it;
 - otherwise streamed client requests: computed tokens (prompt − cached) / time to first token,
-  and the proxy's own `max_tokens=1` warmups: computed tokens / request duration.
+  and the proxy's own `max_tokens=1` warmups: computed tokens / request duration. Samples of
+  requests that started while no other request of the proxy was in flight ("alone") are kept apart
+  and preferred: they carry the least queueing.
 The client and warmup samples include queueing and one decode step, so they *under*-estimate the
 rate under load: the budget errs on the safe side. Samples below `MIN_TOKENS` computed tokens are
 dominated by per-request overhead and ignored.
@@ -25,12 +27,16 @@ class PrefillRate:
     def __init__(self) -> None:
         self._engine: deque[tuple[float, float]] = deque(maxlen=WINDOW)
         self._observed: deque[tuple[float, float]] = deque(maxlen=WINDOW)
+        self._alone: deque[tuple[float, float]] = deque(maxlen=WINDOW)
         self._prev: tuple[float, float] | None = None     # (computed tokens, prefill seconds) cumulative
 
-    def add_request(self, computed_tokens: float, seconds: float) -> None:
-        """A client TTFT or a warmup's duration, with the tokens the engine computed for it."""
+    def add_request(self, computed_tokens: float, seconds: float, alone: bool = False) -> None:
+        """A client TTFT or a warmup's duration, with the tokens the engine computed for it; `alone`:
+        nothing else of the proxy's was in flight when it started."""
         if computed_tokens >= MIN_TOKENS and seconds > 0:
             self._observed.append((float(computed_tokens), float(seconds)))
+            if alone:
+                self._alone.append((float(computed_tokens), float(seconds)))
 
     def add_engine_totals(self, computed_tokens: float, prefill_seconds: float) -> None:
         """Cumulative engine counters from a scrape; a window sample is their change since the last."""
@@ -43,17 +49,20 @@ class PrefillRate:
 
     @property
     def source(self) -> str | None:
-        for name, window in (("engine", self._engine), ("observed", self._observed)):
+        for name, window in self._windows():
             if sum(t for t, _ in window) >= MIN_TOTAL_TOKENS:
                 return name
         return None
+
+    def _windows(self) -> tuple[tuple[str, deque], ...]:
+        return (("engine", self._engine), ("alone", self._alone), ("observed", self._observed))
 
     def tokens_per_s(self) -> float | None:
         """Σ tokens / Σ seconds over the preferred source's window; None until enough was timed."""
         src = self.source
         if src is None:
             return None
-        window = self._engine if src == "engine" else self._observed
+        window = dict(self._windows())[src]
         tokens = sum(t for t, _ in window)
         seconds = sum(s for _, s in window)
         return tokens / seconds if seconds > 0 else None

@@ -110,6 +110,9 @@ def test_prefill_rate_prefers_the_engine_and_needs_enough_tokens():
     for _ in range(4):
         r.add_request(500, 0.5)
     assert r.source == "observed" and r.tokens_per_s() == pytest.approx(1000)
+    for _ in range(2):
+        r.add_request(600, 0.3, alone=True)                           # started with nothing else in flight
+    assert r.source == "alone" and r.tokens_per_s() == pytest.approx(2000)
     r.add_engine_totals(0, 0.0)
     r.add_engine_totals(4000, 1.0)
     assert r.source == "engine" and r.tokens_per_s() == pytest.approx(4000)
@@ -136,7 +139,7 @@ def test_live_proxy_reads_the_sims_capacity_and_measures_prefill(http):
             px.call(lambda: px.live.scraper.scrape_once())
             info = px.live.engine_info()
     budget = info["warmup_budget"]
-    assert budget["source"] == "measured (observed)"
+    assert budget["source"] == "measured (alone)"                      # one request at a time: least queueing
     # TTFT includes the step overhead and the proxy hop: the measured rate is below the sim's 15k
     assert 1000 < budget["measured_prefill_tokens_per_s"] < 15000
     share = budget["warmup_share"]
