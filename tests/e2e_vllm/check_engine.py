@@ -15,7 +15,7 @@ import time
 
 import httpx
 
-from vclient import common_prefix, full_blocks, reset_prefix_cache, stream_chat, tokenize
+from vclient import common_prefix, delta, full_blocks, labelled, metrics, reset_prefix_cache, stream_chat, tokenize
 from workload import make_agent, text
 
 SESSION_HEADER = "x-session-id"
@@ -37,11 +37,11 @@ def _turn(agent, tag: str, history: int = 2) -> list[dict]:
     return msgs
 
 
-def _evict(ctx, base: str, tag: str, n: int = 3, salt: str | None = None) -> int:
+def _evict(ctx, base: str, tag: str, n: int = 3, salt: str | None = None, names: str = "bystander") -> int:
     """Unrelated traffic (other agents, other sessions) big enough to push everything out of the cache."""
     total = 0
     for i in range(n):
-        agent = make_agent(f"bystander{i}", words=150)
+        agent = make_agent(f"{names}{i}", words=150)
         r = stream_chat(ctx.client, base, _body(ctx.model, _turn(agent, f"{tag}-ev{i}", history=5), agent.tools,
                                                 salt=salt), headers={SESSION_HEADER: f"{tag}-ev{i}"})
         if r.status != 200:
@@ -103,47 +103,95 @@ def check_exact_warmup(ctx) -> tuple[bool, str]:
                 f"{cached['control']}, after VllmAdapter.warm {cached['warm']}")
 
 
-def _tool_pause(ctx, base: str, tag: str, quiet_s: float) -> dict:
+def _tool_calls_msgs(r) -> tuple[dict, list[dict]]:
+    """The assistant turn a client appends for a tool_calls reply, and its tool results."""
+    calls = [{"id": tc.get("id", f"call{i}"), "type": "function", "function": tc["function"]}
+             for i, tc in enumerate(r.tool_calls)]
+    return ({"role": "assistant", "content": None, "tool_calls": calls},
+            [{"role": "tool", "tool_call_id": c["id"], "content": "exit 0: 212 passed"} for c in calls])
+
+
+def _tool_pause(ctx, base: str, tag: str, tool_s: float, rounds: int) -> dict:
+    """One coder session doing `rounds` tool calls. Each tool runs `tool_s` seconds: first 3 other
+    agents' requests (~3,600 tokens, more than the 72-block cache) go through, then the tool is
+    still running (quiet). The session then resumes with the tool result; every resume but the
+    last ends in tool_calls again (forced), so the proxy sees `rounds - 1` tool gaps of this agent
+    before the measured last resume. Timing-sensitive parts first; /tokenize after."""
     agent = next(a for a in ctx.agents if a.name == "coder")
     msgs = _turn(agent, f"{tag}-tool", history=4)
     sid = {SESSION_HEADER: f"{tag}-tool"}
     reset_prefix_cache(ctx.client, ctx.vllm)
-    r1 = stream_chat(ctx.client, base, _body(ctx.model, msgs, agent.tools, max_tokens=64,
-                                             structured_outputs={"regex": TOOL_REGEX}), headers=sid)
-    if r1.status != 200 or r1.finish_reason != "tool_calls" or not r1.tool_calls:
-        raise RuntimeError(f"could not get a tool_calls response from vLLM: status {r1.status}, "
-                           f"finish {r1.finish_reason}, error {r1.error}")
-    t_pause = time.perf_counter()
-    evicted = _evict(ctx, base, tag)          # the tool runs; other agents keep the engine busy
-    time.sleep(quiet_s)                       # ... and the tool is still running
-    tool_ms = 1000 * (time.perf_counter() - t_pause)
-    calls = [{"id": tc.get("id", f"call{i}"), "type": "function", "function": tc["function"]}
-             for i, tc in enumerate(r1.tool_calls)]
-    resume = [*msgs, {"role": "assistant", "content": None, "tool_calls": calls}]
-    resume += [{"role": "tool", "tool_call_id": c["id"], "content": "exit 0: 212 passed"} for c in calls]
-    expect = full_blocks(common_prefix(tokenize(ctx.client, ctx.vllm, ctx.model, msgs, list(agent.tools)),
-                                       tokenize(ctx.client, ctx.vllm, ctx.model, resume, list(agent.tools))))
-    r2 = stream_chat(ctx.client, base, _body(ctx.model, resume, agent.tools), headers=sid)
-    if r2.status != 200:
-        raise RuntimeError(f"resume answered {r2.status}: {r2.error}")
-    return {"paused_prompt": r1.prompt_tokens, "expect": expect, "resume_cached": r2.cached_tokens,
-            "resume_prompt": r2.prompt_tokens, "resume_ttft_ms": round(1000 * (r2.ttft or 0)),
-            "evictor_tokens": evicted, "tool_ms": round(tool_ms)}
+    forced = {"max_tokens": 64, "structured_outputs": {"regex": TOOL_REGEX}}
+    replies, pauses, contexts = [], [], []
+    for k in range(rounds + 1):
+        contexts.append(msgs)
+        r = stream_chat(ctx.client, base, _body(ctx.model, msgs, agent.tools, **(forced if k < rounds else {})),
+                        headers=sid)
+        if r.status != 200:
+            raise RuntimeError(f"request {k} answered {r.status}: {r.error}")
+        replies.append(r)
+        if k == rounds:
+            break
+        if r.finish_reason != "tool_calls" or not r.tool_calls:
+            raise RuntimeError(f"could not get a tool_calls response from vLLM: finish {r.finish_reason}")
+        t_pause, paused_at = time.perf_counter(), time.monotonic()
+        v0 = metrics(ctx.client, ctx.vllm)
+        evicted = _evict(ctx, base, f"{tag}-r{k}", names=f"bystander{k}-")   # the tool runs; others go on
+        traffic_s = time.perf_counter() - t_pause
+        v1 = metrics(ctx.client, ctx.vllm)
+        time.sleep(max(0.0, tool_s - (time.perf_counter() - t_pause)))     # ... and the tool still runs
+        v2 = metrics(ctx.client, ctx.vllm)
+        prompt = "vllm:prompt_tokens_total"
+        # vLLM's own count of prompt tokens beyond the client's = the proxy's warmups, and when
+        pauses.append({"tool_ms": round(1000 * (time.perf_counter() - t_pause)), "evictor_tokens": evicted,
+                       "traffic_ms": round(1000 * traffic_s), "paused_at_monotonic": round(paused_at, 3),
+                       "extra_tokens_during_traffic": round(delta(v1, v0, prompt) - evicted),
+                       "extra_tokens_after_traffic": round(delta(v2, v1, prompt))})
+        assistant, results = _tool_calls_msgs(r)
+        msgs = [*msgs, assistant, *results]
+    resumes = []
+    tok = [tokenize(ctx.client, ctx.vllm, ctx.model, m, list(agent.tools)) for m in contexts]
+    for k, p in enumerate(pauses):   # pause k: paused context k, resumed by request k + 1
+        nxt = replies[k + 1]
+        expect = full_blocks(common_prefix(tok[k], tok[k + 1]))
+        resumes.append({**p, "expect": expect, "resume_cached": nxt.cached_tokens,
+                        "resume_prompt": nxt.prompt_tokens, "resume_ttft_ms": round(1000 * (nxt.ttft or 0))})
+    return {"rounds": resumes, **resumes[-1]}
 
 
-def check_tool_pause(ctx, quiet_s: float = 2.5) -> tuple[bool, str]:
-    direct = _tool_pause(ctx, ctx.vllm, "c4d", quiet_s)
+def _labelled_delta(after: dict[str, float], before: dict[str, float], reason: str) -> dict[str, float]:
+    out = {}
+    for k, v in after.items():
+        if f'reason="{reason}"' in k and v - before.get(k, 0.0):
+            kind = k.split('kind="')[1].split('"')[0]
+            outcome = k.split('outcome="')[1].split('"')[0]
+            out[f"{kind}/{outcome}"] = v - before.get(k, 0.0)
+    return out
+
+
+def check_tool_pause(ctx, tool_s: float = 5.0, rounds: int = 3) -> tuple[bool, str]:
+    """Judged on the last resume only: by then the proxy has seen `rounds - 1` tool gaps of this
+    agent and can warm at the predicted time. The earlier resumes are reported, not judged."""
+    direct = _tool_pause(ctx, ctx.vllm, "c4d", tool_s, rounds)
     ctx.log(f"   direct: {direct}")
-    proxied = _tool_pause(ctx, ctx.proxy, "c4p", quiet_s)
+    a0 = labelled(ctx.client, ctx.proxy, "cachescout_actions_total")
+    proxied = _tool_pause(ctx, ctx.proxy, "c4p", tool_s, rounds)
+    proxied["proxy_actions"] = _labelled_delta(labelled(ctx.client, ctx.proxy, "cachescout_actions_total"), a0,
+                                               "tool_resume")
     ctx.log(f"   proxy:  {proxied}")
     ctx.notes["tool_pause"] = {"direct": direct, "proxy": proxied}
     evicted_ok = direct["resume_cached"] < direct["expect"]
     ok = evicted_ok and proxied["resume_cached"] >= proxied["expect"] > 0
     why = "" if evicted_ok else " (control did not lose the context: eviction traffic too small, inconclusive)"
-    return ok, (f"paused context = {proxied['expect']} tokens in full blocks; resume cached_tokens direct "
+    earlier = ", ".join(f"{r['resume_cached']}/{r['expect']}" for r in proxied["rounds"][:-1])
+    return ok, (f"paused context = {proxied['expect']} tokens in full blocks; last resume cached_tokens direct "
                 f"{direct['resume_cached']} (TTFT {direct['resume_ttft_ms']} ms), through proxy "
-                f"{proxied['resume_cached']} (TTFT {proxied['resume_ttft_ms']} ms); tool ran "
-                f"{proxied['tool_ms']} ms while {proxied['evictor_tokens']} other tokens went through{why}")
+                f"{proxied['resume_cached']} (TTFT {proxied['resume_ttft_ms']} ms); each tool ran ~{tool_s:.0f} s "
+                f"(last {proxied['tool_ms']} ms) while {proxied['evictor_tokens']} other tokens went through "
+                f"(in {proxied['traffic_ms']} ms); warmup tokens vLLM prefilled during that traffic "
+                f"{proxied['extra_tokens_during_traffic']}, after it {proxied['extra_tokens_after_traffic']}; "
+                f"earlier resumes through proxy (cached/expected): {earlier or 'none'}; "
+                f"proxy tool_resume actions {proxied['proxy_actions']}{why}")
 
 
 def check_cache_salt(ctx) -> tuple[bool, str]:

@@ -14,7 +14,7 @@
 # CACHESCOUT_E2E_READY_TIMEOUT (seconds to wait for vLLM), CACHESCOUT_E2E_PROXY_ARGS (extra
 # `cachescout serve` flags, e.g. "--set action_ttl=3"), CACHESCOUT_E2E_CHECK_ARGS (extra checks.py
 # flags, e.g. "--sessions 8 --gap 1.0"), CACHESCOUT_E2E_KEEP_SERVERS=1 (debug: print the ports and
-# wait for Ctrl-C before stopping).
+# wait for Ctrl-C before stopping), CACHESCOUT_POLICY_OVERRIDES (merged over the job's own, below).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -101,10 +101,17 @@ wait_http "http://127.0.0.1:$VPORT/health" "$VLLM_PID" vllm "$READY_TIMEOUT"
 log "vLLM ready (pid $VLLM_PID)"
 
 # ---- 4. proxy ----------------------------------------------------------------------------------
+# Policy defaults are sized for real engine caches (10^5-10^6 tokens). This cache is deliberately
+# tiny (72 blocks = 2,304 tokens), so one coder session's context (1,100-1,250 tokens, check 4) is
+# ~55% of it, where `warm_max_cache_share` (0.1) forbids warming more than 10%: scaled to this cache,
+# the share must cover one context. The operator's own CACHESCOUT_POLICY_OVERRIDES keys win.
+E2E_OVERRIDES='{"warm_max_cache_share": 0.75}'
+OVERRIDES="$("$PROJECT_PY" -c 'import json,sys; d=json.loads(sys.argv[1]); d.update(json.loads(sys.argv[2] or "{}")); print(json.dumps(d))' \
+  "$E2E_OVERRIDES" "${CACHESCOUT_POLICY_OVERRIDES:-}")" || die "CACHESCOUT_POLICY_OVERRIDES is not a JSON object"
 PPORT="$(free_port)"
-log "starting cachescout serve on 127.0.0.1:$PPORT -> vLLM"
+log "starting cachescout serve on 127.0.0.1:$PPORT -> vLLM (policy overrides $OVERRIDES)"
 env CACHESCOUT_UPSTREAM_URL="http://127.0.0.1:$VPORT" CACHESCOUT_HOST=127.0.0.1 CACHESCOUT_PORT="$PPORT" \
-    CACHESCOUT_ENGINE="${CACHESCOUT_ENGINE:-vllm}" \
+    CACHESCOUT_ENGINE="${CACHESCOUT_ENGINE:-vllm}" CACHESCOUT_POLICY_OVERRIDES="$OVERRIDES" \
     setsid "$PROJECT_PY" -m proxy.cli serve ${CACHESCOUT_E2E_PROXY_ARGS:-} >"$OUT/proxy.log" 2>&1 &
 PROXY_PID=$!
 PIDS+=("$PROXY_PID")

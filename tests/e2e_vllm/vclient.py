@@ -105,6 +105,18 @@ def metrics(client: httpx.Client, base: str) -> dict[str, float]:
     return out
 
 
+def labelled(client: httpx.Client, base: str, name: str) -> dict[str, float]:
+    """One metric's samples by label set, e.g. {'{kind="warm",outcome="ok",reason="tool_resume"}': 2.0}."""
+    resp = client.get(base + "/metrics")
+    resp.raise_for_status()
+    out: dict[str, float] = {}
+    for line in resp.text.splitlines():
+        m = _SAMPLE.match(line)
+        if m and m.group(1) == name:
+            out[m.group(2) or ""] = out.get(m.group(2) or "", 0.0) + float(m.group(3))
+    return out
+
+
 def delta(after: dict[str, float], before: dict[str, float], name: str) -> float:
     return after.get(name, 0.0) - before.get(name, 0.0)
 
