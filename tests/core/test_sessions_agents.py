@@ -146,3 +146,24 @@ def test_tool_resume_by_the_same_agent_is_not_a_transition():
     w.step(0, "x", now, finish="tool_calls")
     w.step(1, "x", now + 1)
     assert learner.count(a, b) > 9
+
+
+def test_agent_churn_keeps_bfs_sources_consistent():
+    """Evictions drop an agent from its sessions lazily: the BFS-source counts must still only
+    name live agents and match the sessions that sit on them."""
+    from collections import Counter
+
+    from proxy.core import ScoutPolicy
+    from .conftest import Workload, quiet_config
+    w = Workload(ScoutPolicy(quiet_config(max_agents=8)))
+    now = 0.0
+    for k in range(300):
+        now += 0.1
+        w.step((k * 7) % 37, f"s{k % 23}", now)
+    pol = w.policy
+    assert len(pol.agents) <= 8 and pol.agents.evictions > 0
+    live = {(a.tenant, a.slot) for a in pol.agents.by_id.values()}
+    expected = Counter((s.agent.tenant, s.agent.slot) for s in pol.sessions.sessions.values()
+                       if s.agent is not None and pol.agents.alive(s.agent))
+    assert set(pol.sessions.on_agent) <= live
+    assert dict(pol.sessions.on_agent) == dict(expected)
