@@ -6,14 +6,19 @@ dirty sessions' predicted successors (reason ``transition`` for the top-1, ``fan
 successors with P >= τ) and at sessions paused on ``tool_calls`` (reason ``tool_resume``), plus,
 at most every ``sweep_interval_s``, the survival-ranked anchors of all live sessions and the
 recent paused sessions likely to resume (reason ``hint``: protective touches and, when enabled,
-retention hints).
+retention hints), and the parents of fan-outs the policy detected (concurrent requests of one
+session sharing a prefix beyond the anchor, or n > 1; reason ``fanout``, touch/retain only).
 
 What each candidate becomes follows the residency shadow: fully resident and near the LRU tail ->
 Touch; resident but safe -> nothing (or Retain for a hint); (partly) evicted -> Warm, unless the
-demand is predicted sooner than the warm could finish (min lead time). Budgets: a token bucket
-(warm = missing tokens, touch = ``touch_cost_tokens``), ``max_concurrent`` unanswered actions,
+demand is predicted sooner than the warm could finish (min lead time) or later than the cache
+turns over, or it is a session context too large a share of the cache. Retain and engine
+priorities go to agent anchors only unless ``retain_sessions``: an engine keeps a priority for its
+retention time, far longer than one session's pause. Budgets: a token bucket sized from the
+engine's prefill rate by default (warm = missing tokens, touch = ``touch_cost_tokens``), no warm
+while the engine has a queue, ``max_concurrent`` unanswered actions,
 ``max_actions_per_tick``, no actions while the engine queue is long, one action per anchor per
-cool-down. Every action but tool_resume needs the tenant's gate R >= R_min (continuation hints can
+cool-down. Every action but tool_resume and fan-out parents needs the tenant's gate R >= R_min (continuation hints can
 be exempted with ``session_gated=False``); with a shut gate the planner does nothing else.
 """
 
