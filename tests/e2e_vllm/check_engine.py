@@ -15,7 +15,8 @@ import time
 
 import httpx
 
-from vclient import common_prefix, delta, full_blocks, labelled, metrics, reset_prefix_cache, stream_chat, tokenize
+from vclient import (common_prefix, delta, full_blocks, labelled, labelled_delta, metrics, reset_prefix_cache,
+                     stream_chat, tokenize)
 from workload import make_agent, text
 
 SESSION_HEADER = "x-session-id"
@@ -159,16 +160,6 @@ def _tool_pause(ctx, base: str, tag: str, tool_s: float, rounds: int) -> dict:
     return {"rounds": resumes, **resumes[-1]}
 
 
-def _labelled_delta(after: dict[str, float], before: dict[str, float], reason: str) -> dict[str, float]:
-    out = {}
-    for k, v in after.items():
-        if f'reason="{reason}"' in k and v - before.get(k, 0.0):
-            kind = k.split('kind="')[1].split('"')[0]
-            outcome = k.split('outcome="')[1].split('"')[0]
-            out[f"{kind}/{outcome}"] = v - before.get(k, 0.0)
-    return out
-
-
 def check_tool_pause(ctx, tool_s: float = 5.0, rounds: int = 3) -> tuple[bool, str]:
     """Judged on the last resume only: by then the proxy has seen `rounds - 1` tool gaps of this
     agent and can warm at the predicted time. The earlier resumes are reported, not judged."""
@@ -176,8 +167,8 @@ def check_tool_pause(ctx, tool_s: float = 5.0, rounds: int = 3) -> tuple[bool, s
     ctx.log(f"   direct: {direct}")
     a0 = labelled(ctx.client, ctx.proxy, "cachescout_actions_total")
     proxied = _tool_pause(ctx, ctx.proxy, "c4p", tool_s, rounds)
-    proxied["proxy_actions"] = _labelled_delta(labelled(ctx.client, ctx.proxy, "cachescout_actions_total"), a0,
-                                               "tool_resume")
+    proxied["proxy_actions"] = labelled_delta(labelled(ctx.client, ctx.proxy, "cachescout_actions_total"), a0,
+                                              ("kind", "outcome"), 'reason="tool_resume"')
     ctx.log(f"   proxy:  {proxied}")
     ctx.notes["tool_pause"] = {"direct": direct, "proxy": proxied}
     evicted_ok = direct["resume_cached"] < direct["expect"]

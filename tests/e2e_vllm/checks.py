@@ -28,6 +28,7 @@ sys.path.insert(0, str(HERE))
 from check_engine import check_cache_salt, check_exact_warmup, check_tool_pause  # noqa: E402
 from check_passthrough import check_passthrough  # noqa: E402
 from flow import run_workflow, table  # noqa: E402
+from vclient import labelled, labelled_delta  # noqa: E402
 from workload import Workflow, make_agents  # noqa: E402
 
 
@@ -55,14 +56,17 @@ def check_workflow(ctx: Ctx) -> tuple[bool, str]:
     direct = run_workflow(ctx.client, ctx.vllm, ctx.vllm, wf, ctx.model, name="direct", gap_s=ctx.gap, salt=salt,
                           log=ctx.log)
     ctx.log(f"  direct: hit {direct.hit_ratio():.1%}, {direct.seconds:.0f}s")
+    a0 = labelled(ctx.client, ctx.proxy, "cachescout_actions_total")
     proxied = run_workflow(ctx.client, ctx.vllm, ctx.proxy, wf, ctx.model, name="proxy", gap_s=ctx.gap, salt=salt,
                            proxy=ctx.proxy, log=ctx.log)
+    actions = labelled_delta(labelled(ctx.client, ctx.proxy, "cachescout_actions_total"), a0, ("kind", "reason"))
     ctx.log(f"  proxy:  hit {proxied.hit_ratio():.1%}, {proxied.seconds:.0f}s")
     rows = [direct.row(), proxied.row()]
     ctx.rows.extend(rows)
     ctx.notes["proxy_counters"] = {k: v for k, v in proxied.proxy_delta.items()
                                    if k.startswith(("cachescout_actions", "cachescout_warmup", "cachescout_prediction"))
                                    or k == "agents_gauge"}
+    ctx.notes["proxy_actions_by_kind_reason"] = actions
     d, p = rows
     errors = d["errors"] + p["errors"]
     # Every warmup token vLLM saw must be one the proxy counted as its own (never as client traffic).
@@ -75,7 +79,8 @@ def check_workflow(ctx: Ctx) -> tuple[bool, str]:
               f"warmup tokens vLLM saw {p['warmup_tokens_vllm']:.0f} (proxy counted {p['warmup_tokens_proxy']:.0f}); "
               f"evicted blocks {d['evicted_blocks']:.0f} / {p['evicted_blocks']:.0f}; errors {errors}; "
               f"{'' if accounted else 'WARMUP TOKENS NOT ACCOUNTED FOR; '}"
-              f"proxy agents gauge {proxied.proxy_delta.get('agents_gauge')}")
+              f"proxy agents gauge {proxied.proxy_delta.get('agents_gauge')}; "
+              f"proxy actions {', '.join(f'{k} {v:.0f}' for k, v in sorted(actions.items())) or 'none'}")
     return ok, detail
 
 

@@ -117,6 +117,20 @@ def labelled(client: httpx.Client, base: str, name: str) -> dict[str, float]:
     return out
 
 
+def labelled_delta(after: dict[str, float], before: dict[str, float], keys: tuple[str, ...],
+                   must: str = "") -> dict[str, float]:
+    """Increase of a `labelled` metric between two reads, summed by `keys` labels ("warm/hint": 3)."""
+    out: dict[str, float] = {}
+    for labels, v in after.items():
+        d = v - before.get(labels, 0.0)
+        if not d or must not in labels:
+            continue
+        found = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        k = "/".join(found.get(key, "?") for key in keys)
+        out[k] = out.get(k, 0.0) + d
+    return out
+
+
 def delta(after: dict[str, float], before: dict[str, float], name: str) -> float:
     return after.get(name, 0.0) - before.get(name, 0.0)
 
