@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import uvicorn
 from fastapi import FastAPI
 
 from proxy.http.app import create_app
 from proxy.settings import Settings
+from proxy.uvicorn_thread import serve_in_thread
 
 
 @dataclass(frozen=True)
@@ -46,29 +44,5 @@ class ProxyServerHandle:
 @contextlib.contextmanager
 def run_proxy_server(settings: Settings, startup_timeout: float = 15.0, **app_kwargs: Any) -> Iterator[ProxyServerHandle]:
     app = create_app(settings, **app_kwargs)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on",
-                                           access_log=False))
-    loops: list[asyncio.AbstractEventLoop] = []
-
-    def _serve() -> None:
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
-        loops.append(loop)
-        loop.run_until_complete(server.serve())
-        loop.close()
-
-    thread = threading.Thread(target=_serve, name="cachescout-proxy-server", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + startup_timeout
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            server.should_exit = True
-            thread.join(timeout=5)
-            raise RuntimeError("proxy did not start")
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield ProxyServerHandle(f"http://127.0.0.1:{port}", port, app, loops[0])
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
+    with serve_in_thread(app, name="proxy", startup_timeout=startup_timeout) as srv:
+        yield ProxyServerHandle(f"http://127.0.0.1:{srv.port}", srv.port, app, srv.loop)

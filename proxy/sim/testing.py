@@ -11,16 +11,14 @@ without spawning a subprocess. The server binds 127.0.0.1 on an ephemeral port a
 from __future__ import annotations
 
 import contextlib
-import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-import uvicorn
 from fastapi import FastAPI
 
 from proxy.sim.server import create_sim_app
 from proxy.sim.service import SimConfig, SimService
+from proxy.uvicorn_thread import serve_in_thread
 
 
 @dataclass(frozen=True)
@@ -36,20 +34,6 @@ def run_sim_server(config: SimConfig | None = None, clock: Callable[[], float] |
                    startup_timeout: float = 10.0, host: str = "127.0.0.1") -> Iterator[SimServerHandle]:
     """Start the sim engine with uvicorn in a daemon thread; yield its handle; stop it on exit."""
     app = create_sim_app(config or SimConfig(), clock)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=0, log_level="warning", lifespan="on",
-                                           access_log=False))
-    thread = threading.Thread(target=server.run, name="cachescout-sim-server", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + startup_timeout
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            server.should_exit = True
-            thread.join(timeout=5)
-            raise RuntimeError("simulated engine did not start")
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield SimServerHandle(f"http://{host}:{port}", port, app, app.state.sim)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with serve_in_thread(app, name="simulated engine", host=host, startup_timeout=startup_timeout,
+                         shutdown_timeout=10.0) as srv:
+        yield SimServerHandle(f"http://{host}:{srv.port}", srv.port, app, app.state.sim)
