@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from proxy.sim.workloads import random_cycle
+
 ROLES = ("planner", "researcher", "coder", "tester", "critic", "writer", "analyst", "reviewer")
 VOCAB = ("policy", "cache", "prefix", "agent", "plan", "verify", "result", "input", "output", "schema",
          "latency", "budget", "memory", "token", "format", "review", "constraint", "example", "step", "rule")
@@ -100,13 +102,7 @@ def build_agents(spec: DemoSpec) -> list[Agent]:
 
 def script_order(spec: DemoSpec) -> list[int]:
     """The supervisor's scripted successor of each agent (a fixed random cycle)."""
-    rng = random.Random(spec.seed + 1)
-    order = list(range(spec.agents))
-    rng.shuffle(order)
-    nxt = [0] * spec.agents
-    for i, a in enumerate(order):
-        nxt[a] = order[(i + 1) % spec.agents]
-    return nxt
+    return random_cycle(spec.agents, random.Random(spec.seed + 1))
 
 
 async def _stream(client: httpx.AsyncClient, url: str, body: dict, headers: dict) -> tuple[dict, float | None, float]:

@@ -148,13 +148,14 @@ def _branch(chains: _Chains, agent: int, session: int, hist_tokens: int, key: tu
     return tuple(hashes), tuple(tokens)
 
 
-def _script(spec: WorkloadSpec, rng: random.Random) -> list[int]:
-    """The supervisor's scripted successor of each agent (a random cycle over the agents)."""
-    order = list(range(spec.agents))
+def random_cycle(agents: int, rng: random.Random) -> list[int]:
+    """The supervisor's scripted successor of each agent (a random cycle over the agents);
+    shared with the live demo's workload so both script the same kind of group chat."""
+    order = list(range(agents))
     rng.shuffle(order)
-    nxt = [0] * spec.agents
+    nxt = [0] * agents
     for i, a in enumerate(order):
-        nxt[a] = order[(i + 1) % spec.agents]
+        nxt[a] = order[(i + 1) % agents]
     return nxt
 
 
@@ -242,7 +243,7 @@ def generate(spec: WorkloadSpec) -> list[ReplayRequest]:
     bs = spec.block_size
     sizes = [max(bs, rng.randint(*spec.anchor_tokens) // bs * bs) for _ in range(n_agents)]
     chains = _Chains(spec, sizes)
-    script = _script(spec, rng)
+    script = random_cycle(spec.agents, rng)
     sel_agent = spec.agents if spec.selector_calls else None
     sessions = [_session(spec, s, chains, script, sel_agent, rng) for s in range(spec.sessions)]
     mean_len = sum(s[-1][0] for s in sessions if s) / max(1, len(sessions))
