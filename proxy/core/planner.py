@@ -280,7 +280,7 @@ class Planner:
                     and not retainable):
                 continue                        # found resident and safe recently; nothing moved since
             resident = res.resident_prefix(c.hashes)
-            if res.fully_resident(c.hashes):
+            if resident > len(c.hashes) - max(1, res.stride):       # res.fully_resident, not recomputed
                 if res.near_eviction(c.hashes):
                     kind, cost = TOUCH, float(cfg.touch_cost_tokens)
                 elif retainable:

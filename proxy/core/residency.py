@@ -35,10 +35,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from itertools import accumulate
+from operator import itemgetter
 
 from .view import RequestView
 
 _COMPACT_SLACK = 4096
+_SHAPE_CACHE = 4096      # memoised sampling shapes (prompt length, anchor end)
 
 
 class ResidencyShadow:
@@ -66,6 +68,7 @@ class ResidencyShadow:
         self._rate_t: float | None = None
         self._rate_ins = 0
         self.evicted_tokens = 0
+        self._shapes: dict[tuple[int, int, int], tuple] = {}   # (blocks, extra, stride) -> (positions, gather, segs)
 
     # --- feeding ----------------------------------------------------------------------------
     def on_forward(self, view: RequestView, now: float, anchor_blocks: int | None = None) -> int:
@@ -111,27 +114,48 @@ class ResidencyShadow:
 
     def _sample(self, hashes: Sequence[int], tokens: Sequence[int], extra: int = -1
                 ) -> tuple[Sequence[int], Sequence[int]]:
-        """(tracked hashes, tokens of the segment each closes), in prefix order."""
+        """(tracked hashes, tokens of the segment each closes), in prefix order.
+
+        The tracked positions depend only on (length, anchor's last block, stride), and with
+        uniform blocks so do the segment sizes: both are memoised per shape (a handful of shapes
+        per workload), so a request pays one C-level count and one C-level gather, not a Python
+        loop over its blocks."""
         k = self.stride
         n = len(hashes)
         if k <= 1 or n == 0:
             return hashes, tokens
-        pos = list(range(k - 1, n, k))
-        if 0 <= extra < n and extra % k != k - 1:
-            pos.append(extra)
-            pos.sort()
-        if not pos:
+        if not 0 <= extra < n or extra % k == k - 1:
+            extra = -1
+        shape = self._shapes.get((n, extra, k))
+        if shape is None:
+            pos = list(range(k - 1, n, k))
+            if extra >= 0:
+                pos.append(extra)
+                pos.sort()
+            if len(self._shapes) > _SHAPE_CACHE:
+                self._shapes.clear()
+            get = itemgetter(*pos) if len(pos) > 1 else (lambda seq, _i=pos[0]: (seq[_i],)) if pos else None
+            shape = self._shapes[(n, extra, k)] = (pos, get, {})
+        pos, get, segs = shape
+        if get is None:
             return (), ()
-        if n >= 2 and tokens[1:].count(tokens[1]) == n - 1:
-            # uniform blocks after the first (the common case): no per-block arithmetic
+        if n >= 2:
             t = tokens[1]
-            seg = []
-            prev = -1
-            for i in pos:
-                seg.append((i - prev) * t)
-                prev = i
-            seg[0] += tokens[0] - t
-            return [hashes[i] for i in pos], seg
+            t0 = tokens[0]
+            if tokens.count(t) - (t0 == t) == n - 1:
+                # uniform blocks after the first (the common case): segment sizes are per shape
+                seg = segs.get((t0, t))
+                if seg is None:
+                    seg = []
+                    prev = -1
+                    for i in pos:
+                        seg.append((i - prev) * t)
+                        prev = i
+                    seg[0] += t0 - t
+                    if len(segs) > 64:
+                        segs.clear()
+                    seg = segs[(t0, t)] = tuple(seg)
+                return get(hashes), seg
         cum = list(accumulate(tokens))
         seg = []
         prev = 0
@@ -139,7 +163,7 @@ class ResidencyShadow:
             c = cum[i]
             seg.append(c - prev)
             prev = c
-        return [hashes[i] for i in pos], seg
+        return get(hashes), seg
 
     def _touch_sampled(self, hashes: Sequence[int], tokens: Sequence[int]) -> None:
         stamps = self._stamp

@@ -183,3 +183,46 @@ def test_queue_lru_matches_a_reference_lru_exactly(ops, cap_blocks):
                     assert r.near_eviction([h]) == (h in tail), (h, budget)
     finally:
         residency_mod._COMPACT_SLACK = old
+
+
+def _reference_sample(stride, hashes, tokens, extra):
+    """The sampling rule written out plainly (what the memoised _sample must reproduce)."""
+    n = len(hashes)
+    if stride <= 1 or n == 0:
+        return list(hashes), list(tokens)
+    pos = list(range(stride - 1, n, stride))
+    if 0 <= extra < n and extra % stride != stride - 1:
+        pos = sorted(pos + [extra])
+    seg, prev = [], 0
+    for i in pos:
+        seg.append(sum(tokens[prev:i + 1]))
+        prev = i + 1
+    return [hashes[i] for i in pos], seg
+
+
+def test_memoised_sampling_matches_the_plain_rule():
+    """Shapes are cached per (length, anchor end, stride) and segment sizes per block size: the
+    same shape with other block sizes (uniform, first block different, ragged) must not reuse a
+    wrong entry."""
+    import random
+    rng = random.Random(7)
+    for stride in (2, 3, 16):
+        shadow = ResidencyShadow(0, stride=stride)
+        for _ in range(400):
+            n = rng.choice([0, 1, 2, 3, 15, 16, 17, 40])
+            kind = rng.randrange(4)
+            if kind == 3 and n >= 3:
+                tokens = [16] * n           # uniform but for one block past the first
+                tokens[rng.randrange(1, n)] = 9
+            elif kind == 0 or kind == 3:
+                tokens = [16] * n
+            elif kind == 1:
+                tokens = [rng.choice([3, 16, 40])] + [16] * max(0, n - 1)
+                tokens = tokens[:n]
+            else:
+                tokens = [rng.randint(1, 32) for _ in range(n)]
+            hashes = [rng.getrandbits(48) for _ in range(n)]
+            extra = rng.choice([-1, 0, 5, 23, n - 1, n + 3])
+            got_h, got_t = shadow._sample(tuple(hashes), tuple(tokens), extra)
+            want_h, want_t = _reference_sample(stride, hashes, tokens, extra)
+            assert list(got_h) == want_h and list(got_t) == want_t, (stride, n, kind, extra)
