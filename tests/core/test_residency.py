@@ -226,3 +226,34 @@ def test_memoised_sampling_matches_the_plain_rule():
             got_h, got_t = shadow._sample(tuple(hashes), tuple(tokens), extra)
             want_h, want_t = _reference_sample(stride, hashes, tokens, extra)
             assert list(got_h) == want_h and list(got_t) == want_t, (stride, n, kind, extra)
+
+
+def test_compaction_dropping_stale_entries_keeps_the_tail_zone_cursor_consistent(monkeypatch):
+    """Re-touching the same few prompts piles stale queue entries up until the compaction filters
+    them out; afterwards the zone cursor must still count exactly the live entries behind it, and
+    near-eviction answers must match a reference LRU."""
+    import proxy.core.residency as residency_mod
+    monkeypatch.setattr(residency_mod, "_COMPACT_SLACK", 4)
+    r = ResidencyShadow(16 * 40, near_eviction_fraction=0.25, stride=1)
+    ref = _ReferenceLRU(16 * 40)
+    rng = random.Random(3)
+    filtered = 0
+    for step in range(600):
+        fam = rng.choice([0, 1, 2]) if step % 7 else rng.randrange(3, 30)   # mostly re-touches
+        ids = [fam * 100 + b for b in range(rng.randint(2, 10))]
+        before = len(r._qs)
+        fwd(r, ids)
+        if len(r._qs) < before:
+            filtered += 1
+        ref.touch(ids, 16)
+        assert set(r._stamp) == set(ref.od)
+        r.near_eviction([ids[0]])                       # moves the zone cursor
+        live_behind = sum(r._tok[h] for s, h in zip(r._qs[r._head:r._cur], r._qh[r._head:r._cur])
+                          if r._stamp.get(h) == s)
+        assert live_behind == r._zone_tok
+        if r.used_tokens >= 16 * 40 * 0.75:
+            budget = 0.25 * 16 * 40 - (16 * 40 - r.used_tokens)
+            tail = ref.tail(budget)
+            for h in ref.od:
+                assert r.near_eviction([h]) == (h in tail)
+    assert filtered > 0
