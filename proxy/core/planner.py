@@ -146,7 +146,8 @@ class Planner:
     def _session_candidates(self, s: Session, now: float, gates: dict[str, bool], out: list[_Candidate]) -> None:
         cfg = self.cfg
         agent = s.agent
-        if agent is None or not self.registry.alive(agent):
+        registry = self.registry
+        if agent is None or registry.by_id.get(agent.agent_id) is not agent:      # registry.alive
             return
         paused = s.inflight == 0 and s.last_end is not None
         lead = None
@@ -166,13 +167,29 @@ class Planner:
                     out.append(_Candidate(p * sum(s.block_tokens), REASON_TOOL_RESUME, agent.tenant,
                                           agent_id_for(agent.tenant, s.hashes[-1]), s.hashes, s.block_tokens,
                                           payload, p, lead, True, True))
-        if not self._gate(agent.tenant, gates):
+        tenant = agent.tenant
+        g = gates.get(tenant)
+        if g is None:
+            g = self._gate(tenant, gates)
+        if not g:
             return
-        ts = self.registry.tenant(agent.tenant)
+        ts = registry.tenant(tenant)
         trigger = cfg.plan_trigger
+        by_slot = ts.by_slot
+        # _settled, inlined (this loop runs for nearly every request)
+        last_acted, safe, cooldown = self.last_acted, self._safe, cfg.cooldown_s
+        res = self.residency
+        epoch, inserted = res.epoch, res.inserted_tokens
         for rank, (slot, p) in enumerate(ts.learner.successors(agent.slot, cfg.top_k, cfg.tau)):
-            nxt = ts.by_slot.get(slot)
-            if nxt is None or nxt.payload is None or not nxt.anchor_hashes or self._settled(nxt.agent_id, now):
+            nxt = by_slot.get(slot)
+            if nxt is None or nxt.payload is None or not nxt.anchor_hashes:
+                continue
+            aid = nxt.agent_id
+            last = last_acted.get(aid)
+            if last is not None and now - last < cooldown:
+                continue
+            memo = safe.get(aid)
+            if memo is not None and memo[0] == epoch and inserted < memo[1]:
                 continue
             if rank >= cfg.warm_top_k:
                 warm_ok = False                 # lower-ranked successors are only kept, not re-made

@@ -92,7 +92,8 @@ class SessionTracker:
     def resolve(self, view: RequestView, now: float, anchor_len: int = 0) -> Session:
         """The session ``view`` belongs to (created when new); marks it active.
         ``anchor_len``: blocks of the agent's fixed context, never a session boundary."""
-        self.expire(now)
+        if len(self.sessions) > self.config.max_sessions or now - self._expired_at >= 1.0:
+            self.expire(now)            # (its own early-out, checked here to save the call)
         tenant = view.tenant
         if view.session_id:
             key = (tenant, view.session_id)
