@@ -296,9 +296,9 @@ class Planner:
             if (memo is not None and memo[0] == res.epoch and res.inserted_tokens < memo[1]
                     and not retainable):
                 continue                        # found resident and safe recently; nothing moved since
-            resident = res.resident_prefix(c.hashes)
-            if resident > len(c.hashes) - max(1, res.stride):       # res.fully_resident, not recomputed
-                if res.near_eviction(c.hashes):
+            resident, full, near = res.verdict(c.hashes)
+            if full:
+                if near:
                     kind, cost = TOUCH, float(cfg.touch_cost_tokens)
                 elif retainable:
                     kind, cost = RETAIN, 0.0

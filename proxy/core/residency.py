@@ -288,6 +288,33 @@ class ResidencyShadow:
                 return True
         return False
 
+    def verdict(self, hashes: Sequence[int]) -> tuple[int, bool, bool]:
+        """(resident_prefix, fully_resident, near_eviction if fully resident else False) in one
+        call: what the planner asks of every candidate. Same answers as the three methods (the
+        residency tests pin that); inlined because it runs for most requests."""
+        blocks = self._stamp
+        n = len(hashes)
+        k = self.stride
+        if k <= 1:
+            resident = 0
+            for h in hashes:
+                if h not in blocks:
+                    break
+                resident += 1
+            k = 1
+        else:
+            resident = 0
+            for i in range(k - 1, n, k):
+                if hashes[i] not in blocks:
+                    break
+                resident = i + 1
+            else:
+                if n and hashes[n - 1] in blocks:
+                    resident = n
+        if resident <= n - k:
+            return resident, False, False
+        return resident, True, self.near_eviction(hashes)
+
     def _advance(self, budget: float) -> None:
         """Move the zone cursor until the live entries behind it hold ``budget`` tokens."""
         if self._zone_tok > budget * 1.5 + 1:

@@ -257,3 +257,18 @@ def test_compaction_dropping_stale_entries_keeps_the_tail_zone_cursor_consistent
             for h in ref.od:
                 assert r.near_eviction([h]) == (h in tail)
     assert filtered > 0
+
+
+@pytest.mark.parametrize("stride", [1, 2, 16])
+def test_verdict_answers_like_the_three_separate_questions(stride):
+    r = ResidencyShadow(16 * 60, near_eviction_fraction=0.25, stride=stride)
+    rng = random.Random(stride)
+    prompts = [[fam * 1000 + b for b in range(rng.randint(0, 40))] for fam in range(12)]
+    for step in range(300):
+        ids = rng.choice(prompts)
+        fwd(r, ids) if ids else None
+        probe = rng.choice(prompts)
+        probe = probe[: rng.randint(0, len(probe))]
+        full = r.fully_resident(probe)
+        want = (r.resident_prefix(probe), full, full and r.near_eviction(probe))
+        assert r.verdict(probe) == want, (step, len(probe))
