@@ -47,25 +47,27 @@ class ScoutPolicy:
             self.skipped_warmups += view.is_warmup
             return ObservedRequest(rid, None, view.session_id, None, hit)
         self.requests += 1
-        agent = self.agents.identify(view, now)
+        agents = self.agents
+        agent = agents.identify(view, now)
         anchor_len = len(agent.anchor_hashes) if agent else 0
         hit = self.residency.on_forward(view, now, anchor_len if agent else None)
         # blocks every request of the agent shares are never session boundaries: the marked anchor
         # for chat views, the learned shared-template skip for raw/trace views
-        floor = view.anchor_blocks if view.anchor_blocks > 0 else self.agents.tenant(view.tenant).skip
+        floor = view.anchor_blocks if view.anchor_blocks > 0 else agents.tenant(view.tenant).skip
         session = self.sessions.resolve(view, now, floor)
         predicted = None
         prev = session.agent
-        if agent is not None and prev is not None and self.agents.alive(prev) and prev.tenant == agent.tenant:
+        if (agent is not None and prev is not None and agents.by_id.get(prev.agent_id) is prev   # alive
+                and prev.tenant == agent.tenant):
             # a session resumed by its own agent after a tool_calls answer is the same turn going
             # on (the tool result), not an agent->agent transition: learning it as a self-loop
             # would teach "A follows A" where the workflow says "B follows A"
             if not (prev is agent and session.finish == "tool_calls"):
-                predicted = self.agents.tenant(agent.tenant).learner.update(prev.slot, agent.slot)
+                predicted = agents.tenant(agent.tenant).learner.update(prev.slot, agent.slot)
             else:
                 self.tool_resumes += 1
             if session.last_end is not None and session.inflight == 0:
-                self.agents.record_gap(prev, now - session.last_end, session.finish)
+                agents.record_gap(prev, now - session.last_end, session.finish)
         acted = self._conversion(agent, session, now) if self._acted else None
         if self.config.fanout_enabled:
             self._detect_fanout(view, session, agent, floor)
