@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/policy_core.py [--agents 64] [--sessions 1000] [--requests 20000]
                                                [--repeat 3] [--wall] [--history-blocks 256]
+    .venv/bin/python benchmarks/policy_core.py --bytecodes    # deterministic work count instead
 
 Workload: one tenant, ``--agents`` agents whose anchors are 24 blocks of 16 tokens; each of
 ``--sessions`` live sessions follows a noisy pipeline over all agents (next = current + 1 with
@@ -115,6 +116,51 @@ def run_latency(n_agents: int, n_sessions: int, n_requests: int, seed: int, cloc
     }
 
 
+def bytecodes_per_request(n_agents: int, n_sessions: int, seed: int, learn: int = 3000, count: int = 1200,
+                          history_blocks: int = 256) -> dict:
+    """Python bytecodes executed by observe_request + plan per request (a sys.settrace opcode
+    tracer): deterministic, so two trees can be compared on a machine too noisy to time them.
+    Counts Python-level work only (C calls count as one step)."""
+    counts: list[int] = []
+    n = [0]
+
+    def line(frame, event, arg):
+        if event == "opcode":
+            n[0] += 1
+        return line
+
+    planned = [False]
+
+    def call(frame, event, arg):
+        if frame.f_code.co_name == "observe_request":
+            planned[0] = True           # this window is observe+plan, not observe_response
+        frame.f_trace_opcodes = True
+        return line
+
+    seen = [0]
+
+    class Clock:
+        """run_latency's clock: switches the tracer on at t0 and off at t1 of each request."""
+        def __call__(self):
+            seen[0] += 1
+            phase = seen[0] % 2
+            if phase == 1:
+                n[0] = 0
+                planned[0] = False
+                sys.settrace(call)
+            else:
+                sys.settrace(None)
+                if planned[0]:
+                    counts.append(n[0])
+            return 0.0
+
+    # run_latency calls the clock in pairs (observe+plan, then observe_response)
+    run_latency(n_agents, n_sessions, (learn + count) * 4 // 5, seed, Clock(), history_blocks)
+    tail = sorted(counts[-count:])
+    return {"requests": len(tail), "mean": round(statistics.fmean(tail)), "p50": tail[len(tail) // 2],
+            "p99": tail[int(0.99 * len(tail))]}
+
+
 def snapshot_size(n_agents: int, seed: int) -> dict:
     """Learn a 24-agent workflow (dense-ish random chain over all pairs) and measure the snapshot."""
     rng = random.Random(seed)
@@ -159,7 +205,14 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="independent runs (the machine is shared)")
     ap.add_argument("--wall", action="store_true", help="time with perf_counter instead of CPU time")
     ap.add_argument("--history-blocks", type=int, default=256, help="cap on a session's history blocks")
+    ap.add_argument("--bytecodes", action="store_true",
+                    help="only count bytecodes per observe+plan (deterministic; slow: traced)")
     args = ap.parse_args()
+    if args.bytecodes:
+        print(json.dumps({"bytecodes_observe_plan": bytecodes_per_request(args.agents, args.sessions, args.seed,
+                                                                          history_blocks=args.history_blocks)},
+                         indent=2))
+        return 0
     gc.collect()
     clock = time.perf_counter if args.wall else time.thread_time
     runs = []
