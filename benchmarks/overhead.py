@@ -7,6 +7,8 @@ FastAPI+httpx pass-through, interleaved round by round in one run (so machine no
 Targets (each a separate process, one uvicorn worker, on 127.0.0.1):
   direct                  the fast upstream itself (benchmarks/fast_upstream.py)
   cachescout[aiohttp]     `cachescout serve --no-policy` (default transport: httpx API over aiohttp)
+  cachescout[policy]      the default configuration: policy on (parse, fingerprint, learn, plan) with
+                          `engine=none`, so the cost of learning is measured without warmup traffic
   cachescout[httpx]       same with CACHESCOUT_UPSTREAM_TRANSPORT=httpx (httpcore pool, sniffio installed)
   cachescout[httpx-no-sniffio]  the same as if sniffio were not installed (benchmarks/serve_without_sniffio.py)
   minimal                 benchmarks/minimal_passthrough.py
@@ -16,7 +18,7 @@ Phases per target and round: non-stream at concurrency 64 (req/s, CPU), non-stre
 /proc/<pid>/stat) over the requests it served in the measured phases. The load generator is an
 aiohttp client in this process; on a small machine it competes with the proxy for cores, which
 lowers every row's req/s alike; CPU ms/request is the figure least affected by that.
-The policy is off (--no-policy): this measures the forwarding path, not learning.
+The cachescout[policy] row adds the policy's per-request cost; the others measure forwarding alone.
 """
 
 from __future__ import annotations
@@ -185,6 +187,8 @@ def main() -> int:
     specs = [
         ("cachescout[aiohttp]", [py, "-m", "proxy.cli", "serve", "--no-policy", "--log-level", "warning",
                                  "--upstream-transport", "aiohttp"]),
+        ("cachescout[policy]", [py, "-m", "proxy.cli", "serve", "--log-level", "warning",
+                                "--upstream-transport", "aiohttp", "--set", "engine=none"]),
         ("cachescout[httpx]", [py, "-m", "proxy.cli", "serve", "--no-policy", "--log-level", "warning",
                                "--upstream-transport", "httpx"]),
         ("cachescout[httpx-no-sniffio]", [py, str(ROOT / "benchmarks" / "serve_without_sniffio.py"), "--no-policy",
