@@ -199,21 +199,6 @@ class ResidencyShadow:
         used = self._used
         zone_left = evicted = 0
         cur = self._cur
-        if cap > 0 and len(stamps) <= limit:
-            # the common case, a capacity-bound cache within its entry limit: one cheap test per
-            # step (evicting only shrinks the entry count, so the limit cannot be crossed here)
-            while used > cap and head < n:
-                h = qh[head]
-                st = qs[head]
-                head += 1
-                if stamps.get(h) != st:
-                    continue                    # stale: the block was touched again later
-                del stamps[h]
-                t = toks.pop(h)
-                used -= t
-                evicted += t
-                if head <= cur:
-                    zone_left += t
         while (len(stamps) > limit or (cap > 0 and used > cap)) and head < n:
             h = qh[head]
             st = qs[head]
