@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,18 +36,14 @@ from pathlib import Path
 
 import aiohttp
 
+from proxy.child_process import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 BODY = json.dumps({"model": "bench", "max_tokens": 64, "messages": [
     {"role": "system", "content": "You are a careful math tutor. " * 8},
     {"role": "user", "content": "What is six times seven?"}]}).encode()
 STREAM_BODY = BODY[:-1] + b', "stream": true}'
 TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cpu_seconds(pid: int) -> float:

@@ -16,19 +16,15 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import secrets
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 
+from proxy.child_process import child_process, free_port
 from proxy.demo_workload import DemoSpec, WorkloadResult, expected_requests, run_workload
 
 PHASES = ("direct", "via proxy")
@@ -232,50 +228,6 @@ def format_table(d: dict, p: dict) -> str:
     return "\n".join(lines)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_ready(url: str, proc: subprocess.Popen, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url}: process exited with {proc.returncode}")
-        try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} did not come up within {timeout:.0f}s")
-
-
-@contextlib.contextmanager
-def _process(cmd: list[str], ready_url: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
-    """A child process (engine or proxy) on loopback, stopped by its own PID on exit."""
-    # stderr goes to a file, not a pipe: an unread pipe fills up and blocks a chatty child.
-    with tempfile.TemporaryFile(mode="w+") as log_file:
-        proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL,
-                                stderr=log_file, text=True)
-        try:
-            try:
-                _wait_ready(ready_url, proc)
-            except RuntimeError:
-                log_file.seek(0)
-                sys.stderr.write(log_file.read()[-4000:])
-                raise
-            yield proc
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-
-
 def run(args: argparse.Namespace) -> int:
     """Engine and proxy run as child processes (each its own interpreter, as in production); the
     workload runs here. An in-thread proxy would share this process's GIL with the load generator and
@@ -312,16 +264,16 @@ def run(args: argparse.Namespace) -> int:
 
     proxy_env = {"CACHESCOUT_ADMIN_TOKEN": admin, "CACHESCOUT_POLICY_OVERRIDES": json.dumps(overrides),
                  "CACHESCOUT_POLICY_ENABLED": "false" if args.passthrough else "true"}
-    e1, e2, pp = _free_port(), _free_port(), _free_port()
+    e1, e2, pp = free_port(), free_port(), free_port()
     url1, url2, purl = (f"http://127.0.0.1:{e1}", f"http://127.0.0.1:{e2}", f"http://127.0.0.1:{pp}")
     with contextlib.ExitStack() as stack:
-        stack.enter_context(_process(engine_cmd(e1), url1 + "/health"))
+        stack.enter_context(child_process(engine_cmd(e1), url1 + "/health"))
         if args.sequential:
             # The brief's order: direct, reset the engine's cache, then through a fresh proxy.
             url2 = url1
         else:
-            stack.enter_context(_process(engine_cmd(e2), url2 + "/health"))
-        stack.enter_context(_process(proxy_cmd(pp, url2), purl + "/livez", env=proxy_env))
+            stack.enter_context(child_process(engine_cmd(e2), url2 + "/health"))
+        stack.enter_context(child_process(proxy_cmd(pp, url2), purl + "/livez", env=proxy_env))
         bars = {name: Progress(name, total, show and args.sequential) for name in PHASES}
         both = DualProgress(bars, show and not args.sequential)
 

@@ -21,10 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import os
 import shutil
-import socket
-import subprocess
 import sys
 import time
 import warnings
@@ -36,6 +33,7 @@ import pytest
 
 from dashboards.engine_metrics import engine_metric_names
 from dashboards.promql import metric_names
+from proxy.child_process import child_process, free_port
 from tests.deploy.conftest import REPO_ROOT, panel_targets
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.sockets, pytest.mark.slow]
@@ -43,43 +41,9 @@ pytestmark = [pytest.mark.prometheus, pytest.mark.sockets, pytest.mark.slow]
 SCRAPE_S = 1
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _tail(path: Path, n: int = 2000) -> str:
-    return path.read_text(errors="replace")[-n:] if path.exists() else ""
-
-
-@contextlib.contextmanager
-def process(args: list[str], ready_url: str, log: Path, timeout: float = 45.0) -> Iterator[subprocess.Popen]:
-    """Start a process (output to `log`), wait until `ready_url` answers 200, stop it on exit."""
-    with log.open("wb") as out:
-        proc = subprocess.Popen(args, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{args[:4]} exited with {proc.returncode}:\n{_tail(log)}")
-            try:
-                if httpx.get(ready_url, timeout=1.0).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{ready_url} not ready after {timeout}s:\n{_tail(log)}")
-            time.sleep(0.2)
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+def process(args: list[str], ready_url: str, log: Path, timeout: float = 45.0):
+    """A real process on loopback, its output kept in `log` for the failure message."""
+    return child_process(args, ready_url, cwd=REPO_ROOT, log_path=log, timeout=timeout)
 
 
 def cachescout(*args: str) -> list[str]:

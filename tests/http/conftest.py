@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from proxy.child_process import child_process, free_port  # noqa: F401 (free_port: used by tests)
 from proxy.http.app import create_app
 from proxy.settings import Settings
 
@@ -33,40 +31,11 @@ async def proxied(transport: httpx.AsyncBaseTransport, **kwargs) -> AsyncIterato
             yield client, app
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url: str, proc: subprocess.Popen, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"process exited early with {proc.returncode}: {proc.args}")
-        try:
-            if httpx.get(url, timeout=1.0).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} not up after {timeout}s")
-
-
 @contextlib.contextmanager
 def process(args: list[str], ready_url: str, env: dict | None = None) -> Iterator[subprocess.Popen]:
-    proc = subprocess.Popen(args, cwd=REPO_ROOT, env={**os.environ, **(env or {})},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        wait_http(ready_url, proc)
+    """A real process on loopback; any answer below 500 counts as up (the fake upstream's /health)."""
+    with child_process(args, ready_url, env=env, cwd=REPO_ROOT, timeout=20.0, ready=lambda status: status < 500) as proc:
         yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
 
 
 @pytest.fixture(scope="module")
