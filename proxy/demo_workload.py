@@ -49,6 +49,8 @@ class DemoSpec:
     max_tool_rounds: int = 2
     model: str = ""
     seed: int = 7
+    cache_salt: str | None = None        # vLLM cache_salt on every request (one tenant's isolation domain)
+    session_label: str = "session"       # body `user` = f"{session_label}-{sid}" (routers hash on it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +165,9 @@ async def _session(client: httpx.AsyncClient, url: str, spec: DemoSpec, sid: int
             body: dict = {"model": model, "messages": [{"role": "system", "content": agent.system}, task,
                                                        *transcript, *own],
                           "max_tokens": spec.max_tokens, "stream": True, "stream_options": {"include_usage": True},
-                          "temperature": 0, "user": f"session-{sid}"}
+                          "temperature": 0, "user": f"{spec.session_label}-{sid}"}
+            if spec.cache_salt:
+                body["cache_salt"] = spec.cache_salt
             if agent.tools:
                 body["tools"] = list(agent.tools)
                 body["tool_choice"] = "auto" if round_ < spec.max_tool_rounds else "none"

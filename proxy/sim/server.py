@@ -3,7 +3,10 @@
 Why: the demo, the tests and users without a GPU need an upstream whose prefix cache behaves like
 vLLM's and whose hit rate is ground truth. Routes: /v1/chat/completions, /v1/completions (text or
 token-id prompt), streaming or not; /v1/models, /tokenize, /detokenize, /reset_prefix_cache (vLLM),
-/flush_cache and /generate (SGLang), /health, /version, /metrics (its own registry, real engines' names).
+/flush_cache and /generate (SGLang), /health, /version, /metrics (its own registry, real engines' names);
+with `request_log > 0`, /debug/requests (the last N requests: arrival, whether it carried
+`X-CacheScout-Warmup`, its block hashes and cached tokens), which the multi-replica tests use to check
+where a router sent each warmup and each request. No prompt text is kept.
 
 `create_sim_app(config, clock=None)` builds an app; `app.state.sim` is the `SimService` (tests read
 the block pool through it).
@@ -14,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
@@ -22,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from proxy.sim import openai_io as io
 from proxy.sim.generation import plan_output
+from proxy.sim.engine import EngineRequest
 from proxy.sim.service import Pending, SimConfig, SimService
 
 
@@ -51,6 +56,17 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
     app = FastAPI(title="CacheScout simulated engine", docs_url=None, redoc_url=None, openapi_url=None,
                   lifespan=lifespan)
     app.state.sim = sim
+    requests_seen: deque[tuple[float, bool, EngineRequest]] = deque(maxlen=max(1, config.request_log))
+
+    def _log_request(request: Request, pending: Pending) -> None:
+        if config.request_log > 0:        # cached_tokens is known only after admission: read at /debug time
+            requests_seen.append((time.time(), request.headers.get("x-cachescout-warmup") == "1", pending.req))
+
+    if config.request_log > 0:
+        @app.get("/debug/requests")
+        async def debug_requests():
+            return {"requests": [{"t": t, "warmup": w, "hashes": list(r.hashes), "prompt_tokens": r.prompt_len,
+                                  "cached_tokens": r.cached_tokens} for t, w, r in requests_seen]}
 
     @app.exception_handler(io.ApiError)
     async def _api_error(_request: Request, exc: io.ApiError):
@@ -116,6 +132,7 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
             pending = sim.submit(job.prompt_ids, out, job.salt, job.priority)
         except ValueError as exc:
             raise io.ApiError(str(exc)) from exc
+        _log_request(request, pending)
         rid = io.new_id(kind)
         if job.stream:
             return StreamingResponse(_stream(sim, job, pending, rid), media_type="text/event-stream")

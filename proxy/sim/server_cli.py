@@ -42,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--step-base-ms", type=float, default=_C.step_base_s * 1000, help="fixed cost of each forward step")
     a("--kv-events-endpoint", default=None,
       help="publish vLLM-style KV events (ZMQ PUB + msgpack) on this endpoint, e.g. tcp://127.0.0.1:5557")
+    a("--request-log", type=int, default=0,
+      help="keep the last N requests (time, warmup header, block hashes, cached tokens) at "
+           "GET /debug/requests, for checking where a router sent warmups and traffic (default 0 = off)")
     a("--log-level", default="warning", help="uvicorn log level")
 
 
@@ -53,7 +56,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
                      max_num_seqs=args.max_num_seqs, speed=args.speed, output_tokens=args.output_tokens,
                      output_jitter=args.output_jitter, tool_call_share=args.tool_call_share, seed=args.seed,
                      prompt_tokens_details=not args.no_prompt_tokens_details, cost=cost,
-                     kv_events_endpoint=args.kv_events_endpoint)
+                     kv_events_endpoint=args.kv_events_endpoint, request_log=args.request_log)
 
 
 def run(args: argparse.Namespace) -> int:

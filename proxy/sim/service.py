@@ -53,6 +53,7 @@ class SimConfig:
     vocab_size: int = DEFAULT_VOCAB
     prompt_tokens_details: bool = True     # vLLM --enable-prompt-tokens-details
     kv_events_endpoint: str | None = None  # e.g. "tcp://127.0.0.1:5557": publish vLLM-style KV events
+    request_log: int = 0                   # keep the last N requests for GET /debug/requests (0 = off)
     cost: CostModel = field(default_factory=CostModel)
 
     def __post_init__(self) -> None:

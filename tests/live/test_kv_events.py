@@ -54,3 +54,26 @@ async def test_zmq_round_trip():
         await sub.stop()
         pub.close(0)
         ctx.term()
+
+
+def test_decode_vllm_032_tagged_maps():
+    """vLLM 0.32 (msgspec `tag=True`, not array_like) sends each event as a map under "type"."""
+    toks = list(range(200, 232))
+    stored = {"type": "BlockStored", "block_hashes": [b"\x01" * 32, b"\x02" * 32], "parent_block_hash": None,
+              "token_ids": toks, "block_size": 16, "lora_id": None, "medium": "GPU", "lora_name": None}
+    evs = decode_batch(batch(stored, {"type": "BlockRemoved", "block_hashes": [b"\x02" * 32], "medium": "GPU"},
+                             {"type": "AllBlocksCleared"}, {"type": "Unknown"}, {"no": "tag"}))
+    assert [e.kind for e in evs] == ["stored", "removed", "cleared"]
+    assert evs[0].token_ids == tuple(toks) and evs[0].block_size == 16 and evs[0].medium == "GPU"
+    res = KvResidency()
+    res.apply(evs[0])
+    assert res.resident_prefix_blocks(toks, 16) == 2
+
+
+def test_sim_publisher_speaks_the_map_format():
+    from proxy.sim.kv_publisher import to_wire
+
+    wire = to_wire(("BlockStored", [5, 6], 4, list(range(32)), 16, None, "GPU"))
+    assert wire["type"] == "BlockStored" and wire["parent_block_hash"] == 4 and wire["lora_name"] is None
+    assert [e.kind for e in decode_batch(batch(wire, to_wire(("BlockRemoved", [6], "GPU")),
+                                               to_wire(("AllBlocksCleared",))))] == ["stored", "removed", "cleared"]
