@@ -108,6 +108,10 @@ class Settings(BaseSettings):
     kv_events_endpoint: str | None = Field(None, description="vLLM KV-events ZMQ endpoint, e.g. tcp://127.0.0.1:5557")
     lmcache_url: str | None = Field(None, description="LMCache controller base URL (lookup/pin), optional")
     state_path: str | None = Field(None, description="file to save learned state at shutdown and load at start")
+    # --- i17: more than one replica -------------------------------------------------------------
+    state_bootstrap_path: str | None = Field(
+        None, description="read-only learned state to start from when state_path has none yet (a snapshot on a "
+        "shared volume or ConfigMap: a new replica is useful from its first minute); never written")
     kv_hints: bool = Field(False, description="opt-in: add vLLM kv_hints to forwarded requests")
     request_priority: bool = Field(False, description="opt-in: add SGLang priority to forwarded requests")
     warmup_prefill_share: float | None = Field(

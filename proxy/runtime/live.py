@@ -231,9 +231,17 @@ class LiveRuntime:
                            "warmup_tokens_per_s": round(refill), "warmup_burst_tokens": round(burst)}
 
     # -- state file -------------------------------------------------------------------------------------
+    def _initial_state_path(self) -> str | None:
+        """Where the initial state comes from: this replica's own `state_path` when it has saved one,
+        else the read-only `state_bootstrap_path` (a fleet snapshot on a shared volume/ConfigMap)."""
+        for path in (self.settings.state_path, self.settings.state_bootstrap_path):
+            if path and Path(path).is_file():
+                return path
+        return None
+
     def _load_state(self) -> None:
-        path = self.settings.state_path
-        if not path or not Path(path).is_file():
+        path = self._initial_state_path()
+        if path is None:
             return
         try:
             self.policy.restore(json.loads(Path(path).read_text()))

@@ -45,6 +45,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="PolicyConfig override for the scout policies (repeatable)")
     p.add_argument("--no-session-ids", action="store_true",
                    help="hide session ids from the scout policies (they infer sessions)")
+    p.add_argument("--replicas", type=int, default=1,
+                   help="engine replicas behind a router, each with its own cache of --capacity blocks and its "
+                        "own CacheScout sidecar (default 1: the single-engine replay)")
+    p.add_argument("--routing", default="session", choices=("round_robin", "session", "prefix"),
+                   help="with --replicas > 1: the router's rule (round_robin; session = consistent hash on the "
+                        "session id; prefix = the router's prefix index, like vllm-router cache_aware)")
+    p.add_argument("--scale", default=None, metavar="N,N,...",
+                   help="learning at scale: replay at each replica count (e.g. 1,2,4,8,16) under every routing "
+                        "and print hit rate, gain over LRU, top-1 accuracy and R")
+    p.add_argument("--scale-load", action="store_true",
+                   help="with --scale and --workload: N replicas get N times the sessions and concurrency "
+                        "(constant load per replica) instead of splitting one stream N ways")
+    p.add_argument("--bootstrap-share", type=float, default=0.0,
+                   help="with --replicas/--scale: one proxy learns on the first share of the stream (0..1); every "
+                        "replica starts from that snapshot and the rest of the stream is measured")
     p.add_argument("--out", default="replay-out", help="output directory")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--no-progress", action="store_true")
@@ -110,6 +125,9 @@ def run(args: argparse.Namespace) -> int:
     settings = ReplaySettings(block_size=block_size, latency_budget_s=args.latency_budget, ttl_s=args.ttl,
                               scout_overrides=overrides, use_sessions=not args.no_session_ids,
                               engines=args.engines, retention_s=args.retention_seconds, cost=CostModel())
+    if args.replicas > 1 or args.scale or args.bootstrap_share:
+        from .replay.fleet_report import run_fleet
+        return run_fleet(args, reqs, caps, policies, settings)
     t0 = time.perf_counter()
     results = replay(reqs, caps, policies, settings, progress=not args.no_progress)
     meta = {"title": args.workload or args.trace, "source": source,
