@@ -34,6 +34,7 @@ import shutil
 import statistics
 import sys
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ MODEL = "sim-llama-3.1-8b"
 ROUTER_POLICIES = ("round_robin", "consistent_hash", "cache_aware", "kv_aware")
 # The proxy's policy settings in these runs: the demo's (top-1 successor only, no survival sweeps).
 FLEET_POLICY: dict[str, float] = {"top_k": 1, "sweep_top_n": 0}
+START_TIMEOUT_S = 120.0     # a fleet's children start at once; on a loaded 2-core machine that takes a while
 
 
 def find_router() -> tuple[str | None, str]:
@@ -110,6 +112,23 @@ def router_cmd(router: str, port: int, workers: Sequence[str], policy: str,
     return cmd
 
 
+def _enter_all(stack: contextlib.ExitStack, ctxs: Sequence[contextlib.AbstractContextManager]) -> list[Any]:
+    """Start several children at once (each waits for its own readiness) and register their stops;
+    starting a fleet one process at a time costs seconds per process on a loaded machine."""
+    with ThreadPoolExecutor(max_workers=max(1, len(ctxs))) as pool:
+        futures = [pool.submit(c.__enter__) for c in ctxs]
+        errors, values = [], []
+        for c, f in zip(ctxs, futures):
+            try:
+                values.append(f.result())
+                stack.push(c.__exit__)
+            except Exception as exc:  # noqa: BLE001 - re-raised below after the others are registered
+                errors.append(exc)
+    if errors:
+        raise errors[0]
+    return values
+
+
 @contextlib.contextmanager
 def start_fleet(cfg: FleetConfig, with_scout: bool, admin: str, router: str | None) -> Iterator[Fleet]:
     """Engines (+ sidecars) (+ router) (+ front proxy); everything stopped on exit."""
@@ -117,22 +136,23 @@ def start_fleet(cfg: FleetConfig, with_scout: bool, admin: str, router: str | No
            "CACHESCOUT_POLICY_ENABLED": "true"}
     kv = cfg.router_policy == "kv_aware"
     with contextlib.ExitStack() as stack:
-        engines, zmq = [], []
+        engines, zmq, starts = [], [], []
         for _ in range(cfg.replicas):
             port, zport = free_port(), (free_port() if kv else None)
             url = f"http://127.0.0.1:{port}"
-            stack.enter_context(child_process(_engine_cmd(cfg, port, zport), url + "/health"))
+            starts.append(child_process(_engine_cmd(cfg, port, zport), url + "/health", timeout=START_TIMEOUT_S))
             engines.append(url)
             zmq.append(f"tcp://127.0.0.1:{zport}" if zport else "")
         workers, proxies = list(engines), []
         if with_scout and cfg.topology == "sidecar":
             workers = []
-            for url in engines:
+            for url in engines:                 # a sidecar starts without its engine (/livez is its own)
                 port = free_port()
                 purl = f"http://127.0.0.1:{port}"
-                stack.enter_context(child_process(_proxy_cmd(port, url), purl + "/livez", env=env))
+                starts.append(child_process(_proxy_cmd(port, url), purl + "/livez", env=env, timeout=START_TIMEOUT_S))
                 workers.append(purl)
                 proxies.append(purl)
+        _enter_all(stack, starts)
         if cfg.router_policy is None:
             if cfg.replicas != 1:
                 raise ValueError("more than one replica needs a router policy")
@@ -144,11 +164,12 @@ def start_fleet(cfg: FleetConfig, with_scout: bool, admin: str, router: str | No
             front = f"http://127.0.0.1:{port}"
             sources = list(zip(workers, zmq)) if kv else []
             stack.enter_context(child_process(router_cmd(router, port, workers, cfg.router_policy, sources),
-                                              front + "/readiness", timeout=60))
+                                              front + "/readiness", timeout=START_TIMEOUT_S))
         if with_scout and cfg.topology == "front":
             port = free_port()
             purl = f"http://127.0.0.1:{port}"
-            stack.enter_context(child_process(_proxy_cmd(port, front), purl + "/livez", env=env))
+            stack.enter_context(child_process(_proxy_cmd(port, front), purl + "/livez", env=env,
+                                              timeout=START_TIMEOUT_S))
             proxies.append(purl)
             front = purl
         yield Fleet(front, engines, proxies)
@@ -231,26 +252,30 @@ def _proxy_stats(url: str, auth: dict) -> dict[str, Any]:
             "predictions": st.get("predictions", 0)}
 
 
-def run_pair(cfg: FleetConfig, spec: DemoSpec, router: str | None = None) -> dict[str, Any]:
-    """Baseline fleet and CacheScout fleet side by side, same workload, same time."""
+def run_pair(cfg: FleetConfig, spec: DemoSpec, router: str | None = None, baseline: bool = True) -> dict[str, Any]:
+    """Baseline fleet and CacheScout fleet side by side, same workload, same time (`baseline=False`:
+    the CacheScout fleet alone, for the landing and isolation figures)."""
     admin = os.urandom(16).hex()
     auth = {"authorization": f"Bearer {admin}"}
     specs = _specs(spec, cfg)
-    with start_fleet(cfg, False, admin, router) as base, start_fleet(cfg, True, admin, router) as scout:
+    with contextlib.ExitStack() as fleets:
+        wanted = [start_fleet(cfg, True, admin, router)] + ([start_fleet(cfg, False, admin, router)] if baseline else [])
+        scout, *rest = _enter_all(fleets, wanted)
+
         async def both() -> tuple[list[WorkloadResult], list[WorkloadResult]]:
-            runs = [run_workload(f.url, s, model=MODEL) for f in (base, scout) for s in specs]
+            runs = [run_workload(f.url, s, model=MODEL) for f in (scout, *rest) for s in specs]
             done = await asyncio.gather(*runs)
             return list(done[:len(specs)]), list(done[len(specs):])
-        base_res, scout_res = asyncio.run(both())
+        scout_res, base_res = asyncio.run(both())
         logs = [httpx.get(e + "/debug/requests", timeout=30).json()["requests"] for e in scout.engines]
         proxies = [_proxy_stats(p, auth) for p in scout.proxies]
-    b, s = summarise(base_res), summarise(scout_res)
+    b, s = (summarise(base_res) if baseline else None), summarise(scout_res)
     out = {"config": {"replicas": cfg.replicas, "router_policy": cfg.router_policy, "topology": cfg.topology,
                       "cache_blocks": cfg.cache_blocks, "tenants": cfg.tenants},
            "baseline": b, "cachescout": s,
-           "hit_gain_pp": 100.0 * (s["hit_rate"] - b["hit_rate"]),
-           "ttft_change": s["ttft_mean_s"] / b["ttft_mean_s"] - 1.0 if b["ttft_mean_s"] else float("nan"),
-           "turn_change": s["turn_mean_s"] / b["turn_mean_s"] - 1.0 if b["turn_mean_s"] else float("nan"),
+           "hit_gain_pp": 100.0 * (s["hit_rate"] - b["hit_rate"]) if b else None,
+           "ttft_change": s["ttft_mean_s"] / b["ttft_mean_s"] - 1.0 if b and b["ttft_mean_s"] else None,
+           "turn_change": s["turn_mean_s"] / b["turn_mean_s"] - 1.0 if b and b["turn_mean_s"] else None,
            "landing": landing(logs), "isolation": isolation(logs),
            "proxies": proxies,
            "warmups": sum(p["warm_ok"] for p in proxies)}
