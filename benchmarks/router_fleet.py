@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from proxy.demo_workload import DemoSpec  # noqa: E402
 from proxy.router_fleet import FleetConfig, find_router, run_pair  # noqa: E402
 
-DEFAULT_CASES = ("single", "round_robin/sidecar", "consistent_hash/sidecar", "cache_aware/sidecar",
+DEFAULT_CASES = ("single", "round_robin/sidecar", "consistent_hash/sidecar", "sticky_least_loaded/sidecar",
+                 "cache_aware/sidecar",
                  "kv_aware/sidecar", "kv_aware/front", "consistent_hash/front")
 
 

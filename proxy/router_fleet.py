@@ -45,7 +45,7 @@ from proxy.child_process import child_process, free_port
 from proxy.demo_workload import DemoSpec, WorkloadResult, run_workload
 
 MODEL = "sim-llama-3.1-8b"
-ROUTER_POLICIES = ("round_robin", "consistent_hash", "cache_aware", "kv_aware")
+ROUTER_POLICIES = ("round_robin", "consistent_hash", "sticky_least_loaded", "cache_aware", "kv_aware")
 # The proxy's policy settings in these runs: the demo's (top-1 successor only, no survival sweeps).
 FLEET_POLICY: dict[str, float] = {"top_k": 1, "sweep_top_n": 0}
 START_TIMEOUT_S = 120.0     # a fleet's children start at once; on a loaded 2-core machine that takes a while
