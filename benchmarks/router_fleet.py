@@ -20,12 +20,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from proxy.demo_workload import DemoSpec  # noqa: E402
-from proxy.router_fleet import FleetConfig, find_router, run_pair  # noqa: E402
+from proxy.demo_workload import DemoSpec
+from proxy.router_fleet import FleetConfig, find_router, run_pair
 
-DEFAULT_CASES = ("single", "round_robin/sidecar", "consistent_hash/sidecar", "sticky_least_loaded/sidecar",
-                 "cache_aware/sidecar",
-                 "kv_aware/sidecar", "kv_aware/front", "consistent_hash/front")
+DEFAULT_CASES = (
+    "single",
+    "round_robin/sidecar",
+    "consistent_hash/sidecar",
+    "sticky_least_loaded/sidecar",
+    "cache_aware/sidecar",
+    "kv_aware/sidecar",
+    "kv_aware/front",
+    "consistent_hash/front",
+)
 
 
 def case_config(case: str, replicas: int, tenants: int) -> FleetConfig:
@@ -54,26 +61,43 @@ def main() -> int:
         for seed in args.seeds:
             cfg = case_config(case, args.replicas, args.tenants)
             n = cfg.replicas
-            spec = DemoSpec(agents=8, sessions=args.sessions * n // max(1, args.tenants),
-                            concurrency=max(1, args.concurrency * n // max(1, args.tenants)), predictability=0.9,
-                            max_tokens=64, tool_seconds=(0.3, 1.5), think_seconds=0.25, seed=seed)
+            spec = DemoSpec(
+                agents=8,
+                sessions=args.sessions * n // max(1, args.tenants),
+                concurrency=max(1, args.concurrency * n // max(1, args.tenants)),
+                predictability=0.9,
+                max_tokens=64,
+                tool_seconds=(0.3, 1.5),
+                think_seconds=0.25,
+                seed=seed,
+            )
             r = run_pair(cfg, spec, router)
             r["case"], r["seed"] = case, seed
             rows.append(r)
             b, s, land = r["baseline"], r["cachescout"], r["landing"]
-            print(f"{case:<26} seed {seed}: hit {b['hit_rate']:.3f} → {s['hit_rate']:.3f} ({r['hit_gain_pp']:+.1f} pp)  "
-                  f"TTFT {1000 * b['ttft_mean_s']:.0f} → {1000 * s['ttft_mean_s']:.0f} ms ({100 * r['ttft_change']:+.1f}%)  "
-                  f"warmups {land['warmups']}: landed {land['landed_share']:.0%}, wrong replica "
-                  f"{land['wrong_replica_share']:.0%}  errors {b['errors']}/{s['errors']}", flush=True)
-    print("\n| case | hit without → with (mean) | gain pp (mean, each seed) | TTFT change (mean) | warmups on the wrong replica |")
+            print(
+                f"{case:<26} seed {seed}: hit {b['hit_rate']:.3f} → {s['hit_rate']:.3f} "
+                f"({r['hit_gain_pp']:+.1f} pp)  TTFT {1000 * b['ttft_mean_s']:.0f} → {1000 * s['ttft_mean_s']:.0f} ms "
+                f"({100 * r['ttft_change']:+.1f}%)  "
+                f"warmups {land['warmups']}: landed {land['landed_share']:.0%}, wrong replica "
+                f"{land['wrong_replica_share']:.0%}  errors {b['errors']}/{s['errors']}",
+                flush=True,
+            )
+    print(
+        "\n| case | hit without → with (mean) | gain pp (mean, each seed) | TTFT change (mean) "
+        "| warmups on the wrong replica |"
+    )
     print("| --- | --- | --- | --- | --- |")
     for case in args.cases:
         rs = [r for r in rows if r["case"] == case]
         gains = [r["hit_gain_pp"] for r in rs]
-        print(f"| {case} | {statistics.fmean(r['baseline']['hit_rate'] for r in rs):.3f} → "
-              f"{statistics.fmean(r['cachescout']['hit_rate'] for r in rs):.3f} | {statistics.fmean(gains):+.1f} "
-              f"({', '.join(f'{g:+.1f}' for g in gains)}) | {100 * statistics.fmean(r['ttft_change'] for r in rs):+.1f}% | "
-              f"{statistics.fmean(r['landing']['wrong_replica_share'] for r in rs):.0%} |")
+        print(
+            f"| {case} | {statistics.fmean(r['baseline']['hit_rate'] for r in rs):.3f} → "
+            f"{statistics.fmean(r['cachescout']['hit_rate'] for r in rs):.3f} | {statistics.fmean(gains):+.1f} "
+            f"({', '.join(f'{g:+.1f}' for g in gains)}) | "
+            f"{100 * statistics.fmean(r['ttft_change'] for r in rs):+.1f}% | "
+            f"{statistics.fmean(r['landing']['wrong_replica_share'] for r in rs):.0%} |"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2, default=str))
     return 0

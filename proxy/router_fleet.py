@@ -48,7 +48,7 @@ MODEL = "sim-llama-3.1-8b"
 ROUTER_POLICIES = ("round_robin", "consistent_hash", "sticky_least_loaded", "cache_aware", "kv_aware")
 # The proxy's policy settings in these runs: the demo's (top-1 successor only, no survival sweeps).
 FLEET_POLICY: dict[str, float] = {"top_k": 1, "sweep_top_n": 0}
-START_TIMEOUT_S = 120.0     # a fleet's children start at once; on a loaded 2-core machine that takes a while
+START_TIMEOUT_S = 120.0  # a fleet's children start at once; on a loaded 2-core machine that takes a while
 
 
 def find_router() -> tuple[str | None, str]:
@@ -59,15 +59,17 @@ def find_router() -> tuple[str | None, str]:
     found = shutil.which("vllm-router")
     if found:
         return found, ""
-    return None, ("vllm-router is not installed (pip install 'cachescout[test]' pins vllm-router==0.1.17; its "
-                  "wheel is manylinux_2_28 x86_64 only)")
+    return None, (
+        "vllm-router is not installed (pip install 'cachescout[test]' pins vllm-router==0.1.17; its "
+        "wheel is manylinux_2_28 x86_64 only)"
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class FleetConfig:
     replicas: int = 2
-    router_policy: str | None = "consistent_hash"   # None: no router (one engine, the single-replica case)
-    topology: str = "sidecar"                       # "sidecar" | "front"
+    router_policy: str | None = "consistent_hash"  # None: no router (one engine, the single-replica case)
+    topology: str = "sidecar"  # "sidecar" | "front"
     cache_blocks: int = 480
     prefill_tps: float = 3000.0
     speed: float = 1.0
@@ -79,32 +81,83 @@ class FleetConfig:
 
 @dataclass(slots=True)
 class Fleet:
-    url: str                                        # where the clients send
+    url: str  # where the clients send
     engines: list[str]
-    proxies: list[str]                              # CacheScout URLs (sidecars or the front proxy)
+    proxies: list[str]  # CacheScout URLs (sidecars or the front proxy)
 
 
 def _engine_cmd(cfg: FleetConfig, port: int, zmq_port: int | None) -> list[str]:
-    cmd = [sys.executable, "-m", "proxy.cli", "sim-engine", "--port", str(port), "--model", MODEL,
-           "--capacity-blocks", str(cfg.cache_blocks), "--prefill-tokens-per-s", str(cfg.prefill_tps),
-           "--speed", str(cfg.speed), "--output-tokens", str(cfg.output_tokens), "--seed", str(cfg.seed),
-           "--tool-call-share", "0.5", "--request-log", "20000", "--log-level", "warning"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "proxy.cli",
+        "sim-engine",
+        "--port",
+        str(port),
+        "--model",
+        MODEL,
+        "--capacity-blocks",
+        str(cfg.cache_blocks),
+        "--prefill-tokens-per-s",
+        str(cfg.prefill_tps),
+        "--speed",
+        str(cfg.speed),
+        "--output-tokens",
+        str(cfg.output_tokens),
+        "--seed",
+        str(cfg.seed),
+        "--tool-call-share",
+        "0.5",
+        "--request-log",
+        "20000",
+        "--log-level",
+        "warning",
+    ]
     if zmq_port is not None:
         cmd += ["--kv-events-endpoint", f"tcp://127.0.0.1:{zmq_port}"]
     return cmd
 
 
 def _proxy_cmd(port: int, upstream: str) -> list[str]:
-    return [sys.executable, "-m", "proxy.cli", "serve", "--upstream", upstream, "--port", str(port),
-            "--log-level", "warning", "--set", "engine=sim", "--set", "scrape_interval=0.5",
-            "--set", "policy_plan_interval=0.1"]
+    return [
+        sys.executable,
+        "-m",
+        "proxy.cli",
+        "serve",
+        "--upstream",
+        upstream,
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        "--set",
+        "engine=sim",
+        "--set",
+        "scrape_interval=0.5",
+        "--set",
+        "policy_plan_interval=0.1",
+    ]
 
 
-def router_cmd(router: str, port: int, workers: Sequence[str], policy: str,
-               kv_sources: Sequence[tuple[str, str]] = ()) -> list[str]:
+def router_cmd(
+    router: str, port: int, workers: Sequence[str], policy: str, kv_sources: Sequence[tuple[str, str]] = ()
+) -> list[str]:
     """vllm-router 0.1.17's flags (checked against its `--help`), as docs/deploy.md documents them."""
-    cmd = [router, "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *workers, "--policy", policy,
-           "--prometheus-port", str(free_port()), "--log-level", "warning"]
+    cmd = [
+        router,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--worker-urls",
+        *workers,
+        "--policy",
+        policy,
+        "--prometheus-port",
+        str(free_port()),
+        "--log-level",
+        "warning",
+    ]
     for worker, endpoint in kv_sources:
         cmd += ["--kv-event-source", f"{worker}={endpoint}"]
     if kv_sources:
@@ -118,7 +171,7 @@ def _enter_all(stack: contextlib.ExitStack, ctxs: Sequence[contextlib.AbstractCo
     with ThreadPoolExecutor(max_workers=max(1, len(ctxs))) as pool:
         futures = [pool.submit(c.__enter__) for c in ctxs]
         errors, values = [], []
-        for c, f in zip(ctxs, futures):
+        for c, f in zip(ctxs, futures, strict=False):
             try:
                 values.append(f.result())
                 stack.push(c.__exit__)
@@ -132,8 +185,11 @@ def _enter_all(stack: contextlib.ExitStack, ctxs: Sequence[contextlib.AbstractCo
 @contextlib.contextmanager
 def start_fleet(cfg: FleetConfig, with_scout: bool, admin: str, router: str | None) -> Iterator[Fleet]:
     """Engines (+ sidecars) (+ router) (+ front proxy); everything stopped on exit."""
-    env = {"CACHESCOUT_ADMIN_TOKEN": admin, "CACHESCOUT_POLICY_OVERRIDES": json.dumps(cfg.policy),
-           "CACHESCOUT_POLICY_ENABLED": "true"}
+    env = {
+        "CACHESCOUT_ADMIN_TOKEN": admin,
+        "CACHESCOUT_POLICY_OVERRIDES": json.dumps(cfg.policy),
+        "CACHESCOUT_POLICY_ENABLED": "true",
+    }
     kv = cfg.router_policy == "kv_aware"
     with contextlib.ExitStack() as stack:
         engines, zmq, starts = [], [], []
@@ -146,7 +202,7 @@ def start_fleet(cfg: FleetConfig, with_scout: bool, admin: str, router: str | No
         workers, proxies = list(engines), []
         if with_scout and cfg.topology == "sidecar":
             workers = []
-            for url in engines:                 # a sidecar starts without its engine (/livez is its own)
+            for url in engines:  # a sidecar starts without its engine (/livez is its own)
                 port = free_port()
                 purl = f"http://127.0.0.1:{port}"
                 starts.append(child_process(_proxy_cmd(port, url), purl + "/livez", env=env, timeout=START_TIMEOUT_S))
@@ -162,14 +218,20 @@ def start_fleet(cfg: FleetConfig, with_scout: bool, admin: str, router: str | No
                 raise RuntimeError(find_router()[1])
             port = free_port()
             front = f"http://127.0.0.1:{port}"
-            sources = list(zip(workers, zmq)) if kv else []
-            stack.enter_context(child_process(router_cmd(router, port, workers, cfg.router_policy, sources),
-                                              front + "/readiness", timeout=START_TIMEOUT_S))
+            sources = list(zip(workers, zmq, strict=False)) if kv else []
+            stack.enter_context(
+                child_process(
+                    router_cmd(router, port, workers, cfg.router_policy, sources),
+                    front + "/readiness",
+                    timeout=START_TIMEOUT_S,
+                )
+            )
         if with_scout and cfg.topology == "front":
             port = free_port()
             purl = f"http://127.0.0.1:{port}"
-            stack.enter_context(child_process(_proxy_cmd(port, front), purl + "/livez", env=env,
-                                              timeout=START_TIMEOUT_S))
+            stack.enter_context(
+                child_process(_proxy_cmd(port, front), purl + "/livez", env=env, timeout=START_TIMEOUT_S)
+            )
             proxies.append(purl)
             front = purl
         yield Fleet(front, engines, proxies)
@@ -221,7 +283,7 @@ def _pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
     vs = sorted(values)
-    return vs[min(len(vs) - 1, max(0, int(round(q * (len(vs) - 1)))))]
+    return vs[min(len(vs) - 1, max(0, round(q * (len(vs) - 1))))]
 
 
 def summarise(results: Sequence[WorkloadResult]) -> dict[str, Any]:
@@ -230,10 +292,14 @@ def summarise(results: Sequence[WorkloadResult]) -> dict[str, Any]:
     prompt = sum(r.prompt_tokens for r in recs)
     cached = sum(r.cached_tokens for r in recs)
     ttfts = [r.ttft_s for r in recs if r.ttft_s is not None]
-    return {"requests": len(recs), "errors": sum(res.errors for res in results),
-            "hit_rate": cached / prompt if prompt else 0.0,
-            "ttft_mean_s": statistics.fmean(ttfts) if ttfts else float("nan"), "ttft_p50_s": _pct(ttfts, 0.5),
-            "turn_mean_s": statistics.fmean(turns) if turns else float("nan")}
+    return {
+        "requests": len(recs),
+        "errors": sum(res.errors for res in results),
+        "hit_rate": cached / prompt if prompt else 0.0,
+        "ttft_mean_s": statistics.fmean(ttfts) if ttfts else float("nan"),
+        "ttft_p50_s": _pct(ttfts, 0.5),
+        "turn_mean_s": statistics.fmean(turns) if turns else float("nan"),
+    }
 
 
 def _specs(spec: DemoSpec, cfg: FleetConfig) -> list[DemoSpec]:
@@ -247,9 +313,13 @@ def _specs(spec: DemoSpec, cfg: FleetConfig) -> list[DemoSpec]:
 def _proxy_stats(url: str, auth: dict) -> dict[str, Any]:
     eng = httpx.get(url + "/debug/engine", headers=auth, timeout=10).json()
     st = httpx.get(url + "/debug/state", headers=auth, timeout=10).json()["stats"]
-    return {"warm_ok": eng["executor"]["ok"], "warm_prompt_tokens": eng["executor"]["warm_prompt_tokens"],
-            "predictability": st["predictability"], "top1_accuracy": st["top1_accuracy"],
-            "predictions": st.get("predictions", 0)}
+    return {
+        "warm_ok": eng["executor"]["ok"],
+        "warm_prompt_tokens": eng["executor"]["warm_prompt_tokens"],
+        "predictability": st["predictability"],
+        "top1_accuracy": st["top1_accuracy"],
+        "predictions": st.get("predictions", 0),
+    }
 
 
 def run_pair(cfg: FleetConfig, spec: DemoSpec, router: str | None = None, baseline: bool = True) -> dict[str, Any]:
@@ -259,24 +329,36 @@ def run_pair(cfg: FleetConfig, spec: DemoSpec, router: str | None = None, baseli
     auth = {"authorization": f"Bearer {admin}"}
     specs = _specs(spec, cfg)
     with contextlib.ExitStack() as fleets:
-        wanted = [start_fleet(cfg, True, admin, router)] + ([start_fleet(cfg, False, admin, router)] if baseline else [])
+        wanted = [start_fleet(cfg, True, admin, router)] + (
+            [start_fleet(cfg, False, admin, router)] if baseline else []
+        )
         scout, *rest = _enter_all(fleets, wanted)
 
         async def both() -> tuple[list[WorkloadResult], list[WorkloadResult]]:
             runs = [run_workload(f.url, s, model=MODEL) for f in (scout, *rest) for s in specs]
             done = await asyncio.gather(*runs)
-            return list(done[:len(specs)]), list(done[len(specs):])
+            return list(done[: len(specs)]), list(done[len(specs) :])
+
         scout_res, base_res = asyncio.run(both())
         logs = [httpx.get(e + "/debug/requests", timeout=30).json()["requests"] for e in scout.engines]
         proxies = [_proxy_stats(p, auth) for p in scout.proxies]
     b, s = (summarise(base_res) if baseline else None), summarise(scout_res)
-    out = {"config": {"replicas": cfg.replicas, "router_policy": cfg.router_policy, "topology": cfg.topology,
-                      "cache_blocks": cfg.cache_blocks, "tenants": cfg.tenants},
-           "baseline": b, "cachescout": s,
-           "hit_gain_pp": 100.0 * (s["hit_rate"] - b["hit_rate"]) if b else None,
-           "ttft_change": s["ttft_mean_s"] / b["ttft_mean_s"] - 1.0 if b and b["ttft_mean_s"] else None,
-           "turn_change": s["turn_mean_s"] / b["turn_mean_s"] - 1.0 if b and b["turn_mean_s"] else None,
-           "landing": landing(logs), "isolation": isolation(logs),
-           "proxies": proxies,
-           "warmups": sum(p["warm_ok"] for p in proxies)}
+    out = {
+        "config": {
+            "replicas": cfg.replicas,
+            "router_policy": cfg.router_policy,
+            "topology": cfg.topology,
+            "cache_blocks": cfg.cache_blocks,
+            "tenants": cfg.tenants,
+        },
+        "baseline": b,
+        "cachescout": s,
+        "hit_gain_pp": 100.0 * (s["hit_rate"] - b["hit_rate"]) if b else None,
+        "ttft_change": s["ttft_mean_s"] / b["ttft_mean_s"] - 1.0 if b and b["ttft_mean_s"] else None,
+        "turn_change": s["turn_mean_s"] / b["turn_mean_s"] - 1.0 if b and b["turn_mean_s"] else None,
+        "landing": landing(logs),
+        "isolation": isolation(logs),
+        "proxies": proxies,
+        "warmups": sum(p["warm_ok"] for p in proxies),
+    }
     return out

@@ -183,8 +183,13 @@ def compose() -> dict:
 @pytest.mark.parametrize("profile", ["router-sidecar", "router-front"])
 def test_compose_router_profiles_validate(profile):
     exe = require_tool("docker-compose", "Debian package `docker-compose`")
-    done = subprocess.run([exe, "-f", str(COMPOSE), "--profile", profile, "config", "-q"], capture_output=True,
-                          text=True, timeout=60, cwd=REPO_ROOT)
+    done = subprocess.run(
+        [exe, "-f", str(COMPOSE), "--profile", profile, "config", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -199,7 +204,7 @@ def test_compose_router_sidecar_wiring(compose):
     assert flag_values(args, "--policy") == ["consistent_hash"]
     workers = flag_values(args, "--worker-urls")
     assert len(workers) >= 2
-    for w in workers:                       # every worker is a CacheScout sidecar of its own engine
+    for w in workers:  # every worker is a CacheScout sidecar of its own engine
         name = w.split("//")[1].split(":")[0]
         proxy = svcs[name]
         assert proxy["command"] == ["serve"] and w.endswith(":9000")

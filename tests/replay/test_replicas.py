@@ -22,7 +22,7 @@ def stream():
 def test_session_routing_keeps_every_session_on_one_replica(stream):
     where = route(stream, 4, "session")
     by_session: dict[str, set[int]] = {}
-    for r, k in zip(stream, where):
+    for r, k in zip(stream, where, strict=False):
         by_session.setdefault(r.session_id, set()).add(k)
     assert all(len(v) == 1 for v in by_session.values())
     assert len(set(where)) > 1
@@ -32,7 +32,7 @@ def test_round_robin_spreads_a_session(stream):
     where = route(stream, 4, "round_robin")
     assert where[:8] == [0, 1, 2, 3, 0, 1, 2, 3]
     spread = {}
-    for r, k in zip(stream, where):
+    for r, k in zip(stream, where, strict=False):
         spread.setdefault(r.session_id, set()).add(k)
     assert max(len(v) for v in spread.values()) > 1
 
@@ -42,7 +42,7 @@ def test_prefix_routing_follows_the_longest_routed_prefix(stream):
     agent's requests (same anchor, its first blocks) gather on one replica."""
     where = route(stream, 3, "prefix")
     by_anchor: dict[int, list[int]] = {}
-    for r, k in zip(stream, where):
+    for r, k in zip(stream, where, strict=False):
         by_anchor.setdefault(r.block_hashes[0], []).append(k)
     for ks in by_anchor.values():
         assert max(ks.count(k) for k in set(ks)) / len(ks) >= 0.8
@@ -86,15 +86,62 @@ def test_cli_replicas_and_scale(tmp_path, capsys):
     p = argparse.ArgumentParser()
     add_arguments(p)
     out = tmp_path / "o"
-    assert run(p.parse_args(["--workload", "selector", "--sessions", "12", "--replicas", "2", "--routing",
-                             "round_robin", "--capacity", "0.03", "--policies", "scout-proxy", "--out", str(out),
-                             "--no-progress"])) == 0
+    assert (
+        run(
+            p.parse_args(
+                [
+                    "--workload",
+                    "selector",
+                    "--sessions",
+                    "12",
+                    "--replicas",
+                    "2",
+                    "--routing",
+                    "round_robin",
+                    "--capacity",
+                    "0.03",
+                    "--policies",
+                    "scout-proxy",
+                    "--out",
+                    str(out),
+                    "--no-progress",
+                ]
+            )
+        )
+        == 0
+    )
     res = json.loads((out / "fleet.json").read_text())
     assert res["capacities"][0]["fleet"]["routing"] == "round_robin"
-    assert run(p.parse_args(["--workload", "selector", "--sessions", "8", "--scale", "1,2", "--scale-load",
-                             "--capacity", "0.03", "--policies", "scout-proxy", "--out", str(out),
-                             "--no-progress"])) == 0
+    assert (
+        run(
+            p.parse_args(
+                [
+                    "--workload",
+                    "selector",
+                    "--sessions",
+                    "8",
+                    "--scale",
+                    "1,2",
+                    "--scale-load",
+                    "--capacity",
+                    "0.03",
+                    "--policies",
+                    "scout-proxy",
+                    "--out",
+                    str(out),
+                    "--no-progress",
+                ]
+            )
+        )
+        == 0
+    )
     text = (out / "fleet.md").read_text()
     assert "| session | 2 |" in text and "| prefix | 1 |" in text
-    assert run(p.parse_args(["--trace", str(tmp_path / "missing.jsonl"), "--scale", "1,2", "--scale-load",
-                             "--out", str(out)])) == 2
+    assert (
+        run(
+            p.parse_args(
+                ["--trace", str(tmp_path / "missing.jsonl"), "--scale", "1,2", "--scale-load", "--out", str(out)]
+            )
+        )
+        == 2
+    )

@@ -8,12 +8,14 @@ def req(t, hashes, warmup=False):
 
 
 def test_next_user_decides_where_a_warmup_landed():
-    r0 = [req(1.0, [1, 2], warmup=True),          # used next on replica 0: landed
-          req(2.0, [1, 2, 3]),
-          req(3.0, [7, 8], warmup=True),          # next user of 8 is on replica 1: wrong replica
-          req(6.0, [7, 8, 9]),                    # (later used here too)
-          req(7.0, [5], warmup=True)]             # nobody uses 5 again: unused
-    r1 = [req(4.0, [7, 8, 10]), req(0.5, [5])]    # a use before the warmup does not count
+    r0 = [
+        req(1.0, [1, 2], warmup=True),  # used next on replica 0: landed
+        req(2.0, [1, 2, 3]),
+        req(3.0, [7, 8], warmup=True),  # next user of 8 is on replica 1: wrong replica
+        req(6.0, [7, 8, 9]),  # (later used here too)
+        req(7.0, [5], warmup=True),
+    ]  # nobody uses 5 again: unused
+    r1 = [req(4.0, [7, 8, 10]), req(0.5, [5])]  # a use before the warmup does not count
     out = landing([r0, r1])
     assert (out["warmups"], out["landed"], out["wrong_replica"], out["unused"]) == (3, 1, 1, 1)
     assert out["used_here_later"] == 2 and abs(out["wrong_replica_share"] - 1 / 3) < 1e-9

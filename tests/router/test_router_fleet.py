@@ -23,8 +23,8 @@ from proxy.router_fleet import FleetConfig, find_router, run_pair
 
 pytestmark = pytest.mark.sockets
 
-WRONG_REPLICA_SESSION = 0.10     # documented share for session affinity (measured: 0-3%)
-WRONG_REPLICA_KV_FRONT = 0.40    # documented share for kv_aware with CacheScout in front (measured: 10-35%)
+WRONG_REPLICA_SESSION = 0.10  # documented share for session affinity (measured: 0-3%)
+WRONG_REPLICA_KV_FRONT = 0.40  # documented share for kv_aware with CacheScout in front (measured: 10-35%)
 REPLICAS = 2
 
 ROUTER, WHY = find_router()
@@ -32,21 +32,45 @@ ROUTER, WHY = find_router()
 
 def spec(seed: int = 11) -> DemoSpec:
     # per tenant: 6 sessions over 2 replicas, 2 at a time; short tools and gaps to keep it to seconds
-    return DemoSpec(agents=4, tool_agents=2, sessions=6, concurrency=2, steps=(5, 7), predictability=0.95,
-                    anchor_words=(300, 400), task_words=(20, 40), tool_result_words=(20, 40),
-                    tool_seconds=(0.1, 0.3), think_seconds=0.05, max_tokens=16, seed=seed)
+    return DemoSpec(
+        agents=4,
+        tool_agents=2,
+        sessions=6,
+        concurrency=2,
+        steps=(5, 7),
+        predictability=0.95,
+        anchor_words=(300, 400),
+        task_words=(20, 40),
+        tool_result_words=(20, 40),
+        tool_seconds=(0.1, 0.3),
+        think_seconds=0.05,
+        max_tokens=16,
+        seed=seed,
+    )
 
 
 def run(policy: str, topology: str, need_warmups: bool = True, baseline: bool = True) -> dict:
     if ROUTER is None:
         pytest.skip(WHY)
-    cfg = FleetConfig(replicas=REPLICAS, router_policy=policy, topology=topology, cache_blocks=320,
-                      prefill_tps=6000.0, speed=1.0, tenants=2)
+    cfg = FleetConfig(
+        replicas=REPLICAS,
+        router_policy=policy,
+        topology=topology,
+        cache_blocks=320,
+        prefill_tps=6000.0,
+        speed=1.0,
+        tenants=2,
+    )
     res = run_pair(cfg, spec(), ROUTER, baseline=baseline)
-    b, s, land = res["baseline"] or {"hit_rate": float("nan"), "ttft_mean_s": float("nan"), "errors": 0}, \
-        res["cachescout"], res["landing"]
-    print(f"\n{policy}/{topology}: hit {b['hit_rate']:.3f} -> {s['hit_rate']:.3f}, TTFT {1000 * b['ttft_mean_s']:.0f} -> "
-          f"{1000 * s['ttft_mean_s']:.0f} ms, warmups {land}, isolation {res['isolation']}")
+    b, s, land = (
+        res["baseline"] or {"hit_rate": float("nan"), "ttft_mean_s": float("nan"), "errors": 0},
+        res["cachescout"],
+        res["landing"],
+    )
+    print(
+        f"\n{policy}/{topology}: hit {b['hit_rate']:.3f} -> {s['hit_rate']:.3f}, TTFT {1000 * b['ttft_mean_s']:.0f} -> "
+        f"{1000 * s['ttft_mean_s']:.0f} ms, warmups {land}, isolation {res['isolation']}"
+    )
     assert b["errors"] == 0 and s["errors"] == 0
     assert s["requests"] > 0 and (res["baseline"] is None or res["baseline"]["requests"] == s["requests"])
     assert land["warmups"] > 0 or not need_warmups, "the proxy never acted: nothing was measured"

@@ -37,14 +37,27 @@ def _scaled_stream(args: argparse.Namespace, learn: Sequence[ReplayRequest]):
     base = preset(args.workload, seed=args.seed, **({"sessions": args.sessions} if args.sessions else {}))
 
     def stream_for(n: int) -> list[ReplayRequest]:
-        reqs = generate(preset(args.workload, seed=args.seed, sessions=base.sessions * n,
-                               concurrency=base.concurrency * n, load=None if base.load is None else base.load * n))
+        reqs = generate(
+            preset(
+                args.workload,
+                seed=args.seed,
+                sessions=base.sessions * n,
+                concurrency=base.concurrency * n,
+                load=None if base.load is None else base.load * n,
+            )
+        )
         return split_for_bootstrap(reqs, args.bootstrap_share)[1] if learn else reqs
+
     return stream_for
 
 
-def run_fleet(args: argparse.Namespace, reqs: Sequence[ReplayRequest], caps: Sequence[int], policies: Sequence[str],
-              settings: ReplaySettings) -> int:
+def run_fleet(
+    args: argparse.Namespace,
+    reqs: Sequence[ReplayRequest],
+    caps: Sequence[int],
+    policies: Sequence[str],
+    settings: ReplaySettings,
+) -> int:
     try:
         learn, measure = split_for_bootstrap(reqs, args.bootstrap_share)
         counts = [int(x) for x in args.scale.split(",") if x.strip()] if args.scale else None
@@ -59,8 +72,14 @@ def run_fleet(args: argparse.Namespace, reqs: Sequence[ReplayRequest], caps: Seq
     for cap in caps:
         snap = learned_snapshot(learn, cap, settings) if learn else None
         row: dict = {"capacity_blocks_per_replica": cap}
-        md.append(f"## {cap} blocks per replica" + (f", replicas start from a snapshot learned on the first "
-                                                    f"{args.bootstrap_share:.0%} of the stream" if snap else ""))
+        md.append(
+            f"## {cap} blocks per replica"
+            + (
+                f", replicas start from a snapshot learned on the first {args.bootstrap_share:.0%} of the stream"
+                if snap
+                else ""
+            )
+        )
         if counts:
             scout = next((p for p in policies if p.startswith("scout-proxy")), "scout-proxy")
             stream_for = _scaled_stream(args, learn) if args.scale_load else None
@@ -68,18 +87,25 @@ def run_fleet(args: argparse.Namespace, reqs: Sequence[ReplayRequest], caps: Seq
             row["scale"] = rows
             md += ["", format_scale_table(rows), ""]
         else:
-            res = replay_fleet(measure, cap, [p for p in policies if p != "belady"], args.replicas, args.routing,
-                               settings, snap)
+            res = replay_fleet(
+                measure, cap, [p for p in policies if p != "belady"], args.replicas, args.routing, settings, snap
+            )
             row["fleet"] = res
-            md += ["", f"{args.replicas} replicas, routing {args.routing}", "",
-                   "| policy | hit | gain (pp) | TTFT mean (ms) | warmup tokens | top-1 | R |",
-                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+            md += [
+                "",
+                f"{args.replicas} replicas, routing {args.routing}",
+                "",
+                "| policy | hit | gain (pp) | TTFT mean (ms) | warmup tokens | top-1 | R |",
+                "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+            ]
             for name, s in res["policies"].items():
                 acc = s.get("top1_accuracy")
                 pr = s.get("predictability")
-                md.append(f"| {name} | {s['hit_rate']:.4f} | {s['gain_vs_lru_pp']:+.2f} | {1000 * s['ttft_mean_s']:.0f} | "
-                          f"{s['warmup_tokens']} | {'—' if acc is None else f'{acc:.2f}'} | "
-                          f"{'—' if pr is None else f'{pr:.2f}'} |")
+                md.append(
+                    f"| {name} | {s['hit_rate']:.4f} | {s['gain_vs_lru_pp']:+.2f} | {1000 * s['ttft_mean_s']:.0f} | "
+                    f"{s['warmup_tokens']} | {'—' if acc is None else f'{acc:.2f}'} | "
+                    f"{'—' if pr is None else f'{pr:.2f}'} |"
+                )
             md.append("")
         out["capacities"].append(row)
     out["elapsed_s"] = round(time.perf_counter() - t0, 3)

@@ -36,7 +36,7 @@ from .measure import RunRecorder
 from .runner import DECODE_BATCH, POLICIES, ReplaySettings, make_policy, run_policy
 
 ROUTINGS = ("round_robin", "session", "prefix")
-PREFIX_THRESHOLD = 0.3          # vllm-router --cache-threshold default
+PREFIX_THRESHOLD = 0.3  # vllm-router --cache-threshold default
 
 
 def route(requests: Sequence[ReplayRequest], replicas: int, routing: str) -> list[int]:
@@ -75,7 +75,10 @@ def _merge(recs: Sequence[RunRecorder], summaries: Sequence[dict], extras: Seque
     reqs = sum(s["requests"] for s in summaries)
     ttft = np.concatenate([r.latencies(DECODE_BATCH)[0] for r in recs]) if recs else np.zeros(0)
     out: dict[str, Any] = {
-        "requests": reqs, "prompt_tokens": prompt, "hit_tokens": hit, "hit_rate": hit / prompt if prompt else 0.0,
+        "requests": reqs,
+        "prompt_tokens": prompt,
+        "hit_tokens": hit,
+        "hit_rate": hit / prompt if prompt else 0.0,
         "block_hit_rate": (sum(s["block_hit_rate"] * s["requests"] for s in summaries) / reqs) if reqs else 0.0,
         "warmup_tokens": sum(s["warmup_tokens"] for s in summaries),
         "warmup_s": sum(s["warmup_s"] for s in summaries),
@@ -89,10 +92,16 @@ def _merge(recs: Sequence[RunRecorder], summaries: Sequence[dict], extras: Seque
         out["net_saved_vs_lru_s"] = sum(s["net_saved_vs_lru_s"] for s in summaries)
     preds = sum(int(e.get("predictions") or 0) for e in extras)
     if any("top1_accuracy" in e for e in extras):
-        out["top1_accuracy"] = (sum(e.get("top1_accuracy", 0.0) * int(e.get("predictions") or 0) for e in extras)
-                                / preds) if preds else 0.0
-        out["predictability"] = (sum(e.get("predictability", 0.0) * s["requests"] for e, s in zip(extras, summaries))
-                                 / reqs) if reqs else 0.0
+        out["top1_accuracy"] = (
+            (sum(e.get("top1_accuracy", 0.0) * int(e.get("predictions") or 0) for e in extras) / preds)
+            if preds
+            else 0.0
+        )
+        out["predictability"] = (
+            (sum(e.get("predictability", 0.0) * s["requests"] for e, s in zip(extras, summaries, strict=False)) / reqs)
+            if reqs
+            else 0.0
+        )
         out["predictions"] = preds
     return out
 
@@ -105,11 +114,16 @@ def _restore_after_setup(pol: Any, snapshot: dict) -> None:
     def setup_then_restore(*args: Any, **kwargs: Any) -> None:
         setup(*args, **kwargs)
         pol.sp.restore(snapshot)
+
     pol.setup = setup_then_restore
 
 
-def learned_snapshot(requests: Sequence[ReplayRequest], capacity: int, settings: ReplaySettings | None = None,
-                     policy: str = "scout-proxy") -> dict:
+def learned_snapshot(
+    requests: Sequence[ReplayRequest],
+    capacity: int,
+    settings: ReplaySettings | None = None,
+    policy: str = "scout-proxy",
+) -> dict:
     """The state one proxy learns from `requests` (a past day, or another replica's traffic)."""
     s = settings or ReplaySettings()
     pol = make_policy(policy, s)
@@ -117,8 +131,15 @@ def learned_snapshot(requests: Sequence[ReplayRequest], capacity: int, settings:
     return pol.sp.snapshot()
 
 
-def replay_fleet(requests: Sequence[ReplayRequest], capacity: int, policies: Sequence[str], replicas: int,
-                 routing: str, settings: ReplaySettings | None = None, snapshot: dict | None = None) -> dict:
+def replay_fleet(
+    requests: Sequence[ReplayRequest],
+    capacity: int,
+    policies: Sequence[str],
+    replicas: int,
+    routing: str,
+    settings: ReplaySettings | None = None,
+    snapshot: dict | None = None,
+) -> dict:
     """Every policy on an N-replica fleet (each replica `capacity` blocks). JSON-ready dict."""
     s = settings or ReplaySettings()
     names = list(dict.fromkeys(["lru", *policies]))
@@ -127,12 +148,18 @@ def replay_fleet(requests: Sequence[ReplayRequest], capacity: int, policies: Seq
             raise ValueError(f"unknown policy {n!r}; choose from {POLICIES}")
     assign = route(requests, replicas, routing)
     subs: list[list[ReplayRequest]] = [[] for _ in range(max(1, replicas))]
-    for r, k in zip(requests, assign):
+    for r, k in zip(requests, assign, strict=False):
         subs[k].append(r)
     span = (requests[-1].t - requests[0].t) if requests else 0.0
-    out: dict[str, Any] = {"replicas": int(replicas), "routing": routing, "capacity_blocks_per_replica": int(capacity),
-                           "requests": len(requests), "unique_blocks": unique_blocks(requests),
-                           "snapshot": snapshot is not None, "policies": {}}
+    out: dict[str, Any] = {
+        "replicas": int(replicas),
+        "routing": routing,
+        "capacity_blocks_per_replica": int(capacity),
+        "requests": len(requests),
+        "unique_blocks": unique_blocks(requests),
+        "snapshot": snapshot is not None,
+        "policies": {},
+    }
     lru_recs: list[RunRecorder | None] = [None] * len(subs)
     for name in names:
         recs, summaries, extras = [], [], []
@@ -154,16 +181,22 @@ def replay_fleet(requests: Sequence[ReplayRequest], capacity: int, policies: Seq
         merged["replay_seconds"] = time.perf_counter() - t0
         out["policies"][name] = merged
     lru = out["policies"]["lru"]
-    for name, summ in out["policies"].items():
+    for summ in out["policies"].values():
         summ["gain_vs_lru_pp"] = 100.0 * (summ["hit_rate"] - lru["hit_rate"])
     out["span_s"] = span
     return out
 
 
-def scale_table(requests: Sequence[ReplayRequest], capacity: int, replica_counts: Sequence[int],
-                routings: Sequence[str], policy: str = "scout-proxy", settings: ReplaySettings | None = None,
-                snapshot: dict | None = None,
-                stream_for: Callable[[int], Sequence[ReplayRequest]] | None = None) -> list[dict]:
+def scale_table(
+    requests: Sequence[ReplayRequest],
+    capacity: int,
+    replica_counts: Sequence[int],
+    routings: Sequence[str],
+    policy: str = "scout-proxy",
+    settings: ReplaySettings | None = None,
+    snapshot: dict | None = None,
+    stream_for: Callable[[int], Sequence[ReplayRequest]] | None = None,
+) -> list[dict]:
     """Learning at scale: for each routing and N, the scout policy's hit rate, its gain over LRU,
     top-1 next-agent accuracy and predictability R, merged over the fleet. `stream_for(n)` gives
     the stream for N replicas (e.g. N times the sessions: constant load per replica); default:
@@ -174,24 +207,38 @@ def scale_table(requests: Sequence[ReplayRequest], capacity: int, replica_counts
             reqs = stream_for(n) if stream_for is not None else requests
             res = replay_fleet(reqs, capacity, [policy], n, routing, settings, snapshot)
             p, lru = res["policies"][policy], res["policies"]["lru"]
-            rows.append({"routing": routing, "replicas": n, "lru_hit_rate": lru["hit_rate"],
-                         "hit_rate": p["hit_rate"], "gain_pp": p["gain_vs_lru_pp"],
-                         "top1_accuracy": p.get("top1_accuracy"), "predictability": p.get("predictability"),
-                         "ttft_mean_s": p["ttft_mean_s"], "lru_ttft_mean_s": lru["ttft_mean_s"],
-                         "warmup_tokens": p["warmup_tokens"], "net_saved_vs_lru_s": p.get("net_saved_vs_lru_s")})
+            rows.append(
+                {
+                    "routing": routing,
+                    "replicas": n,
+                    "lru_hit_rate": lru["hit_rate"],
+                    "hit_rate": p["hit_rate"],
+                    "gain_pp": p["gain_vs_lru_pp"],
+                    "top1_accuracy": p.get("top1_accuracy"),
+                    "predictability": p.get("predictability"),
+                    "ttft_mean_s": p["ttft_mean_s"],
+                    "lru_ttft_mean_s": lru["ttft_mean_s"],
+                    "warmup_tokens": p["warmup_tokens"],
+                    "net_saved_vs_lru_s": p.get("net_saved_vs_lru_s"),
+                }
+            )
     return rows
 
 
 def format_scale_table(rows: Sequence[dict]) -> str:
-    lines = ["| routing | replicas | LRU hit | scout hit | gain (pp) | top-1 acc | R | TTFT LRU → scout (ms) |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "| routing | replicas | LRU hit | scout hit | gain (pp) | top-1 acc | R | TTFT LRU → scout (ms) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for r in rows:
         acc = "—" if r["top1_accuracy"] is None else f"{r['top1_accuracy']:.2f}"
         pr = "—" if r["predictability"] is None else f"{r['predictability']:.2f}"
-        lines.append(f"| {r['routing']} | {r['replicas']} | {r['lru_hit_rate']:.3f} | {r['hit_rate']:.3f} | "
-                     f"{r['gain_pp']:+.1f} | {acc} | {pr} | {1000 * r['lru_ttft_mean_s']:.0f} → "
-                     f"{1000 * r['ttft_mean_s']:.0f} |")
+        lines.append(
+            f"| {r['routing']} | {r['replicas']} | {r['lru_hit_rate']:.3f} | {r['hit_rate']:.3f} | "
+            f"{r['gain_pp']:+.1f} | {acc} | {pr} | {1000 * r['lru_ttft_mean_s']:.0f} → "
+            f"{1000 * r['ttft_mean_s']:.0f} |"
+        )
     return "\n".join(lines)
 
 
-__all__ = ["ROUTINGS", "route", "replay_fleet", "learned_snapshot", "scale_table", "format_scale_table"]
+__all__ = ["ROUTINGS", "format_scale_table", "learned_snapshot", "replay_fleet", "route", "scale_table"]
