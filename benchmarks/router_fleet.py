@@ -3,6 +3,9 @@
     .venv/bin/python benchmarks/router_fleet.py                       # the default matrix, seeds 7 8 9
     .venv/bin/python benchmarks/router_fleet.py --cases single consistent_hash/sidecar --seeds 7
 
+`single-x2` is the machine-load control: two independent single-engine pairs at once (as many
+processes busy as a 2-replica fleet, no router), averaged.
+
 Each case is a pair run at once on two identical fleets (baseline: router → engines; treated: with
 CacheScout in the case's topology), on the `cachescout demo` workload (8-agent selector group chat,
 tool calls) scaled with the replica count: N replicas get N times the sessions and concurrency, so
@@ -16,6 +19,7 @@ import argparse
 import json
 import statistics
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -33,6 +37,25 @@ DEFAULT_CASES = (
     "kv_aware/front",
     "consistent_hash/front",
 )
+
+
+def run_parallel_singles(n: int, spec: DemoSpec, tenants: int, router: str) -> dict:
+    """`single-xN`: N independent single-engine pairs at once: the machine-load control for an
+    N-replica fleet (as many processes busy, no router), figures averaged over the N."""
+    cfg = case_config("single", 1, tenants)
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        runs = list(pool.map(lambda _: run_pair(cfg, spec, router), range(n)))
+    out = runs[0]
+    for key in ("hit_gain_pp", "ttft_change", "turn_change"):
+        out[key] = statistics.fmean(r[key] for r in runs)
+    for side in ("baseline", "cachescout"):
+        for key in ("hit_rate", "ttft_mean_s", "turn_mean_s"):
+            out[side][key] = statistics.fmean(r[side][key] for r in runs)
+        out[side]["errors"] = sum(r[side]["errors"] for r in runs)
+    out["landing"]["wrong_replica_share"] = statistics.fmean(r["landing"]["wrong_replica_share"] for r in runs)
+    out["landing"]["landed_share"] = statistics.fmean(r["landing"]["landed_share"] for r in runs)
+    out["landing"]["warmups"] = sum(r["landing"]["warmups"] for r in runs)
+    return out
 
 
 def case_config(case: str, replicas: int, tenants: int) -> FleetConfig:
@@ -59,6 +82,27 @@ def main() -> int:
     rows = []
     for case in args.cases:
         for seed in args.seeds:
+            if case.startswith("single-x"):
+                copies = int(case.removeprefix("single-x"))
+                spec = DemoSpec(
+                    agents=8,
+                    sessions=args.sessions,
+                    concurrency=args.concurrency,
+                    predictability=0.9,
+                    max_tokens=64,
+                    tool_seconds=(0.3, 1.5),
+                    think_seconds=0.25,
+                    seed=seed,
+                )
+                r = run_parallel_singles(copies, spec, args.tenants, router)
+                r["case"], r["seed"] = case, seed
+                rows.append(r)
+                print(
+                    f"{case:<26} seed {seed}: hit {r['baseline']['hit_rate']:.3f} → {r['cachescout']['hit_rate']:.3f} "
+                    f"({r['hit_gain_pp']:+.1f} pp)  TTFT change {100 * r['ttft_change']:+.1f}%",
+                    flush=True,
+                )
+                continue
             cfg = case_config(case, args.replicas, args.tenants)
             n = cfg.replicas
             spec = DemoSpec(
@@ -80,7 +124,8 @@ def main() -> int:
                 f"({r['hit_gain_pp']:+.1f} pp)  TTFT {1000 * b['ttft_mean_s']:.0f} → {1000 * s['ttft_mean_s']:.0f} ms "
                 f"({100 * r['ttft_change']:+.1f}%)  "
                 f"warmups {land['warmups']}: landed {land['landed_share']:.0%}, wrong replica "
-                f"{land['wrong_replica_share']:.0%}  errors {b['errors']}/{s['errors']}",
+                f"{land['wrong_replica_share']:.0%}  errors {b['errors']}/{s['errors']}  "
+                f"client requests per replica {r.get('client_requests_per_replica')}",
                 flush=True,
             )
     print(

@@ -50,7 +50,8 @@ class DemoSpec:
     model: str = ""
     seed: int = 7
     cache_salt: str | None = None        # vLLM cache_salt on every request (one tenant's isolation domain)
-    session_label: str = "session"       # body `user` = f"{session_label}-{sid}" (routers hash on it)
+    session_label: str = "session"       # body `user` = f"{session_label}-{sid}"
+    session_header: bool = False         # also send X-Session-ID (what routers' session affinity keys on)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +152,8 @@ async def _session(client: httpx.AsyncClient, url: str, spec: DemoSpec, sid: int
                    script: list[int], model: str, headers: dict, out: WorkloadResult, tick: Callable[[], None]) -> None:
     rng = random.Random(spec.seed * 1000 + sid)
     task = {"role": "user", "content": f"Task {sid}: " + _words(rng, rng.randint(*spec.task_words))}
+    if spec.session_header:
+        headers = {**headers, "x-session-id": f"{spec.session_label}-{sid}"}
     transcript: list[dict] = []
     cur: int | None = None
     for step in range(rng.randint(*spec.steps)):

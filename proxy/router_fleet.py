@@ -304,7 +304,11 @@ def summarise(results: Sequence[WorkloadResult]) -> dict[str, Any]:
 
 def _specs(spec: DemoSpec, cfg: FleetConfig) -> list[DemoSpec]:
     """One workload per tenant: the same agents and tasks (so only the salt tells them apart), each
-    tenant with its own cache_salt and session labels."""
+    tenant with its own cache_salt and session labels. Every request carries `X-Session-ID`:
+    vllm-router 0.1.17's session policies need the header, because its scan of a chat body for
+    `"user"` finds the first message's role instead of the field (body-only sessions all landed on
+    one replica)."""
+    spec = replace(spec, session_header=True)
     if cfg.tenants <= 1:
         return [spec]
     return [replace(spec, cache_salt=f"tenant-{i}-salt", session_label=f"t{i}-session") for i in range(cfg.tenants)]
@@ -357,6 +361,7 @@ def run_pair(cfg: FleetConfig, spec: DemoSpec, router: str | None = None, baseli
         "ttft_change": s["ttft_mean_s"] / b["ttft_mean_s"] - 1.0 if b and b["ttft_mean_s"] else None,
         "turn_change": s["turn_mean_s"] / b["turn_mean_s"] - 1.0 if b and b["turn_mean_s"] else None,
         "landing": landing(logs),
+        "client_requests_per_replica": [sum(1 for r in log if not r["warmup"]) for log in logs],
         "isolation": isolation(logs),
         "proxies": proxies,
         "warmups": sum(p["warm_ok"] for p in proxies),

@@ -87,6 +87,7 @@ def mean_r(res: dict) -> float:
 
 def test_sidecars_behind_consistent_hash_warm_where_the_session_goes():
     res = RESULTS["consistent_hash"] = run("consistent_hash", "sidecar")
+    assert min(res["client_requests_per_replica"]) > 0, res["client_requests_per_replica"]   # sessions spread
     assert res["landing"]["wrong_replica_share"] <= WRONG_REPLICA_SESSION, res["landing"]
     assert res["cachescout"]["hit_rate"] >= res["baseline"]["hit_rate"] - 0.01
 
