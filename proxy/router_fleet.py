@@ -238,36 +238,52 @@ def start_fleet(cfg: FleetConfig, with_scout: bool, admin: str, router: str | No
 
 
 # ---------------------------------------------------------------------------------------- measuring
-def landing(logs: Sequence[Sequence[dict]]) -> dict[str, Any]:
+def landing(logs: Sequence[Sequence[dict]], by_session: bool = False) -> dict[str, Any]:
     """Where each warmup landed, from the engines' request logs (one list per replica).
 
-    For each warmup, the *next* client request (on any replica) that contains the warmup's last
-    block is the one it was for: landed = that request went to the warmed replica; wrong_replica =
-    it went elsewhere (the router defeated the warmup); unused = no later client request needed it
-    (a prediction miss, not a routing problem). `used_here_later` also counts warmups whose block a
-    later client request on the same replica used at any time (a looser, sharing-friendly view)."""
-    uses: dict[int, list[tuple[float, int]]] = {}
-    for k, log in enumerate(logs):
-        for r in log:
-            if not r["warmup"]:
-                for h in r["hashes"]:
-                    uses.setdefault(h, []).append((r["t"], k))
+    The request a warmup was for is the next client request that contains the warmup's last block:
+    among all later requests (`by_session=False`: CacheScout in front, which warms for any session),
+    or among the sessions the warmed replica was serving when the warmup was sent (`by_session=True`:
+    a sidecar predicts only for sessions it has seen; their next request is the one it warmed for).
+    landed = that request went to the warmed replica; wrong_replica = it went elsewhere (the router
+    defeated the warmup); unused = no such request (a prediction miss, not a routing problem).
+    `used_here_later` counts warmups whose block any later client request on the same replica used."""
+    clients = sorted((r["t"], k, r.get("session"), r["hashes"]) for k, log in enumerate(logs)
+                     for r in log if not r["warmup"])
+    uses: dict[int, list[tuple[float, int, str | None]]] = {}
+    for t, k, sess, hashes in clients:
+        for h in hashes:
+            uses.setdefault(h, []).append((t, k, sess))
     out = {"warmups": 0, "landed": 0, "wrong_replica": 0, "unused": 0, "used_here_later": 0}
     for k, log in enumerate(logs):
         for r in log:
             if not r["warmup"] or not r["hashes"]:
                 continue
             out["warmups"] += 1
-            later = sorted((t, rep) for t, rep in uses.get(r["hashes"][-1], ()) if t > r["t"])
+            later = sorted(u for u in uses.get(r["hashes"][-1], ()) if u[0] > r["t"])
+            out["used_here_later"] += any(rep == k for _, rep, _ in later)
+            if by_session:
+                held = _sessions_held(clients, k, r["t"])
+                later = [u for u in later if u[2] in held]
             if not later:
                 out["unused"] += 1
                 continue
             out["landed" if later[0][1] == k else "wrong_replica"] += 1
-            out["used_here_later"] += any(rep == k for _, rep in later)
     n = out["warmups"]
     out["wrong_replica_share"] = out["wrong_replica"] / n if n else 0.0
     out["landed_share"] = out["landed"] / n if n else 0.0
     return out
+
+
+def _sessions_held(clients: Sequence[tuple], replica: int, t: float) -> set[str]:
+    """Sessions whose latest client request before `t` went to `replica`."""
+    last: dict[str, int] = {}
+    for tc, k, sess, _ in clients:
+        if tc >= t:
+            break
+        if sess is not None:
+            last[sess] = k
+    return {s for s, k in last.items() if k == replica}
 
 
 def isolation(logs: Sequence[Sequence[dict]]) -> dict[str, int]:
@@ -360,7 +376,7 @@ def run_pair(cfg: FleetConfig, spec: DemoSpec, router: str | None = None, baseli
         "hit_gain_pp": 100.0 * (s["hit_rate"] - b["hit_rate"]) if b else None,
         "ttft_change": s["ttft_mean_s"] / b["ttft_mean_s"] - 1.0 if b and b["ttft_mean_s"] else None,
         "turn_change": s["turn_mean_s"] / b["turn_mean_s"] - 1.0 if b and b["turn_mean_s"] else None,
-        "landing": landing(logs),
+        "landing": landing(logs, by_session=cfg.topology == "sidecar"),
         "client_requests_per_replica": [sum(1 for r in log if not r["warmup"]) for log in logs],
         "isolation": isolation(logs),
         "proxies": proxies,

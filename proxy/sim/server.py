@@ -5,7 +5,8 @@ vLLM's and whose hit rate is ground truth. Routes: /v1/chat/completions, /v1/com
 token-id prompt), streaming or not; /v1/models, /tokenize, /detokenize, /reset_prefix_cache (vLLM),
 /flush_cache and /generate (SGLang), /health, /version, /metrics (its own registry, real engines' names);
 with `request_log > 0`, /debug/requests (the last N requests: arrival, whether it carried
-`X-CacheScout-Warmup`, its block hashes and cached tokens), which the multi-replica tests use to check
+`X-CacheScout-Warmup`, a digest of its `X-Session-ID`, its block hashes and cached tokens), which the
+multi-replica tests use to check
 where a router sent each warmup and each request. No prompt text is kept.
 
 `create_sim_app(config, clock=None)` builds an app; `app.state.sim` is the `SimService` (tests read
@@ -15,6 +16,7 @@ the block pool through it).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import time
 from collections import deque
@@ -25,8 +27,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from proxy.sim import openai_io as io
-from proxy.sim.generation import plan_output
 from proxy.sim.engine import EngineRequest
+from proxy.sim.generation import plan_output
 from proxy.sim.service import Pending, SimConfig, SimService
 
 
@@ -56,17 +58,20 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
     app = FastAPI(title="CacheScout simulated engine", docs_url=None, redoc_url=None, openapi_url=None,
                   lifespan=lifespan)
     app.state.sim = sim
-    requests_seen: deque[tuple[float, bool, EngineRequest]] = deque(maxlen=max(1, config.request_log))
+    requests_seen: deque[tuple[float, bool, str | None, EngineRequest]] = deque(maxlen=max(1, config.request_log))
 
     def _log_request(request: Request, pending: Pending) -> None:
         if config.request_log > 0:        # cached_tokens is known only after admission: read at /debug time
-            requests_seen.append((time.time(), request.headers.get("x-cachescout-warmup") == "1", pending.req))
+            sid = request.headers.get("x-session-id")
+            requests_seen.append((time.time(), request.headers.get("x-cachescout-warmup") == "1",
+                                  hashlib.sha256(sid.encode()).hexdigest()[:12] if sid else None, pending.req))
 
     if config.request_log > 0:
         @app.get("/debug/requests")
         async def debug_requests():
-            return {"requests": [{"t": t, "warmup": w, "hashes": list(r.hashes), "prompt_tokens": r.prompt_len,
-                                  "cached_tokens": r.cached_tokens} for t, w, r in requests_seen]}
+            return {"requests": [{"t": t, "warmup": w, "session": sess, "hashes": list(r.hashes),
+                                  "prompt_tokens": r.prompt_len, "cached_tokens": r.cached_tokens}
+                                 for t, w, sess, r in requests_seen]}
 
     @app.exception_handler(io.ApiError)
     async def _api_error(_request: Request, exc: io.ApiError):
