@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import xxhash
+
 from . import snapshot as _snapshot
 from .actions import Action, ObservedRequest, PolicyStats
 from .agents import AgentRegistry
@@ -17,6 +19,12 @@ from .planner import Planner
 from .residency import ResidencyShadow
 from .sessions import Session, SessionTracker
 from .view import EngineLoad, RequestView, ResponseOutcome
+
+
+def _source_of(tenant: str, sid: str) -> int:
+    """An explicit session id as the prefix index's source (distinct sessions = distinct sources)."""
+    h = xxhash.xxh3_64_intdigest(f"{tenant}\x00{sid}".encode("utf-8", "surrogatepass"))
+    return h | 1 << 64                       # disjoint from the index's inferred (counter) sources
 
 
 class ScoutPolicy:
@@ -48,12 +56,13 @@ class ScoutPolicy:
             return ObservedRequest(rid, None, view.session_id, None, hit)
         self.requests += 1
         agents = self.agents
-        agent = agents.identify(view, now)
+        sid = view.session_id
+        agent = agents.identify(view, now, _source_of(view.tenant, sid) if sid else None)
         anchor_len = len(agent.anchor_hashes) if agent else 0
         hit = self.residency.on_forward(view, now, anchor_len if agent else None)
-        # blocks every request of the agent shares are never session boundaries: the marked anchor
-        # for chat views, the learned shared-template skip for raw/trace views
-        floor = view.anchor_blocks if view.anchor_blocks > 0 else agents.tenant(view.tenant).skip
+        # blocks every request of the agent shares are never session boundaries: its recurring
+        # prefix (the view's marked anchor while no agent is known)
+        floor = anchor_len if agent is not None else view.anchor_blocks
         session = self.sessions.resolve(view, now, floor)
         predicted = None
         prev = session.agent
