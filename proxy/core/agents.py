@@ -90,6 +90,7 @@ class AgentRegistry:
         self.promotions = 0
         self.retirements = 0
         self.repeats = 0
+        self.shared_depth = 0         # of the last identify(): blocks other sources share (session floor)
 
     def tenant(self, tenant: str) -> TenantState:
         ts = self.tenants.get(tenant)
@@ -116,7 +117,10 @@ class AgentRegistry:
         ts = self.tenants.get(view.tenant)
         if ts is not None and ts.restored:
             self._reattach(ts, hashes)
-        obs = self.index.observe(view.tenant, hashes, source, now, view.anchor_blocks)
+        t = view.block_tokens
+        recut = view.anchor_blocks == 0 and len(t) >= 2 and t[-1] < t[-2]
+        obs = self.index.observe(view.tenant, hashes, source, now, view.anchor_blocks, recut, view.header_blocks)
+        self.shared_depth = obs.shared
         for node in obs.retired:
             if isinstance(node.agent, Agent):
                 self.retirements += 1

@@ -233,6 +233,7 @@ def _chat_view(body: Mapping, headers, block_chars: int, cpt: float, chat: Mappi
         anchor_payload={**base, "messages": list(messages), "segs": tuple(segs), "block_chars": block_chars,
                         "header_blocks": header_blocks, "total_blocks": len(hashes)},
         context_payload=None if hidden_history else {**base, "messages": list(messages)},
+        header_blocks=header_blocks,
     )
 
 

@@ -61,9 +61,10 @@ class ScoutPolicy:
         anchor_len = len(agent.anchor_hashes) if agent else 0
         hit = self.residency.on_forward(view, now, anchor_len if agent else None)
         # blocks every request of the agent shares are never session boundaries: its recurring
-        # prefix (the view's marked anchor while no agent is known)
-        floor = anchor_len if agent is not None else view.anchor_blocks
-        session = self.sessions.resolve(view, now, floor)
+        # prefix (while no agent is known: the view's marked anchor, or what other sources share).
+        # A parent whose whole prompt later became the agent's anchor still counts (floor - 1).
+        floor = anchor_len if agent is not None else max(view.anchor_blocks, agents.shared_depth)
+        session = self.sessions.resolve(view, now, max(floor - 1, agents.shared_depth) if agent else floor)
         predicted = None
         prev = session.agent
         if (agent is not None and prev is not None and agents.by_id.get(prev.agent_id) is prev   # alive

@@ -27,15 +27,19 @@ Agents (the rules, in the order applied):
    source, whose only boundary is that mark. A system message with variable content (a selector
    prompt with the history inside) never recurs, so it is never an agent by its mark;
 2. a request belongs to the deepest live agent node on its chain;
-3. if the deepest recurring node on its chain is deeper than that agent, is not itself an
-   ancestor of any agent (a shared preamble never becomes an agent once one of its children
-   is one) and has enough sources (2 with no agent above it, ``min_sources_below`` = 3 below an
-   existing agent), it is promoted and the request belongs to it;
-4. a node that first looked like a leaf agent and later turns out to be the ancestor of two
-   agents (the preamble seen before its agents could be told apart) is *retired*: its deeper
-   agents keep their ids, the ancestor's id is dropped and never reused, and requests through it
-   that reach no deeper agent get no agent until their own branch point recurs. Agent ids never
-   change otherwise: an id is a function of (tenant, node's last hash).
+3. the deepest recurring node on the chain, if deeper than that agent and not itself an ancestor
+   of any agent (a shared preamble never becomes an agent once one of its children is one), is
+   promoted when its *evidence* is enough: exact repeats from >= 2 sources, a marked context
+   reached twice, or branching into >= ``min_children`` (3) children from >= 2 sources none of
+   which recurs itself (a child branch that recurs means this node is a preamble of agents that
+   are still being told apart). Below an existing agent the bar is ``min_sources_below`` (3)
+   sources, so a tail that happens to recur (one web page fetched twice) rarely splits an agent;
+4. a node promoted before its agents could be told apart (first calls of several agents behind
+   a shared preamble, before any of them recurred) and that later turns out to be the ancestor
+   of two agents is *retired*: the deeper agents keep their ids, the ancestor's id is dropped and
+   never reused, and requests through it that reach no deeper agent get no agent until their own
+   branch point recurs. Agent ids never change otherwise: an id is a function of (tenant, the
+   node's last hash), so it is stable as traffic arrives and across restarts (snapshot).
 
 Granularity. Blocks are the canonical view's (64 chars per message segment, a new block at each
 message start). The anchor ends at the last *full* block before the first variable character, so
@@ -63,7 +67,7 @@ MAX_SOURCES = 3
 
 class Node:
     __slots__ = ("edge", "parent", "children", "depth", "passes", "srcs", "end_srcs", "ends",
-                 "last_seen", "agent", "agents_below", "lineage", "tenant", "marked")
+                 "last_seen", "agent", "agents_below", "lineage", "tenant", "marked", "recut")
 
     def __init__(self, edge: tuple[int, ...], parent: "Node | None", depth: int, tenant: str) -> None:
         self.edge = edge
@@ -80,6 +84,7 @@ class Node:
         self.lineage = 0                # source of the latest request that ended here
         self.tenant = tenant
         self.marked = False             # a view marked its end as the fixed context (system message)
+        self.recut: int | None = None   # source of a request ending one (re-cut partial) block later
 
     @property
     def key(self) -> int:
@@ -90,6 +95,20 @@ class Node:
         return ((ch is not None and len(ch) >= 2 and len(self.srcs) >= 2) or len(self.end_srcs) >= 2
                 or (self.marked and self.passes >= 2))
 
+    def evidence(self, min_children: int) -> int:
+        """Distinct sources that support this node being an agent now (0: not yet)."""
+        if len(self.end_srcs) >= 2:
+            return len(self.end_srcs)                 # exact repeats
+        if self.marked and self.passes >= 2:
+            return max(2, len(self.srcs))             # a marked fixed context reached again
+        ch = self.children
+        if ch is None or len(ch) < min_children or len(self.srcs) < 2:
+            return 0
+        for c in ch.values():                         # a branch that recurs itself: a preamble
+            if len(c.srcs) >= 2:
+                return 0
+        return len(self.srcs)
+
 
 @dataclass(frozen=True, slots=True)
 class Observation:
@@ -99,6 +118,7 @@ class Observation:
     promoted: Node | None               # a node promoted by this request (the registry names it)
     retired: tuple[Node, ...]           # agent nodes retired by this promotion
     repeat: bool                        # the whole prompt was seen before from another source
+    shared: int = 0                     # depth of the deepest node other sources reached and branched after
 
 
 def _add(t: tuple[int, ...], s: int) -> tuple[int, ...]:
@@ -110,9 +130,10 @@ def _add(t: tuple[int, ...], s: int) -> tuple[int, ...]:
 class PrefixIndex:
     """Radix trees of block-hash chains, one root per tenant, one byte budget over all."""
 
-    def __init__(self, max_bytes: int = 16 << 20, min_sources_below: int = 3) -> None:
+    def __init__(self, max_bytes: int = 16 << 20, min_sources_below: int = 3, min_children: int = 3) -> None:
         self.max_bytes = max(1, int(max_bytes))
         self.min_sources_below = min_sources_below
+        self.min_children = min_children
         self.roots: dict[str, Node] = {}
         self.bytes = 0
         self.nodes = 0
@@ -179,8 +200,12 @@ class PrefixIndex:
                 node = child
                 pos += m
                 path.append(child)
-                if child.ends and pos < n and child.agent is None:
-                    lineage = child.lineage          # extends an earlier request
+                if pos < n and child.agent is None:
+                    if child.ends:
+                        lineage = child.lineage      # extends an earlier request
+                    elif child.recut is not None and (pos + 1 < n or hashes[pos] not in (child.children or ())):
+                        lineage = child.recut        # extends one, re-cutting its partial last block
+                                                     # (not: an exact repeat of it, one block on)
                 continue
             lo, hi = 1, min(m, n - pos)              # e[0] == hashes[pos]: k >= 1
             while lo < hi:                           # largest k with equal hashes[pos+k-1], e[k-1]
@@ -201,14 +226,19 @@ class PrefixIndex:
 
     # --- learning ------------------------------------------------------------------------------
     def observe(self, tenant: str, hashes: tuple[int, ...], source: int | None, now: float,
-                mark: int = 0) -> Observation:
+                mark: int = 0, recut: bool = False, floor: int = 0) -> Observation:
         """Insert one request's chain and apply the agent rules (module docstring). ``mark``: blocks
-        the view marks as its fixed context (a system/developer message; a generator's anchor)."""
+        the view marks as its fixed context (a system/developer message; a generator's anchor).
+        ``recut``: the last block is partial and a follow-up will re-cut it (raw prompts, traces):
+        a node is kept one block earlier too, so the follow-up still inherits this source.
+        ``floor``: a node this shallow is never promoted (the chat envelope: model + tools only)."""
         if not hashes:
-            return Observation(None, None, (), False)
+            return Observation(None, None, (), False, 0)
         if 0 < mark < len(hashes):
             mpath, _ = self._walk(tenant, hashes[:mark], True)
             mpath[-1].marked = True
+        if recut and len(hashes) >= 2:
+            self._walk(tenant, hashes[:-1], True)              # a boundary one block before the end
         path, lineage = self._walk(tenant, hashes, True)
         if source is None:
             source = lineage
@@ -216,21 +246,26 @@ class PrefixIndex:
             source = self._next_src
             self._next_src += 1
         end = path[-1]
+        if recut and len(path) >= 2 and path[-2].depth == len(hashes) - 1:
+            path[-2].recut = source
         repeat = end.ends > 0 and source not in end.end_srcs
         end.ends += 1
         end.end_srcs = _add(end.end_srcs, source)
         end.lineage = source
         leaves = self._leaves
         agent_node = cand = None
+        shared = 0
         for node in path:
             node.passes += 1
             if len(node.srcs) < MAX_SOURCES:
                 node.srcs = _add(node.srcs, source)
+            if len(node.srcs) >= 2 and node.children is not None and len(node.children) >= 2:
+                shared = node.depth
             node.last_seen = now
             if node.agent is not None:
                 agent_node = node
                 cand = None
-            elif node.agents_below == 0 and node.recurring():
+            elif node.agents_below == 0 and node.depth > floor and node.recurring():
                 cand = node
         if end.children is None and end in leaves:
             leaves.move_to_end(end)
@@ -238,13 +273,13 @@ class PrefixIndex:
         retired: tuple[Node, ...] = ()
         if cand is not None:
             need = 2 if agent_node is None else self.min_sources_below
-            if max(len(cand.srcs), len(cand.end_srcs)) >= need:
+            if cand.evidence(self.min_children) >= need:
                 promoted = cand
                 retired = self._mark_agent(cand)
                 agent_node = cand
         if self.bytes > self.max_bytes:
             self._evict(now)
-        return Observation(agent_node, promoted, retired, repeat)
+        return Observation(agent_node, promoted, retired, repeat, shared)
 
     def attach(self, node: Node, agent: Any) -> None:
         """Name a promoted node (the registry calls this with the Agent it created)."""

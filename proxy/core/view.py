@@ -24,6 +24,7 @@ class RequestView:
     anchor_payload: Any = None         # opaque to the core: what an adapter needs to rebuild the anchor
     context_payload: Any = None        # opaque: what an adapter needs to rebuild the whole prompt (tool_resume)
     n: int = 1                         # choices requested (n > 1: the engine forks the prompt: fan-out)
+    header_blocks: int = 0             # leading blocks that are only the envelope (model + tools): never an agent alone
 
     @property
     def total_tokens(self) -> int:
