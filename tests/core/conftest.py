@@ -33,7 +33,10 @@ class Workload:
             v = view_from_blocks(self.tenant, self.anchor(agent) + [next(self._ids)], BLOCK, anchor_blocks=ANCHOR,
                                  session_id=f"__prime{agent}.{i}", anchor_payload={"agent": agent},
                                  context_payload=None)
-            self.policy.observe_request(v, 0.0)
+            obs = self.policy.observe_request(v, 0.0)
+            self.policy.observe_response(obs.request_id, ResponseOutcome("stop"), 0.0)
+            tracker = self.policy.sessions                 # throwaway: no live session stays on it
+            tracker._drop(tracker.sessions[(self.tenant, f"__prime{agent}.{i}")])
 
     def anchor(self, agent: int) -> list[int]:
         return [agent * 1000 + b + 1 for b in range(ANCHOR)]
