@@ -91,6 +91,7 @@ class AgentRegistry:
         self.retirements = 0
         self.repeats = 0
         self.shared_depth = 0         # of the last identify(): blocks other sources share (session floor)
+        self.restored_pending = 0     # snapshot-restored agents not yet seen again
 
     def tenant(self, tenant: str) -> TenantState:
         ts = self.tenants.get(tenant)
@@ -108,29 +109,30 @@ class AgentRegistry:
         found = self.index.lookup(view.tenant, view.block_hashes)
         return found if isinstance(found, Agent) and self.alive(found) else None
 
-    def identify(self, view: RequestView, now: float, source: int | None = None) -> Agent | None:
+    def identify(self, view: RequestView, now: float, source: Any = None) -> Agent | None:
         """The agent that sent ``view`` (None: no recurring prefix reached yet). ``source``: the
         request's session identity when explicit (None: inferred by the index)."""
         hashes = view.block_hashes
         if not hashes:
             return None
-        ts = self.tenants.get(view.tenant)
-        if ts is not None and ts.restored:
-            self._reattach(ts, hashes)
+        if self.restored_pending:
+            ts = self.tenants.get(view.tenant)
+            if ts is not None and ts.restored:
+                self._reattach(ts, hashes)
         t = view.block_tokens
         recut = view.anchor_blocks == 0 and len(t) >= 2 and t[-1] < t[-2]
-        obs = self.index.observe(view.tenant, hashes, source, now, view.anchor_blocks, recut, view.header_blocks)
-        self.shared_depth = obs.shared
-        for node in obs.retired:
-            if isinstance(node.agent, Agent):
-                self.retirements += 1
-                self.remove(node.agent)
-            else:
-                self.index.detach(node)
-        node = obs.agent_node
+        node, promoted, retired, repeat, self.shared_depth = self.index.observe(
+            view.tenant, hashes, source, now, view.anchor_blocks, recut, view.header_blocks)
+        if retired:
+            for r in retired:
+                if isinstance(r.agent, Agent):
+                    self.retirements += 1
+                    self.remove(r.agent)
+                else:
+                    self.index.detach(r)
         if node is None:
             return None
-        if obs.promoted is node:
+        if promoted is node:
             self.promotions += 1
             ts = self.tenant(view.tenant)
             agent = ts.agents.get(node.key)
@@ -139,20 +141,20 @@ class AgentRegistry:
             agent.node = node
             self.index.attach(node, agent)
         agent = node.agent
-        if not isinstance(agent, Agent):
+        if agent is True:
             return None
         n = node.depth
-        if len(agent.anchor_hashes) != n:
+        if agent.anchor_len != n:
             agent.anchor_hashes = hashes[:n]
             agent.anchor_len = n
-            agent.anchor_block_tokens = view.block_tokens[:n]
+            agent.anchor_block_tokens = t[:n]
             agent.tokens = sum(agent.anchor_block_tokens)
             ts = self.tenants[agent.tenant]
             if agent.tokens > ts.max_anchor_tokens:
                 ts.max_anchor_tokens = agent.tokens
         if view.anchor_payload is not None and (agent.payload is None or agent.uses % 16 == 0):
             agent.payload = truncate_payload(view.anchor_payload, n)   # refreshed now and then
-        if obs.repeat:
+        if repeat:
             agent.repeats += 1
             self.repeats += 1
         agent.uses += 1
@@ -167,13 +169,17 @@ class AgentRegistry:
             agent = keys.pop(hashes[depth - 1], None)
             if not keys:
                 del ts.restored[depth]
-            if agent is None or not self.alive(agent):
+            if agent is None:
+                continue
+            self.restored_pending = max(0, self.restored_pending - 1)
+            if not self.alive(agent):
                 continue
             node = self.index.ensure(ts.tenant, hashes[:depth])
             if node.agent is None and node.agents_below == 0:
                 self.index._mark_agent(node)
                 self.index.attach(node, agent)
                 agent.node = node
+                agent.anchor_len = 0                 # refilled (hashes, tokens) by this very request
 
     def _create(self, ts: TenantState, key: int, now: float, agent_id: str | None = None,
                 slot: int | None = None) -> Agent:

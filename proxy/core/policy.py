@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-import xxhash
-
 from . import snapshot as _snapshot
 from .actions import Action, ObservedRequest, PolicyStats
 from .agents import AgentRegistry
@@ -19,12 +17,6 @@ from .planner import Planner
 from .residency import ResidencyShadow
 from .sessions import Session, SessionTracker
 from .view import EngineLoad, RequestView, ResponseOutcome
-
-
-def _source_of(tenant: str, sid: str) -> int:
-    """An explicit session id as the prefix index's source (distinct sessions = distinct sources)."""
-    h = xxhash.xxh3_64_intdigest(f"{tenant}\x00{sid}".encode("utf-8", "surrogatepass"))
-    return h | 1 << 64                       # disjoint from the index's inferred (counter) sources
 
 
 class ScoutPolicy:
@@ -57,7 +49,7 @@ class ScoutPolicy:
         self.requests += 1
         agents = self.agents
         sid = view.session_id
-        agent = agents.identify(view, now, _source_of(view.tenant, sid) if sid else None)
+        agent = agents.identify(view, now, (view.tenant, sid) if sid else None)   # explicit session: the source
         anchor_len = len(agent.anchor_hashes) if agent else 0
         hit = self.residency.on_forward(view, now, anchor_len if agent else None)
         # blocks every request of the agent shares are never session boundaries: its recurring

@@ -57,8 +57,7 @@ child is merged into it, and empty tenant roots go. Agent nodes are never evicte
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 NODE_BYTES = 200
 HASH_BYTES = 44
@@ -67,9 +66,9 @@ MAX_SOURCES = 3
 
 class Node:
     __slots__ = ("edge", "parent", "children", "depth", "passes", "srcs", "end_srcs", "ends",
-                 "last_seen", "agent", "agents_below", "lineage", "tenant", "marked", "recut")
+                 "agent", "agents_below", "lineage", "tenant", "marked", "recut")
 
-    def __init__(self, edge: tuple[int, ...], parent: "Node | None", depth: int, tenant: str) -> None:
+    def __init__(self, edge: tuple[int, ...], parent: "Node | None", depth: int) -> None:
         self.edge = edge
         self.parent = parent
         self.children: dict[int, Node] | None = None
@@ -78,13 +77,11 @@ class Node:
         self.srcs: tuple[int, ...] = ()
         self.end_srcs: tuple[int, ...] = ()
         self.ends = 0
-        self.last_seen = 0.0
         self.agent: Any = None          # the registry's Agent while this node is one
         self.agents_below = 0           # agent nodes strictly below
-        self.lineage = 0                # source of the latest request that ended here
-        self.tenant = tenant
+        self.lineage: Any = 0           # source of the latest request that ended here
         self.marked = False             # a view marked its end as the fixed context (system message)
-        self.recut: int | None = None   # source of a request ending one (re-cut partial) block later
+        self.recut: Any = None          # source of a request ending one (re-cut partial) block later
 
     @property
     def key(self) -> int:
@@ -110,9 +107,8 @@ class Node:
         return len(self.srcs)
 
 
-@dataclass(frozen=True, slots=True)
-class Observation:
-    """What one request's walk found."""
+class Observation(NamedTuple):
+    """What one request's walk found (a tuple: built once per request)."""
 
     agent_node: Node | None             # deepest live agent node on the chain (after promotion)
     promoted: Node | None               # a node promoted by this request (the registry names it)
@@ -145,7 +141,8 @@ class PrefixIndex:
     def _root(self, tenant: str) -> Node:
         r = self.roots.get(tenant)
         if r is None:
-            r = self.roots[tenant] = Node((), None, 0, tenant)
+            r = self.roots[tenant] = Node((), None, 0)
+            r.tenant = tenant                                # (roots only)
             self._charge(r)
         return r
 
@@ -154,20 +151,22 @@ class PrefixIndex:
         self.nodes += sign
 
     def _new_leaf(self, parent: Node, edge: tuple[int, ...], depth: int) -> Node:
-        leaf = Node(edge, parent, depth, parent.tenant)
-        if parent.children is None:
-            parent.children = {}
+        leaf = Node(edge, parent, depth)
+        ch = parent.children
+        if ch is None:
+            ch = parent.children = {}
             self._leaves.pop(parent, None)
-        parent.children[edge[0]] = leaf
-        self._charge(leaf)
+        ch[edge[0]] = leaf
+        self.bytes += NODE_BYTES + HASH_BYTES * len(edge)
+        self.nodes += 1
         self._leaves[leaf] = None
         return leaf
 
     def _split(self, parent: Node, child: Node, k: int) -> Node:
         """Cut child's edge after k hashes; returns the new middle node (child's stats copied)."""
         e = child.edge
-        mid = Node(e[:k], parent, parent.depth + k, parent.tenant)
-        mid.passes, mid.srcs, mid.last_seen = child.passes, child.srcs, child.last_seen
+        mid = Node(e[:k], parent, parent.depth + k)
+        mid.passes, mid.srcs = child.passes, child.srcs
         mid.agents_below = child.agents_below + (1 if child.agent is not None else 0)
         mid.children = {e[k]: child}
         parent.children[e[0]] = mid          # type: ignore[index]
@@ -177,26 +176,45 @@ class PrefixIndex:
         self.nodes += 1
         return mid
 
-    def _walk(self, tenant: str, hashes: tuple[int, ...], create: bool) -> tuple[list[Node], int | None]:
+    def _walk(self, tenant: str, hashes: tuple[int, ...], create: bool,
+              cuts: tuple[int, ...] = ()) -> tuple[list[Node], Any]:
         """Nodes on the chain from the root (the last one ends at len(hashes) when create), and the
-        lineage of the request this one extends (None: none)."""
+        lineage of the request this one extends (None: none). ``cuts``: depths that must end a node
+        (created by splitting when missing)."""
         node = self._root(tenant) if create else self.roots.get(tenant)
         path: list[Node] = []
-        lineage: int | None = None
+        lineage: Any = None
         if node is None:
             return path, None
         n, pos = len(hashes), 0
+        c1 = c2 = n
+        if create and cuts:
+            c1, c2 = cuts
+            c1 = c1 if 0 < c1 < n else n
+            c2 = c2 if 0 < c2 < n else n
+            if c2 < c1:
+                c1, c2 = c2, c1
+        nxt = c1
         while pos < n:
+            if nxt <= pos:
+                nxt = c2 if c2 > pos else n
             ch = node.children
             child = ch.get(hashes[pos]) if ch is not None else None
             if child is None:
                 if not create:
                     break
-                path.append(self._new_leaf(node, hashes[pos:], n))
-                return path, lineage
+                node = self._new_leaf(node, hashes[pos:nxt], nxt)
+                path.append(node)
+                pos = nxt
+                continue
             e = child.edge
             m = len(e)
             if pos + m <= n and hashes[pos + m - 1] == e[-1]:
+                if pos + m > nxt:                    # the edge runs past a required boundary
+                    node = self._split(node, child, nxt - pos)
+                    pos = nxt
+                    path.append(node)
+                    continue
                 node = child
                 pos += m
                 path.append(child)
@@ -217,7 +235,9 @@ class PrefixIndex:
             k = lo
             if not create:
                 break
-            if k == m - 1 and child.ends and child.children is None and pos + k < n:
+            if pos + k > nxt:
+                k = nxt - pos
+            elif k == m - 1 and child.ends and child.children is None and pos + k < n:
                 lineage = child.lineage              # re-cut partial last block of an earlier prompt
             node = self._split(node, child, k)
             pos += k
@@ -225,21 +245,22 @@ class PrefixIndex:
         return path, lineage
 
     # --- learning ------------------------------------------------------------------------------
-    def observe(self, tenant: str, hashes: tuple[int, ...], source: int | None, now: float,
-                mark: int = 0, recut: bool = False, floor: int = 0) -> Observation:
+    def observe(self, tenant: str, hashes: tuple[int, ...], source: Any, now: float,
+                mark: int = 0, recut: bool = False, floor: int = 0) -> tuple:
         """Insert one request's chain and apply the agent rules (module docstring). ``mark``: blocks
         the view marks as its fixed context (a system/developer message; a generator's anchor).
         ``recut``: the last block is partial and a follow-up will re-cut it (raw prompts, traces):
         a node is kept one block earlier too, so the follow-up still inherits this source.
-        ``floor``: a node this shallow is never promoted (the chat envelope: model + tools only)."""
-        if not hashes:
-            return Observation(None, None, (), False, 0)
-        if 0 < mark < len(hashes):
-            mpath, _ = self._walk(tenant, hashes[:mark], True)
-            mpath[-1].marked = True
-        if recut and len(hashes) >= 2:
-            self._walk(tenant, hashes[:-1], True)              # a boundary one block before the end
-        path, lineage = self._walk(tenant, hashes, True)
+        ``floor``: a node this shallow is never promoted (the chat envelope: model + tools only).
+        Returns the fields of an ``Observation`` as a plain tuple (once per request: no object).
+        ``hashes`` must not be empty."""
+        n = len(hashes)
+        path, lineage = self._walk(tenant, hashes, True, (mark, n - 1 if recut else 0))
+        if mark:
+            for node in path:
+                if node.depth >= mark:
+                    node.marked = node.marked or node.depth == mark
+                    break
         if source is None:
             source = lineage
         if source is None:
@@ -250,22 +271,29 @@ class PrefixIndex:
             path[-2].recut = source
         repeat = end.ends > 0 and source not in end.end_srcs
         end.ends += 1
-        end.end_srcs = _add(end.end_srcs, source)
+        es = end.end_srcs
+        if source not in es and len(es) < MAX_SOURCES:
+            end.end_srcs = es + (source,)
         end.lineage = source
         leaves = self._leaves
         agent_node = cand = None
         shared = 0
         for node in path:
             node.passes += 1
-            if len(node.srcs) < MAX_SOURCES:
-                node.srcs = _add(node.srcs, source)
-            if len(node.srcs) >= 2 and node.children is not None and len(node.children) >= 2:
-                shared = node.depth
-            node.last_seen = now
+            srcs = node.srcs
+            if source not in srcs and len(srcs) < MAX_SOURCES:
+                node.srcs = srcs = srcs + (source,)
             if node.agent is not None:
                 agent_node = node
                 cand = None
-            elif node.agents_below == 0 and node.depth > floor and node.recurring():
+                continue
+            ch = node.children
+            if ch is not None and len(ch) >= 2 and len(srcs) >= 2:
+                shared = node.depth
+                if node.agents_below == 0 and shared > floor:
+                    cand = node
+            elif (node.marked and node.passes >= 2 or len(node.end_srcs) >= 2) \
+                    and node.agents_below == 0 and node.depth > floor:
                 cand = node
         if end.children is None and end in leaves:
             leaves.move_to_end(end)
@@ -279,7 +307,7 @@ class PrefixIndex:
                 agent_node = cand
         if self.bytes > self.max_bytes:
             self._evict(now)
-        return Observation(agent_node, promoted, retired, repeat, shared)
+        return agent_node, promoted, retired, repeat, shared          # an Observation's fields
 
     def attach(self, node: Node, agent: Any) -> None:
         """Name a promoted node (the registry calls this with the Agent it created)."""
@@ -341,8 +369,7 @@ class PrefixIndex:
         parent = leaf.parent
         self._charge(leaf, -1)
         self.evicted += 1
-        if parent is None:                                   # an empty tenant root
-            self.roots.pop(leaf.tenant, None)
+        if parent is None:
             return
         ch = parent.children
         if ch is not None:

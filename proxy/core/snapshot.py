@@ -63,6 +63,7 @@ def load(registry: AgentRegistry, data: dict[str, Any], max_bytes: int) -> None:
             a.anchor_len = int(depth)
             if a.anchor_len > 0:
                 ts.restored.setdefault(a.anchor_len, {})[a.key] = a
+                registry.restored_pending += 1
             a.tokens = int(tokens)
             a.uses = int(uses)
             a.gaps.extend(float(g) for g in gaps)
