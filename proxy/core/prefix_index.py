@@ -256,11 +256,6 @@ class PrefixIndex:
         ``hashes`` must not be empty."""
         n = len(hashes)
         path, lineage = self._walk(tenant, hashes, True, (mark, n - 1 if recut else 0))
-        if mark:
-            for node in path:
-                if node.depth >= mark:
-                    node.marked = node.marked or node.depth == mark
-                    break
         if source is None:
             source = lineage
         if source is None:
@@ -280,6 +275,8 @@ class PrefixIndex:
         shared = 0
         for node in path:
             node.passes += 1
+            if node.depth == mark:
+                node.marked = True
             srcs = node.srcs
             if source not in srcs and len(srcs) < MAX_SOURCES:
                 node.srcs = srcs = srcs + (source,)
@@ -295,8 +292,8 @@ class PrefixIndex:
             elif (node.marked and node.passes >= 2 or len(node.end_srcs) >= 2) \
                     and node.agents_below == 0 and node.depth > floor:
                 cand = node
-        if end.children is None and end in leaves:
-            leaves.move_to_end(end)
+        if end.ends > 1 and end.children is None and end in leaves:
+            leaves.move_to_end(end)                  # a repeat: this leaf is hot again
         promoted = None
         retired: tuple[Node, ...] = ()
         if cand is not None:
