@@ -59,6 +59,7 @@ def view_from_blocks(
     anchor_payload: Any = None,
     context_payload: Any = None,
     n: int = 1,
+    header_blocks: int = 0,
 ) -> RequestView:
     """A view from engine-style block ids (traces, the simulator), used as the hash chain as-is.
 
@@ -87,4 +88,5 @@ def view_from_blocks(
         anchor_payload=anchor_payload,
         context_payload=context_payload,
         n=max(1, int(n)),
+        header_blocks=max(0, int(header_blocks)),
     )
