@@ -60,7 +60,7 @@ def agent_id_for(tenant: str, key: int) -> str:
 
 
 class TenantState:
-    """One tenant's agents, learned skip and transition chain."""
+    """One tenant's agents (by key and slot) and transition chain."""
 
     def __init__(self, tenant: str, config: PolicyConfig) -> None:
         self.tenant = tenant
