@@ -50,7 +50,7 @@ that changes per session before any agent-specific text leaves only the part bef
 so such agents are found per value (documented limitation).
 
 Memory: every node is charged ~200 B + 44 B per edge hash; over ``max_bytes`` the least recently
-reached leaves (one-off tails: the cheap aged-out candidates) are evicted down to 63/64 of it, a parent left with one
+reached leaves (one-off tails: the cheap aged-out candidates) are evicted until it fits again, a parent left with one
 child is merged into it, and empty tenant roots go. Agent nodes are never evicted while alive.
 """
 
@@ -352,8 +352,8 @@ class PrefixIndex:
     # --- memory ----------------------------------------------------------------------------------
     def _evict(self, now: float) -> None:
         leaves = self._leaves
-        budget = self.max_bytes - self.max_bytes // 64      # a little below the cap: amortised,
-                                                             # yet no long pause (~tens of leaves)
+        budget = self.max_bytes                              # just under the cap: at steady state each
+                                                             # new tail evicts about one cold leaf (no pauses)
         guard = len(leaves) + 16
         while self.bytes > budget and leaves and guard > 0:
             guard -= 1
