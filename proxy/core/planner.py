@@ -72,6 +72,7 @@ class Planner:
         self._budget = (0.0, 0.0)
         self.emitted: dict[str, int] = {}
         self.failed = 0
+        self.hints: Any = None      # runtime hints (core.hint_actions.HintDriver): extra candidates
 
     # --- gate ------------------------------------------------------------------------------------
     def gate_open(self, ts: TenantState, now: float | None = None) -> bool:
@@ -128,6 +129,10 @@ class Planner:
                 cands.append(_Candidate(float(sum(toks)), REASON_FANOUT, agent.tenant, out_id, hashes,
                                         toks, payload, 1.0, None, False, True))
             self.fanout.clear()
+        if self.hints is not None:                       # runtime hints: facts and trusted predictions
+            for h in self.hints.candidates(now):
+                cands.append(_Candidate(h.score, h.reason, h.tenant, h.anchor_id, h.hashes, h.block_tokens,
+                                        h.payload, h.prob, h.lead, h.warm_ok, h.context))
         if now - self._last_sweep >= cfg.sweep_interval_s:
             self._last_sweep = now
             self._sweep_candidates(now, gates, cands)
