@@ -29,42 +29,13 @@ from typing import Any
 from .actions import REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, REASON_TRANSITION
 from .agents import agent_id_for
 from .hints import (ACCEPTED, FACT, FANOUT, NEXT_AGENT, PIN, PREDICTION, REFUSED, RETAIN, SESSION_ENDED,
-                    TOOL_FINISHED, TOOL_STARTED, Check, HintConfig, TrustBook, hint_class)
+                    TOOL_FINISHED, TOOL_STARTED, Check, Hint, HintCandidate, HintConfig, TrustBook, hint_class)
+
+__all__ = ["Hint", "HintCandidate", "HintDriver"]
 
 MAX_ACTIVE = 512          # sessions with a hint-driven plan at once
 MAX_NAMES = 1024          # runtime agent names bound to fingerprinted agents
 PIN_REFRESH_S = 1.0       # a pin is offered to the planner at most this often
-
-
-@dataclass(frozen=True, slots=True)
-class Hint:
-    """One parsed hint (the edges validate shapes; see ``proxy/runtime/hint_inputs.py``)."""
-    kind: str
-    session_id: str | None = None
-    expected_s: float | None = None           # tool_started: expected tool duration
-    branches: int = 0                         # fanout: branch count (or len(branch_ids))
-    branch_ids: tuple[str, ...] = ()
-    agent: str | None = None                  # next_agent / pin: the runtime's agent name
-    probability: float = 1.0                  # next_agent
-    ttl_s: float | None = None                # pin / retain
-
-
-@dataclass(frozen=True, slots=True)
-class HintCandidate:
-    """What the planner turns into one of its own candidates (same fields, same meaning)."""
-    score: float
-    reason: str
-    tenant: str
-    anchor_id: str
-    hashes: tuple[int, ...]
-    block_tokens: tuple[int, ...]
-    payload: Any
-    prob: float
-    lead: float | None
-    warm_ok: bool
-    context: bool
-    kind: str                                 # the hint kind behind it (attribution)
-    source: str
 
 
 @dataclass(slots=True)
@@ -117,7 +88,10 @@ class HintDriver:
         return [i for i, h in enumerate(hints) if hint_class(h.kind) == "directive" and not allowed]
 
     def submit(self, hints: Sequence[Hint], source: str, now: float) -> list[str]:
-        """Admit and apply each hint in order; returns one admission outcome per hint."""
+        """Admit and apply each hint in order; returns one admission outcome per hint. The first
+        hint attaches the driver to the planner (until then planning is exactly hint-less)."""
+        if self.policy.planner.hints is not self:
+            self.policy.planner.hints = self
         return [self._one(h, source, now) for h in hints]
 
     def _one(self, h: Hint, source: str, now: float) -> str:

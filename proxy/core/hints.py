@@ -35,6 +35,7 @@ import hashlib
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 TOOL_STARTED = "tool_started"
 TOOL_FINISHED = "tool_finished"
@@ -74,6 +75,37 @@ def source_id(api_key: str | None = None, source: str | None = None) -> str:
     if source:
         return "s" + hashlib.sha256(b"s|" + source.encode("utf-8", "surrogatepass")).hexdigest()[:12]
     return "anonymous"
+
+
+@dataclass(frozen=True, slots=True)
+class Hint:
+    """One parsed hint (the edges validate shapes; see ``proxy/runtime/hint_inputs.py``)."""
+    kind: str
+    session_id: str | None = None
+    expected_s: float | None = None           # tool_started: expected tool duration
+    branches: int = 0                         # fanout: branch count (or len(branch_ids))
+    branch_ids: tuple[str, ...] = ()
+    agent: str | None = None                  # next_agent / pin: the runtime's agent name
+    probability: float = 1.0                  # next_agent
+    ttl_s: float | None = None                # pin / retain
+
+
+@dataclass(frozen=True, slots=True)
+class HintCandidate:
+    """What the planner turns into one of its own candidates (same fields, same meaning)."""
+    score: float
+    reason: str
+    tenant: str
+    anchor_id: str
+    hashes: tuple[int, ...]
+    block_tokens: tuple[int, ...]
+    payload: Any
+    prob: float
+    lead: float | None
+    warm_ok: bool
+    context: bool
+    kind: str                                 # the hint kind behind it (attribution)
+    source: str
 
 
 @dataclass(frozen=True, slots=True)
