@@ -230,6 +230,7 @@ class HintService:
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.counts = {"batches": 0, "invalid": 0, "refused_batches": 0}
+        self.after_submit: Any = None        # LiveRuntime: plan at once, not on the next tick
 
     def handle(self, raw: bytes, headers: Mapping[str, str], now: float) -> tuple[int, dict]:
         """(status, JSON body) for one POST; applies nothing unless the whole batch is acceptable."""
@@ -256,6 +257,8 @@ class HintService:
                              "permission_error", "directive_not_allowed", f"hints[{refused[0]}].type")
         self.counts["batches"] += 1
         outcomes = self._submit(hints, source, now)
+        if self.after_submit is not None:
+            self.after_submit()
         return 200, {"object": "cachescout.hints", "source": source,
                      "results": [{"index": i, "type": h.kind, "outcome": o}
                                  for i, (h, o) in enumerate(zip(hints, outcomes))]}

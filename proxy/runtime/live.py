@@ -66,6 +66,8 @@ class LiveRuntime:
                                            chars_per_token=self.config.chars_per_token)
         self.hints = build_hint_service(settings, self.policy, metrics)     # runtime hints (issue 16)
         self.observer.hints = self.hints
+        if self.hints is not None:
+            self.hints.after_submit = lambda: self.observer.plan(self.clock())
         self.observer.strip_hint_fields = bool(getattr(settings, "hints_strip_fields", False))
         key = settings.engine_api_key.get_secret_value() if settings.engine_api_key is not None else None
         self._api_key = key
