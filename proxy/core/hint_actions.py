@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .actions import REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, REASON_TRANSITION
+from .actions import REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, REASON_TRANSITION, WARM
 from .agents import agent_id_for
 from .hints import (ACCEPTED, FACT, FANOUT, NEXT_AGENT, PIN, PREDICTION, REFUSED, RETAIN, SESSION_ENDED,
                     TOOL_FINISHED, TOOL_STARTED, Check, Hint, HintCandidate, HintConfig, TrustBook, hint_class)
@@ -47,6 +47,7 @@ class _Plan:
     agent_id: str | None = None               # next_agent / pin on an agent
     until: float = float("inf")
     last_offered: float = float("-inf")
+    warms_left: int = 1                       # a hint pays for one warm; then touch/retain only
 
 
 @dataclass(slots=True)
@@ -73,6 +74,8 @@ class HintDriver:
         self._seq = 0
         self.names: OrderedDict[str, str] = OrderedDict()                   # agent name -> agent id
         self.offered: OrderedDict[str, tuple[str, str]] = OrderedDict()     # anchor id -> (kind, source)
+        self.last_offered: dict[str, tuple[str, str]] = {}                  # ... of the latest plan only
+        self._anchor_plan: dict[str, _Plan] = {}                            # ... and the plan behind it
         self.released_sessions = 0
         self.released_tokens = 0
 
@@ -168,7 +171,8 @@ class HintDriver:
                tokens: int, expected_at: float | None = None) -> _Watch | None:
         if not sid:
             return None
-        check = self.trust.open_check(source, kind, cls, now, deadline, tokens, expected_at)
+        exposed = kind not in (SESSION_ENDED, "tool_duration")
+        check = self.trust.open_check(source, kind, cls, now, deadline, tokens, expected_at, exposed)
         if check is None:
             return None
         w = _Watch(check)
@@ -320,6 +324,7 @@ class HintDriver:
             self._plan_candidates(now, out)
         if self.pins:
             self._pin_candidates(now, out)
+        self.last_offered = {c.anchor_id: (c.kind, c.source) for c in out} if out else {}
         offered = self.offered
         for c in out:
             offered[c.anchor_id] = (c.kind, c.source)
@@ -328,7 +333,17 @@ class HintDriver:
             offered.popitem(last=False)
         return out
 
+    def note(self, actions: Sequence[Any]) -> None:
+        """The planner's actions of this plan (its hook): a warm spends the hint's warm."""
+        plans = self._anchor_plan
+        for a in actions:
+            if a.kind == WARM:
+                plan = plans.get(a.anchor_id)
+                if plan is not None:
+                    plan.warms_left -= 1
+
     def _plan_candidates(self, now: float, out: list[HintCandidate]) -> None:
+        self._anchor_plan.clear()
         sessions = self.policy.sessions.sessions
         by_id = self.policy.agents.by_id
         stale = []
@@ -342,9 +357,10 @@ class HintDriver:
                 if a is None or a.payload is None or not a.anchor_hashes:
                     stale.append(key)
                     continue
+                self._anchor_plan[a.agent_id] = plan
                 out.append(HintCandidate(plan.weight * a.tokens, REASON_TRANSITION, a.tenant, a.agent_id,
                                          a.anchor_hashes, a.anchor_block_tokens, a.payload, plan.weight,
-                                         None, True, False, plan.kind, plan.source))
+                                         None, plan.warms_left > 0, False, plan.kind, plan.source))
                 continue
             if s.inflight or not s.hashes or s.context_payload is None:
                 continue                                  # its request is running: nothing to keep yet
@@ -353,9 +369,11 @@ class HintDriver:
                 lead = plan.expected_at - now
             reason = REASON_FANOUT if plan.kind == FANOUT else REASON_TOOL_RESUME
             payload = {"context": s.context_payload, "assistant": s.assistant_payload}
-            out.append(HintCandidate(plan.weight * sum(s.block_tokens), reason, key[0],
-                                     agent_id_for(key[0], s.hashes[-1]), s.hashes, s.block_tokens, payload,
-                                     plan.weight, lead, True, True, plan.kind, plan.source))
+            aid = agent_id_for(key[0], s.hashes[-1])
+            self._anchor_plan[aid] = plan
+            out.append(HintCandidate(plan.weight * sum(s.block_tokens), reason, key[0], aid, s.hashes,
+                                     s.block_tokens, payload, plan.weight, lead, plan.warms_left > 0, True,
+                                     plan.kind, plan.source))
         for key in stale:
             self.plans.pop(key, None)
 

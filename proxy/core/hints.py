@@ -23,8 +23,10 @@ Bound on a lying source (``ignore_bound``): since ``a + b`` never decreases belo
 it is under the cap, after ``k`` refuted hints in a row the standing is at most ``g**k`` whatever it
 was before. With the defaults (cap 10, g = 0.9) predictions stop driving actions after at most
 **7** refuted predictions and facts after at most **14** refuted facts. Because checks arrive late,
-a source may also have at most ``max_unchecked`` (64) hints awaiting their check acted on; further
-hints are ignored until checks come in. So a liar drives at most N + 64 hints in total.
+a source may also have at most ``max_unchecked`` (16) action-driving hints awaiting their check;
+further ones are ignored until checks come in. So a liar drives at most N + 16 hints in total, and
+each hint at most one warm (the driver offers a hinted context for warming once per hint; touches
+of what is still cached are cheap and may repeat).
 
 Everything here is pure: explicit ``now``, bounded dicts, no I/O.
 """
@@ -115,7 +117,7 @@ class HintConfig:
     prior_beta: float = 2.0
     fact_min_standing: float = 0.25   # facts are used while the source's fact standing is >= this
     prediction_min_p: float = 0.5     # predictions: standing x claimed probability >= this
-    max_unchecked: int = 64           # hints of one source awaiting their check that may drive actions
+    max_unchecked: int = 16           # hints of one source awaiting their check that may drive actions
     max_sources: int = 256            # sources remembered (least recently heard from forgotten)
     max_pending: int = 8192           # checks awaited over all sources
     resume_horizon_s: float = 120.0   # tool_started: the session must resume within max(this, 3 x expected)
@@ -199,6 +201,7 @@ class Check:
     deadline: float
     tokens: int = 0
     expected_at: float | None = None  # predicted arrival (tool duration), None = only "whether"
+    exposed: bool = True              # counted in the source's unchecked hints until closed
 
 
 class TrustBook:
@@ -257,23 +260,28 @@ class TrustBook:
         return rec.standing(cls)
 
     def open_check(self, sid: str, kind: str, cls: str, now: float, deadline: float, tokens: int = 0,
-                   expected_at: float | None = None) -> Check | None:
-        """Start awaiting a check; None when the global bound is reached (the hint goes unchecked)."""
+                   expected_at: float | None = None, exposed: bool = True) -> Check | None:
+        """Start awaiting a check; None when the global bound is reached (the hint goes unchecked).
+        ``exposed``: the hint drives protective actions until checked, so it counts against the
+        source's ``max_unchecked`` (a session_ended, which only stops actions, and the duration
+        half of a tool_started do not)."""
         if self.pending >= self.cfg.max_pending:
             return None
         rec = self.sources.get(sid)
         if rec is None:
             return None
-        rec.unchecked += 1
+        if exposed:
+            rec.unchecked += 1
         self.pending += 1
-        return Check(sid, kind, cls, now, deadline, tokens, expected_at)
+        return Check(sid, kind, cls, now, deadline, tokens, expected_at, exposed)
 
     def close(self, check: Check, score: float, now: float, lead: float | None = None) -> None:
         """A check's outcome: ``score`` 1 = it came true, 0 = it did not (partial in between)."""
         rec = self.sources.get(check.source)
         if rec is None:
             return                                    # source forgotten meanwhile
-        rec.unchecked = max(0, rec.unchecked - 1)
+        if check.exposed:
+            rec.unchecked = max(0, rec.unchecked - 1)
         self.pending = max(0, self.pending - 1)
         x = min(1.0, max(0.0, float(score)))
         g = self.cfg.forget

@@ -140,7 +140,10 @@ class Planner:
             return []
         cands.sort(key=lambda c: c.score, reverse=True)
         busy = 0 < cfg.warm_max_inflight < load.inflight or load.waiting > cfg.warm_max_waiting
-        return self._select(cands, now, slots, busy)
+        actions = self._select(cands, now, slots, busy)
+        if self.hints is not None and actions:
+            self.hints.note(actions)                     # a hint pays for one warm
+        return actions
 
     def _gate(self, tenant: str, gates: dict[str, bool]) -> bool:
         g = gates.get(tenant)
