@@ -163,6 +163,9 @@ class ProxyMetrics:
                     self.actions_total.labels(kind, reason, outcome)
         for reason in ACTION_REASONS:
             self.converted_tokens_total.labels(reason)
+        for kind in HINT_KINDS:
+            for outcome in HINT_OUTCOMES:
+                self.hints_total.labels(kind, outcome)
 
     # --- fast paths for the forwarder ---------------------------------------------------------
     def observe_request(self, route: str, status: int, duration_s: float) -> None:

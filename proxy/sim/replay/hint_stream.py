@@ -11,7 +11,7 @@ fork when its first branch is sent.
 Sources:
 - ``runtime`` (truthful; ``noise`` > 0 blurs durations and drops a share of the hints);
 - ``liar``: says a session ended when it is only waiting for a tool, that a tool started when the
-  session is over, that the wrong agent comes next, with durations off by 0.1x-10x.
+  session is over, that the wrong agent comes next.
 """
 
 from __future__ import annotations
@@ -125,12 +125,8 @@ class HintEmitter:
             if nxt is None:
                 if "tool_started" in spec.kinds:                              # the session is over
                     out.append((now, LIAR, Hint("tool_started", sid, expected_s=rng.uniform(0.5, 10.0))))
-            elif r.finish_reason == "tool_calls":
-                if rng.random() < 0.5 and "session_ended" in spec.kinds:      # it only waits for a tool
-                    out.append((now, LIAR, Hint("session_ended", sid)))
-                elif "tool_started" in spec.kinds:                            # right fact, wrong time
-                    off = math.exp(rng.uniform(math.log(0.1), math.log(10.0)))
-                    out.append((now, LIAR, Hint("tool_started", sid, expected_s=max(0.0, nxt.t - now) * off)))
+            elif r.finish_reason == "tool_calls" and "session_ended" in spec.kinds:
+                out.append((now, LIAR, Hint("session_ended", sid)))           # it only waits for a tool
             if nxt is not None and self.agents and "next_agent" in spec.kinds:
                 wrong = [a for a in self.agents if a != nxt.agent]
                 if wrong:

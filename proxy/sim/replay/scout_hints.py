@@ -127,3 +127,36 @@ def resume_latency(rec: RunRecorder, requests: Sequence[ReplayRequest]) -> dict:
     sel = by_req[np.asarray(resumes, dtype=np.int64)]
     return {"tool_resumes": len(resumes), "tool_resume_ttft_mean_s": float(sel.mean()),
             "tool_resume_ttft_p90_s": float(np.percentile(sel, 90))}
+
+
+def hint_report_lines(row: dict) -> list[str]:
+    """Markdown for one capacity: tool-resume TTFT of every policy, then per hinted policy the
+    calibration of each source and hint kind (the yield of their actions is in the signal tables,
+    rows ``hint:<kind>@<source>``)."""
+    pols = row["policies"]
+    if not any(s.get("tool_resumes") for s in pols.values()):
+        return []
+    md = ["**Tool resumes** (requests continuing a session after a tool call): TTFT mean / p90 s — "
+          + "; ".join(f"{n} {s['tool_resume_ttft_mean_s']:.4f} / {s['tool_resume_ttft_p90_s']:.4f}"
+                      for n, s in pols.items() if s.get("tool_resume_ttft_mean_s") is not None), ""]
+    for name, s in pols.items():
+        hints = (s.get("extra") or {}).get("hints")
+        if not hints or not hints.get("sources"):
+            continue
+        md.append(f"**{name}: hints per source and kind** (conversion = checked hints that came true; "
+                  "token conversion weights them by the context/anchor tokens they were about; lead = "
+                  "token-weighted seconds from hint to the request that confirmed it)")
+        md.append("")
+        md.append("| source | standing fact / prediction | kind | hints | acted | ignored | checked | conversion "
+                  "| token conversion | lead s |")
+        md.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for sid, src in hints["sources"].items():
+            for kind, k in src["kinds"].items():
+                conv = "–" if k["conversion"] is None else f"{100 * k['conversion']:.1f}%"
+                tconv = "–" if k["token_conversion"] is None else f"{100 * k['token_conversion']:.1f}%"
+                lead = "–" if k["lead_s"] is None else f"{k['lead_s']:.3f}"
+                md.append(f"| {sid} | {src['fact_standing']:.2f} / {src['prediction_standing']:.2f} | {kind} "
+                          f"| {k['hints']} | {k['acted']} | {k['ignored']} | {k['checked']} | {conv} | {tconv} "
+                          f"| {lead} |")
+        md.append("")
+    return md
