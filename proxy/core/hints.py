@@ -17,12 +17,14 @@ Each source keeps two Beta posteriors (facts, predictions) over "the hint came t
 checked hint updates one with a score ``x`` in [0, 1] after forgetting: ``a = g*a + x``,
 ``b = g*b + (1 - x)``, ``g = 1 - 1/evidence_cap``. The standing is the posterior mean. A new source
 starts at the sceptical prior (1, 2): mean 1/3, enough for facts (used at once, floor 0.25) but not
-for predictions (standing x claimed probability must reach 0.5: one confirmed hint earns it).
+for predictions (standing x claimed probability must reach 0.5: one confirmed hint earns it), nor
+for releases: a false ``session_ended`` costs a whole context's re-prefill where a false protective
+fact costs one bounded warm, so releases need a fact standing of 0.5 (one confirmed fact).
 
 Bound on a lying source (``ignore_bound``): since ``a + b`` never decreases below its start while
 it is under the cap, after ``k`` refuted hints in a row the standing is at most ``g**k`` whatever it
-was before. With the defaults (cap 10, g = 0.9) predictions stop driving actions after at most
-**7** refuted predictions and facts after at most **14** refuted facts. Because checks arrive late,
+was before. With the defaults (cap 10, g = 0.9) predictions and releases stop driving actions after at most
+**7** refuted hints of their class and protective facts after at most **14** refuted facts. Because checks arrive late,
 a source may also have at most ``max_unchecked`` (16) action-driving hints awaiting their check;
 further ones are ignored until checks come in. So a liar drives at most N + 16 hints in total, and
 each hint at most one warm (the driver offers a hinted context for warming once per hint; touches
@@ -117,6 +119,8 @@ class HintConfig:
     prior_beta: float = 2.0
     fact_min_standing: float = 0.25   # facts are used while the source's fact standing is >= this
     prediction_min_p: float = 0.5     # predictions: standing x claimed probability >= this
+    release_min_standing: float = 0.5 # session_ended: a false one costs a whole context, a false
+                                      # protective fact one bounded warm: releases need a record
     max_unchecked: int = 16           # hints of one source awaiting their check that may drive actions
     max_sources: int = 256            # sources remembered (least recently heard from forgotten)
     max_pending: int = 8192           # checks awaited over all sources
@@ -136,8 +140,9 @@ class HintConfig:
 
 def ignore_bound(cfg: HintConfig, cls: str = PREDICTION) -> int:
     """N: refuted hints in a row after which a source of any standing no longer drives actions of
-    class ``cls`` (standing <= forget**k; see the module docstring)."""
-    floor = cfg.prediction_min_p if cls == PREDICTION else cfg.fact_min_standing
+    class ``cls`` (``fact``, ``prediction``, or ``session_ended`` for releases; standing <=
+    forget**k, see the module docstring)."""
+    floor = {PREDICTION: cfg.prediction_min_p, SESSION_ENDED: cfg.release_min_standing}.get(cls, cfg.fact_min_standing)
     g = cfg.forget
     if floor <= 0.0:
         return 0
@@ -242,7 +247,8 @@ class TrustBook:
             ok = rec.standing(PREDICTION) * claimed_p >= cfg.prediction_min_p
             outcome = ACCEPTED if ok else IGNORED_STANDING
         else:
-            outcome = ACCEPTED if rec.standing(FACT) >= cfg.fact_min_standing else IGNORED_STANDING
+            floor = cfg.release_min_standing if kind == SESSION_ENDED else cfg.fact_min_standing
+            outcome = ACCEPTED if rec.standing(FACT) >= floor else IGNORED_STANDING
         if outcome == ACCEPTED:
             tally.acted += 1
         elif outcome == REFUSED:

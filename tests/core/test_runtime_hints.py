@@ -101,12 +101,31 @@ def test_next_agent_warms_the_named_agents_anchor_with_a_shut_gate(workload):
     assert acts[0].block_hashes == tuple(w.anchor(2))
 
 
+def earn(w: Workload, d: HintDriver, source: str, now: float) -> None:
+    """One confirmed fact: a tool_started whose session resumed."""
+    paused(w, f"earn-{source}", now)
+    d.submit([Hint("tool_started", f"earn-{source}")], source, now)
+    w.step(0, f"earn-{source}", now + 0.2)
+    d.observe("", f"earn-{source}", None, None, now + 0.2)
+
+
+def test_a_new_sources_release_waits_for_one_confirmed_fact(workload):
+    w, d = driven(workload)
+    paused(w, "r", 1.0)
+    assert d.submit([Hint("session_ended", "r")], "rt", 1.1) == [IGNORED_STANDING]
+    assert ("", "r") in w.policy.sessions.sessions
+    earn(w, d, "rt", 1.2)
+    assert d.submit([Hint("session_ended", "r")], "rt", 1.5) == [ACCEPTED]
+    assert ("", "r") not in w.policy.sessions.sessions
+
+
 def test_session_ended_stops_every_protective_action_at_once(workload):
     w, d = driven(workload, residency_capacity_tokens=BLOCK * 40)
+    earn(w, d, "rt", 0.5)
     paused(w, "t", 1.0, finish="tool_calls")        # a natural tool_resume candidate
     d.submit([Hint("tool_started", "t"), Hint("fanout", "t", branches=3)], "rt", 1.2)
     evict_all(w, 1.3)
-    d.submit([Hint("session_ended", "t")], "rt", 1.4)
+    assert d.submit([Hint("session_ended", "t")], "rt", 1.4) == [ACCEPTED]
     assert ("", "t") not in w.policy.sessions.sessions and not d.plans
     assert d.released_sessions == 1 and d.released_tokens == (ANCHOR + 1) * BLOCK
     w.policy.planner._last_sweep = float("-inf")    # a sweep would look at every paused session
@@ -117,7 +136,7 @@ def test_session_ended_stops_every_protective_action_at_once(workload):
 def test_a_lying_source_stops_driving_actions_within_n_hints():
     cfg = HintConfig()
     n_pred, n_fact = ignore_bound(cfg, PREDICTION), ignore_bound(cfg, FACT)
-    assert (n_pred, n_fact) == (7, 14)              # documented in proxy/core/hints.py
+    assert (n_pred, n_fact, ignore_bound(cfg, "session_ended")) == (7, 14, 7)   # documented in core/hints.py
     book = TrustBook(cfg)
     now = 0.0
     for _ in range(50):                             # the best possible record first

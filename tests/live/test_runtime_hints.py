@@ -90,6 +90,12 @@ def test_next_agent_warms_the_named_agent_once_the_source_has_earned_it(http):
 
 def test_session_ended_stops_every_protective_action_at_once(http):
     with stack() as (_, px):
+        chat(http, px.url, PROMPTS["B"], [{"role": "user", "content": "earn"}], "earn")
+        chat(http, px.url, PROMPTS["B"], [{"role": "user", "content": "done"}], "done")
+        r = hints(http, px, {"type": "session_ended", "session_id": "done"})
+        assert r.json()["results"][0]["outcome"] == "ignored_standing"   # a new source releases nothing yet
+        hints(http, px, {"type": "tool_started", "session_id": "earn"})
+        chat(http, px.url, PROMPTS["B"], [{"role": "user", "content": "earned"}], "earn")  # the fact came true
         chat(http, px.url, PROMPTS["A"], [{"role": "user", "content": "task"}], "gone")
         hints(http, px, {"type": "tool_started", "session_id": "gone"})
         r = hints(http, px, {"type": "session_ended", "session_id": "gone"})
