@@ -24,17 +24,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from prometheus_client import CollectorRegistry  # noqa: E402
+from prometheus_client import CollectorRegistry
 
-from proxy.core.hint_actions import Hint  # noqa: E402
-from proxy.core.policy import ScoutPolicy  # noqa: E402
-from proxy.core.view import ResponseOutcome  # noqa: E402
-from proxy.demo_workload import DemoSpec, build_agents  # noqa: E402
-from proxy.http.observer import RequestContext  # noqa: E402
-from proxy.observability.metrics import ProxyMetrics  # noqa: E402
-from proxy.runtime.hint_inputs import build_hint_service  # noqa: E402
-from proxy.runtime.live_policy import LivePolicyObserver  # noqa: E402
-from proxy.settings import Settings  # noqa: E402
+from proxy.core.hint_actions import Hint
+from proxy.core.policy import ScoutPolicy
+from proxy.core.view import ResponseOutcome
+from proxy.demo_workload import DemoSpec, build_agents
+from proxy.http.observer import RequestContext
+from proxy.observability.metrics import ProxyMetrics
+from proxy.runtime.hint_inputs import build_hint_service
+from proxy.runtime.live_policy import LivePolicyObserver
+from proxy.settings import Settings
 
 VARIANTS = ("hints off", "hints on", "hints on, one hint seen")
 
@@ -61,12 +61,22 @@ def requests(n: int) -> list[RequestContext]:
     out = []
     for i in range(n):
         a = agents[i % 8]
-        body = {"model": "m", "messages": [{"role": "system", "content": a.system},
-                                           {"role": "user", "content": f"task {i % 64} " + "x y " * 200}],
-                "tools": list(a.tools or []), "stream": True, "user": f"s{i % 64}"}
+        body = {
+            "model": "m",
+            "messages": [
+                {"role": "system", "content": a.system},
+                {"role": "user", "content": f"task {i % 64} " + "x y " * 200},
+            ],
+            "tools": list(a.tools or []),
+            "stream": True,
+            "user": f"s{i % 64}",
+        }
         raw = json.dumps(body).encode()
-        out.append(RequestContext(i, "POST", "/v1/chat/completions", {"content-type": "application/json"}, raw,
-                                  json.loads(raw), 0.001 * i))
+        out.append(
+            RequestContext(
+                i, "POST", "/v1/chat/completions", {"content-type": "application/json"}, raw, json.loads(raw), 0.001 * i
+            )
+        )
     return out
 
 
@@ -79,6 +89,7 @@ def count_bytecodes(fn) -> int:
         if event == "opcode":
             n += 1
         return trace
+
     sys.settrace(trace)
     try:
         fn()
@@ -95,28 +106,33 @@ def run(n: int) -> dict:
         for v in VARIANTS:
             ctx = streams[v][i]
             o = obs[v]
-            o.on_request(ctx)                           # no event loop: bookkeeping, then inline observe
+            o.on_request(ctx)  # no event loop: bookkeeping, then inline observe
             st = ctx.state["cachescout"]
             st.observed = None
             st.view = None
             t0 = time.thread_time()
-            o._observe_request(ctx, st)                 # noqa: SLF001 - the deferred work, timed alone
+            o._observe_request(ctx, st)
             times[v].append(time.thread_time() - t0)
             if st.observed is not None:
                 o.policy.observe_response(st.observed.request_id, ResponseOutcome("stop"), ctx.started + 0.5)
     codes = {}
     for v in VARIANTS:
         ctx = requests(1)[0]
-        ctx.request_id = 10 ** 6
+        ctx.request_id = 10**6
         o = obs[v]
         o.on_request(ctx)
         st = ctx.state["cachescout"]
         st.observed = st.view = None
-        codes[v] = count_bytecodes(lambda: o._observe_request(ctx, st))  # noqa: SLF001
+        codes[v] = count_bytecodes(lambda o=o, ctx=ctx, st=st: o._observe_request(ctx, st))
     warm = n // 5
-    return {v: {"mean_us": round(statistics.fmean(times[v][warm:]) * 1e6, 1),
-                "p50_us": round(statistics.median(times[v][warm:]) * 1e6, 1),
-                "bytecodes": codes[v]} for v in VARIANTS}
+    return {
+        v: {
+            "mean_us": round(statistics.fmean(times[v][warm:]) * 1e6, 1),
+            "p50_us": round(statistics.median(times[v][warm:]) * 1e6, 1),
+            "bytecodes": codes[v],
+        }
+        for v in VARIANTS
+    }
 
 
 def main() -> int:
@@ -130,8 +146,10 @@ def main() -> int:
     for v in VARIANTS:
         p50 = statistics.median(r[v]["p50_us"] for r in rows)
         mean = statistics.median(r[v]["mean_us"] for r in rows)
-        print(f"  {v:26s} p50 {p50:7.1f} us  mean {mean:7.1f} us  ({100 * (p50 - base) / base:+.1f}% p50)  "
-              f"bytecodes/request {rows[0][v]['bytecodes']}")
+        print(
+            f"  {v:26s} p50 {p50:7.1f} us  mean {mean:7.1f} us  ({100 * (p50 - base) / base:+.1f}% p50)  "
+            f"bytecodes/request {rows[0][v]['bytecodes']}"
+        )
     spread = [r["hints off"]["p50_us"] for r in rows]
     print(f"  run-to-run p50 spread of 'hints off': {min(spread):.1f}..{max(spread):.1f} us")
     return 0

@@ -5,14 +5,15 @@ few lines in ``Planner.plan``); the live observer and the replay call ``observe`
 client request so that hints are checked against what really arrived. With no hint ever received
 both are one truthiness test: hints add nothing to the request path when absent.
 
-| hint | acted on (when admitted) | checked by |
-| --- | --- | --- |
-| ``tool_started`` (+ ``expected_s``) | the session's context becomes a ``tool_resume`` candidate (ungated) until it resumes; a trusted duration gives the planner the lead time (warm late enough not to be evicted again, not too late to finish) | the session resumes within max(120 s, 3x expected) (fact); it resumed near the expected time (prediction) |
-| ``tool_finished`` | the same candidate, now imminent (no lead: warm/touch at once) | the session resumes within 120 s |
-| ``fanout`` (parent session, ``branches`` or ``branch_ids``) | the parent's context becomes a ``fanout`` candidate until the branches arrived | branch requests (the parent's session or the listed ids) within 60 s, score arrived/claimed |
-| ``next_agent`` (``agent``, ``probability``) | that agent's anchor becomes a ``transition`` candidate (ungated) with P = standing x probability | the session's next request is that agent's |
-| ``session_ended`` | every protective action for the session stops at once: its candidates, dirty/fan-out marks and tracked state go (the engine reclaims it as ordinary LRU/priority-decayed blocks) | no request of the session within 300 s |
-| ``pin`` / ``retain`` (``ttl_s``) | operator-listed sources only: the session's context or the agent's anchor is kept (touch near eviction, Retain where the engine honours it) until the TTL, all pins together within ``directive_cache_share`` of the cache | not checked (an operator's order) |
+What each kind does (docs/hints.md has the full table, and what checks it):
+- ``tool_started``: the session's context becomes an ungated ``tool_resume`` candidate until it
+  resumes; a trusted expected duration gives the planner the lead time;
+- ``tool_finished``: the same candidate, now imminent;
+- ``fanout``: the parent's context becomes a ``fanout`` candidate until the branches arrived;
+- ``next_agent``: that agent's anchor becomes an ungated ``transition`` candidate, P = standing x p;
+- ``session_ended``: every protective action for the session stops at once (release);
+- ``pin`` / ``retain``: operator-listed sources only, kept until the TTL within a cache share.
+Each hint pays for at most one warm; touches of what is still cached may repeat.
 
 Agents are named by the runtime (``agent`` in hints, ``X-CacheScout-Agent`` / ``metadata`` on
 requests); names are bound to the fingerprinted agent of the requests that carry them.
@@ -20,46 +21,50 @@ requests); names are bound to the fingerprinted agent of the requests that carry
 
 from __future__ import annotations
 
-import heapq
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .actions import REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, REASON_TRANSITION, WARM
 from .agents import agent_id_for
-from .hints import (ACCEPTED, FACT, FANOUT, NEXT_AGENT, PIN, PREDICTION, REFUSED, RETAIN, SESSION_ENDED,
-                    TOOL_FINISHED, TOOL_STARTED, Check, Hint, HintCandidate, HintConfig, TrustBook, hint_class)
+from .hint_checks import CheckBook, Watch
+from .hints import (
+    ACCEPTED,
+    FACT,
+    FANOUT,
+    NEXT_AGENT,
+    PIN,
+    PREDICTION,
+    REFUSED,
+    RETAIN,
+    SESSION_ENDED,
+    TOOL_FINISHED,
+    TOOL_STARTED,
+    Hint,
+    HintCandidate,
+    HintConfig,
+    TrustBook,
+    hint_class,
+)
 
 __all__ = ["Hint", "HintCandidate", "HintDriver"]
 
-MAX_ACTIVE = 512          # sessions with a hint-driven plan at once
-MAX_NAMES = 1024          # runtime agent names bound to fingerprinted agents
-PIN_REFRESH_S = 1.0       # a pin is offered to the planner at most this often
+MAX_ACTIVE = 512  # sessions with a hint-driven plan at once
+MAX_NAMES = 1024  # runtime agent names bound to fingerprinted agents
+PIN_REFRESH_S = 1.0  # a pin is offered to the planner at most this often
 
 
 @dataclass(slots=True)
 class _Plan:
     kind: str
     source: str
-    weight: float                             # standing-weighted probability
-    expected_at: float | None = None          # trusted predicted arrival (lead time)
-    agent_id: str | None = None               # next_agent / pin on an agent
+    weight: float  # standing-weighted probability
+    expected_at: float | None = None  # trusted predicted arrival (lead time)
+    agent_id: str | None = None  # next_agent / pin on an agent
     until: float = float("inf")
     last_offered: float = float("-inf")
-    warms_left: int = 1                       # a hint pays for one warm; then touch/retain only
-
-
-@dataclass(slots=True)
-class _Watch:
-    check: Check
-    fanout_left: int = 0
-    fanout_total: int = 0
-    fanout_ids: frozenset[str] = frozenset()
-    agent_name: str | None = None
-    agent_id: str | None = None
-    arrived: int = 0
-    plans: list = field(default_factory=list)
+    warms_left: int = 1  # a hint pays for one warm; then touch/retain only
 
 
 class HintDriver:
@@ -67,22 +72,20 @@ class HintDriver:
         self.policy = policy
         self.cfg = config or HintConfig()
         self.trust = TrustBook(self.cfg)
-        self.plans: OrderedDict[tuple[str, str], _Plan] = OrderedDict()     # session key -> plan
-        self.pins: OrderedDict[tuple[str, str], _Plan] = OrderedDict()      # ("s"/"a", key) -> pin
-        self.watches: dict[str, list[_Watch]] = {}                          # session id -> checks
-        self._deadlines: list[tuple[float, int, str, _Watch]] = []
-        self._seq = 0
-        self.names: OrderedDict[str, str] = OrderedDict()                   # agent name -> agent id
-        self.offered: OrderedDict[str, tuple[str, str]] = OrderedDict()     # anchor id -> (kind, source)
-        self.last_offered: dict[str, tuple[str, str]] = {}                  # ... of the latest plan only
-        self._anchor_plan: dict[str, _Plan] = {}                            # ... and the plan behind it
+        self.plans: OrderedDict[tuple[str, str], _Plan] = OrderedDict()  # session key -> plan
+        self.pins: OrderedDict[tuple[str, Any], _Plan] = OrderedDict()  # ("s"/"a", key) -> pin
+        self.checks = CheckBook(self.trust)  # hints awaiting the traffic that checks them
+        self.names: OrderedDict[str, str] = OrderedDict()  # agent name -> agent id
+        self.offered: OrderedDict[str, tuple[str, str]] = OrderedDict()  # anchor id -> (kind, source)
+        self.last_offered: dict[str, tuple[str, str]] = {}  # ... of the latest plan only
+        self._anchor_plan: dict[str, _Plan] = {}  # ... and the plan behind it
         self.released_sessions = 0
         self.released_tokens = 0
 
     @property
     def watching(self) -> bool:
         """Whether ``observe`` has anything to do for a request without an agent name."""
-        return bool(self.watches or self.plans)
+        return bool(self.checks.watches or self.plans)
 
     # --- inputs ------------------------------------------------------------------------------------
     def refused(self, hints: Sequence[Hint], source: str) -> list[int]:
@@ -110,40 +113,51 @@ class HintDriver:
         if h.kind in (TOOL_STARTED, TOOL_FINISHED):
             expected_at = now + h.expected_s if h.kind == TOOL_STARTED and h.expected_s is not None else None
             if h.kind == TOOL_FINISHED:
-                self._close_duration(h.session_id, now)
+                self.checks.close_duration(h.session_id, now)
             horizon = max(cfg.resume_horizon_s, 3.0 * (h.expected_s or 0.0))
-            self._watch(h.session_id, source, h.kind, FACT, now, now + horizon, ctx_tokens)
+            self.checks.watch(h.session_id, source, h.kind, FACT, now, now + horizon, ctx_tokens)
             if expected_at is not None:
-                self._watch(h.session_id, source, "tool_duration", PREDICTION, now, now + horizon, ctx_tokens,
-                            expected_at=expected_at)
+                self.checks.watch(
+                    h.session_id,
+                    source,
+                    "tool_duration",
+                    PREDICTION,
+                    now,
+                    now + horizon,
+                    ctx_tokens,
+                    expected_at=expected_at,
+                )
             if acted and key is not None:
                 trusted = expected_at if trust.weight(source, PREDICTION) >= cfg.prediction_min_p else None
-                self._set_plan(key, _Plan(h.kind, source, trust.weight(source, FACT), trusted,
-                                          until=now + horizon))
+                self._set_plan(key, _Plan(h.kind, source, trust.weight(source, FACT), trusted, until=now + horizon))
         elif h.kind == FANOUT:
             total = max(int(h.branches), len(h.branch_ids), 1)
-            w = self._watch(h.session_id, source, FANOUT, FACT, now, now + cfg.fanout_horizon_s, ctx_tokens)
+            w = self.checks.watch(h.session_id, source, FANOUT, FACT, now, now + cfg.fanout_horizon_s, ctx_tokens)
             if w is not None:
                 w.fanout_left = w.fanout_total = total
                 w.fanout_ids = frozenset(h.branch_ids)
                 for bid in h.branch_ids:
-                    self.watches.setdefault(bid, []).append(w)
+                    self.checks.alias(bid, w)
             if acted and key is not None:
-                self._set_plan(key, _Plan(FANOUT, source, trust.weight(source, FACT), None,
-                                          until=now + cfg.fanout_horizon_s))
+                self._set_plan(
+                    key, _Plan(FANOUT, source, trust.weight(source, FACT), None, until=now + cfg.fanout_horizon_s)
+                )
         elif h.kind == NEXT_AGENT:
             aid = self.names.get(h.agent) if h.agent else None
             agent = self.policy.agents.by_id.get(aid) if aid else None
             tokens = int(agent.tokens) if agent is not None else 0
-            w = self._watch(h.session_id, source, NEXT_AGENT, PREDICTION, now, now + cfg.next_agent_horizon_s, tokens)
+            w = self.checks.watch(
+                h.session_id, source, NEXT_AGENT, PREDICTION, now, now + cfg.next_agent_horizon_s, tokens
+            )
             if w is not None:
                 w.agent_name, w.agent_id = h.agent, aid
             if acted and agent is not None and key is not None:
                 weight = trust.weight(source, PREDICTION) * min(1.0, max(0.0, h.probability))
-                self._set_plan(key, _Plan(NEXT_AGENT, source, weight, None, agent_id=aid,
-                                          until=now + cfg.next_agent_horizon_s))
+                self._set_plan(
+                    key, _Plan(NEXT_AGENT, source, weight, None, agent_id=aid, until=now + cfg.next_agent_horizon_s)
+                )
         elif h.kind == SESSION_ENDED:
-            self._watch(h.session_id, source, SESSION_ENDED, FACT, now, now + cfg.ended_watch_s, ctx_tokens)
+            self.checks.watch(h.session_id, source, SESSION_ENDED, FACT, now, now + cfg.ended_watch_s, ctx_tokens)
             if acted and h.session_id:
                 self.release(h.session_id, now)
         elif h.kind in (PIN, RETAIN):
@@ -167,22 +181,9 @@ class HintDriver:
         while len(self.plans) > MAX_ACTIVE:
             self.plans.popitem(last=False)
 
-    def _watch(self, sid: str | None, source: str, kind: str, cls: str, now: float, deadline: float,
-               tokens: int, expected_at: float | None = None) -> _Watch | None:
-        if not sid:
-            return None
-        exposed = kind not in (SESSION_ENDED, "tool_duration")
-        check = self.trust.open_check(source, kind, cls, now, deadline, tokens, expected_at, exposed)
-        if check is None:
-            return None
-        w = _Watch(check)
-        self.watches.setdefault(sid, []).append(w)
-        self._seq += 1
-        heapq.heappush(self._deadlines, (deadline, self._seq, sid, w))
-        return w
-
     def _pin(self, h: Hint, source: str, key: tuple[str, str] | None, now: float) -> None:
         ttl = min(self.cfg.directive_max_ttl_s, max(0.0, h.ttl_s if h.ttl_s is not None else 300.0))
+        slot: tuple[str, Any]
         if h.agent:
             aid = self.names.get(h.agent)
             if aid is None:
@@ -195,8 +196,7 @@ class HintDriver:
         if ttl <= 0:
             self.pins.pop(slot, None)
             return
-        self.pins[slot] = _Plan(h.kind, source, 1.0, None, agent_id=slot[1] if slot[0] == "a" else None,
-                                until=now + ttl)
+        self.pins[slot] = _Plan(h.kind, source, 1.0, None, agent_id=aid if h.agent else None, until=now + ttl)
         while len(self.pins) > MAX_ACTIVE:
             self.pins.popitem(last=False)
 
@@ -217,15 +217,16 @@ class HintDriver:
             s = pol.sessions.sessions.get(key)
             if s is not None:
                 released += int(sum(s.block_tokens))
-                pol.sessions._drop(s)          # noqa: SLF001 - the tracker's own removal path
+                pol.sessions._drop(s)
         if released:
             self.released_sessions += 1
             self.released_tokens += released
         return released
 
     # --- checks from traffic -----------------------------------------------------------------------------
-    def observe(self, tenant: str, session_id: str | None, agent_id: str | None, agent_name: str | None,
-                now: float) -> None:
+    def observe(
+        self, tenant: str, session_id: str | None, agent_id: str | None, agent_name: str | None, now: float
+    ) -> None:
         """A client request was observed (after ``ScoutPolicy.observe_request``)."""
         if agent_name and agent_id:
             names = self.names
@@ -238,87 +239,21 @@ class HintDriver:
         if self.plans:
             plan = self.plans.get((tenant, session_id))
             if plan is not None and plan.kind != FANOUT:
-                del self.plans[(tenant, session_id)]      # the demand arrived
-        watches = self.watches.get(session_id)
-        if not watches:
-            return
-        keep = []
-        trust = self.trust
-        for w in watches:
-            c = w.check
-            if c.deadline < now:
-                continue                                  # expired: settled by the deadline sweep
-            if c.kind == SESSION_ENDED:
-                trust.close(c, 0.0, now)                  # it came back: the "fact" was false
-            elif c.kind in (TOOL_STARTED, TOOL_FINISHED):
-                trust.close(c, 1.0, now, now - c.issued)
-            elif c.kind == "tool_duration":
-                trust.close(c, trust.duration_score(c, now), now, now - c.issued)
-            elif c.kind == NEXT_AGENT:
-                right = (agent_id is not None and agent_id == w.agent_id) or (
-                    agent_name is not None and agent_name == w.agent_name)
-                trust.close(c, 1.0 if right else 0.0, now, now - c.issued)
-            elif c.kind == FANOUT:
-                w.arrived += 1
-                w.fanout_left -= 1
-                if w.fanout_left > 0:
-                    keep.append(w)
-                    continue
-                trust.close(c, 1.0, now, now - c.issued)
-                self._drop_fanout_plan(w, tenant)
-            c.deadline = -1.0                             # closed: the deadline sweep skips it
-        if keep:
-            self.watches[session_id] = keep
-        else:
-            self.watches.pop(session_id, None)
+                del self.plans[(tenant, session_id)]  # the demand arrived
+        for w in self.checks.observe(session_id, agent_id, agent_name, now):
+            self._drop_fanout_plan(w, tenant)  # its branches all arrived
 
-    def _drop_fanout_plan(self, w: _Watch, tenant: str) -> None:
+    def _drop_fanout_plan(self, w: Watch, tenant: str) -> None:
         for key, plan in list(self.plans.items()):
             if plan.kind == FANOUT and plan.source == w.check.source and key[0] == tenant:
                 del self.plans[key]
                 break
 
-    def _close_duration(self, sid: str | None, now: float) -> None:
-        for w in self.watches.get(sid or "", ()):
-            if w.check.kind == "tool_duration" and w.check.deadline >= now:
-                self.trust.close(w.check, self.trust.duration_score(w.check, now), now, now - w.check.issued)
-                w.check.deadline = -1.0
-
-    def expire(self, now: float) -> None:
-        """Settle checks whose deadline passed: what never arrived refutes (an ended session that
-        stayed away confirms)."""
-        dl = self._deadlines
-        while dl and dl[0][0] < now:
-            _, _, sid, w = heapq.heappop(dl)
-            c = w.check
-            if c.deadline < 0:
-                continue                                  # closed by traffic already
-            if c.kind == SESSION_ENDED:
-                self.trust.close(c, 1.0, now)
-            elif c.kind == FANOUT:
-                self.trust.close(c, w.arrived / max(1, w.fanout_total), now)
-            else:
-                self.trust.close(c, 0.0, now)
-            c.deadline = -1.0
-            lst = self.watches.get(sid)
-            if lst is not None:
-                lst = [x for x in lst if x.check.deadline >= 0]
-                if lst:
-                    self.watches[sid] = lst
-                else:
-                    self.watches.pop(sid, None)
-            for bid in w.fanout_ids:
-                blst = [x for x in self.watches.get(bid, ()) if x is not w]
-                if blst:
-                    self.watches[bid] = blst
-                else:
-                    self.watches.pop(bid, None)
-
     # --- planner hook ------------------------------------------------------------------------------------
     def candidates(self, now: float) -> list[HintCandidate]:
         """Candidates for this plan: every live hinted session, and pins due for a refresh."""
-        if self._deadlines and self._deadlines[0][0] < now:
-            self.expire(now)
+        if self.checks.due(now):
+            self.checks.expire(now)
         out: list[HintCandidate] = []
         if self.plans:
             self._plan_candidates(now, out)
@@ -358,12 +293,26 @@ class HintDriver:
                     stale.append(key)
                     continue
                 self._anchor_plan[a.agent_id] = plan
-                out.append(HintCandidate(plan.weight * a.tokens, REASON_TRANSITION, a.tenant, a.agent_id,
-                                         a.anchor_hashes, a.anchor_block_tokens, a.payload, plan.weight,
-                                         None, plan.warms_left > 0, False, plan.kind, plan.source))
+                out.append(
+                    HintCandidate(
+                        plan.weight * a.tokens,
+                        REASON_TRANSITION,
+                        a.tenant,
+                        a.agent_id,
+                        a.anchor_hashes,
+                        a.anchor_block_tokens,
+                        a.payload,
+                        plan.weight,
+                        None,
+                        plan.warms_left > 0,
+                        False,
+                        plan.kind,
+                        plan.source,
+                    )
+                )
                 continue
             if s.inflight or not s.hashes or s.context_payload is None:
-                continue                                  # its request is running: nothing to keep yet
+                continue  # its request is running: nothing to keep yet
             lead = None
             if plan.expected_at is not None and plan.expected_at > now:
                 lead = plan.expected_at - now
@@ -371,9 +320,23 @@ class HintDriver:
             payload = {"context": s.context_payload, "assistant": s.assistant_payload}
             aid = agent_id_for(key[0], s.hashes[-1])
             self._anchor_plan[aid] = plan
-            out.append(HintCandidate(plan.weight * sum(s.block_tokens), reason, key[0], aid, s.hashes,
-                                     s.block_tokens, payload, plan.weight, lead, plan.warms_left > 0, True,
-                                     plan.kind, plan.source))
+            out.append(
+                HintCandidate(
+                    plan.weight * sum(s.block_tokens),
+                    reason,
+                    key[0],
+                    aid,
+                    s.hashes,
+                    s.block_tokens,
+                    payload,
+                    plan.weight,
+                    lead,
+                    plan.warms_left > 0,
+                    True,
+                    plan.kind,
+                    plan.source,
+                )
+            )
         for key in stale:
             self.plans.pop(key, None)
 
@@ -390,8 +353,14 @@ class HintDriver:
                 a = pol.agents.by_id.get(slot[1])
                 if a is None or a.payload is None or not a.anchor_hashes:
                     continue
-                tenant, aid, hashes, toks, payload, ctx = (a.tenant, a.agent_id, a.anchor_hashes,
-                                                          a.anchor_block_tokens, a.payload, False)
+                tenant, aid, hashes, toks, payload, ctx = (
+                    a.tenant,
+                    a.agent_id,
+                    a.anchor_hashes,
+                    a.anchor_block_tokens,
+                    a.payload,
+                    False,
+                )
             else:
                 s = pol.sessions.sessions.get(slot[1])
                 if s is None or not s.hashes or s.context_payload is None:
@@ -400,19 +369,27 @@ class HintDriver:
                 payload, ctx = {"context": s.context_payload, "assistant": s.assistant_payload}, True
             tokens = float(sum(toks))
             if cap and used + tokens > cap:
-                continue                                  # over the operator's cache share
+                continue  # over the operator's cache share
             used += tokens
             if now - pin.last_offered < PIN_REFRESH_S:
                 continue
             pin.last_offered = now
-            out.append(HintCandidate(tokens, REASON_HINT, tenant, aid, hashes, toks, payload, 1.0, None,
-                                     True, ctx, pin.kind, pin.source))
+            out.append(
+                HintCandidate(
+                    tokens, REASON_HINT, tenant, aid, hashes, toks, payload, 1.0, None, True, ctx, pin.kind, pin.source
+                )
+            )
         for slot in stale:
             self.pins.pop(slot, None)
 
     # --- introspection ----------------------------------------------------------------------------------
-    def report(self) -> dict:
-        return {"sources": self.trust.report(), "active_plans": len(self.plans), "pins": len(self.pins),
-                "awaiting_checks": self.trust.pending, "released_sessions": self.released_sessions,
-                "released_tokens": self.released_tokens,
-                "outcomes": {f"{k}/{o}": n for (k, o), n in sorted(self.trust.outcomes.items())}}
+    def report(self) -> dict[str, Any]:
+        return {
+            "sources": self.trust.report(),
+            "active_plans": len(self.plans),
+            "pins": len(self.pins),
+            "awaiting_checks": self.trust.pending,
+            "released_sessions": self.released_sessions,
+            "released_tokens": self.released_tokens,
+            "outcomes": {f"{k}/{o}": n for (k, o), n in sorted(self.trust.outcomes.items())},
+        }

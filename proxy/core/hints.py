@@ -56,9 +56,9 @@ FACT, PREDICTION, DIRECTIVE = "fact", "prediction", "directive"
 
 # admission outcomes (bounded label set for metrics)
 ACCEPTED = "accepted"
-IGNORED_STANDING = "ignored_standing"      # the source's standing is below the floor
-IGNORED_UNCHECKED = "ignored_unchecked"    # too many of its hints still await their check
-REFUSED = "refused"                        # a directive from a source the operator did not list
+IGNORED_STANDING = "ignored_standing"  # the source's standing is below the floor
+IGNORED_UNCHECKED = "ignored_unchecked"  # too many of its hints still await their check
+REFUSED = "refused"  # a directive from a source the operator did not list
 OUTCOMES = (ACCEPTED, IGNORED_STANDING, IGNORED_UNCHECKED, REFUSED)
 
 
@@ -84,19 +84,21 @@ def source_id(api_key: str | None = None, source: str | None = None) -> str:
 @dataclass(frozen=True, slots=True)
 class Hint:
     """One parsed hint (the edges validate shapes; see ``proxy/runtime/hint_inputs.py``)."""
+
     kind: str
     session_id: str | None = None
-    expected_s: float | None = None           # tool_started: expected tool duration
-    branches: int = 0                         # fanout: branch count (or len(branch_ids))
+    expected_s: float | None = None  # tool_started: expected tool duration
+    branches: int = 0  # fanout: branch count (or len(branch_ids))
     branch_ids: tuple[str, ...] = ()
-    agent: str | None = None                  # next_agent / pin: the runtime's agent name
-    probability: float = 1.0                  # next_agent
-    ttl_s: float | None = None                # pin / retain
+    agent: str | None = None  # next_agent / pin: the runtime's agent name
+    probability: float = 1.0  # next_agent
+    ttl_s: float | None = None  # pin / retain
 
 
 @dataclass(frozen=True, slots=True)
 class HintCandidate:
     """What the planner turns into one of its own candidates (same fields, same meaning)."""
+
     score: float
     reason: str
     tenant: str
@@ -108,30 +110,30 @@ class HintCandidate:
     lead: float | None
     warm_ok: bool
     context: bool
-    kind: str                                 # the hint kind behind it (attribution)
+    kind: str  # the hint kind behind it (attribution)
     source: str
 
 
 @dataclass(frozen=True, slots=True)
 class HintConfig:
-    evidence_cap: float = 10.0        # a + b saturates here: old evidence is forgotten at 1/cap per hint
-    prior_alpha: float = 1.0          # new source: Beta(1, 2), standing 1/3 ("sceptical")
+    evidence_cap: float = 10.0  # a + b saturates here: old evidence is forgotten at 1/cap per hint
+    prior_alpha: float = 1.0  # new source: Beta(1, 2), standing 1/3 ("sceptical")
     prior_beta: float = 2.0
-    fact_min_standing: float = 0.25   # facts are used while the source's fact standing is >= this
-    prediction_min_p: float = 0.5     # predictions: standing x claimed probability >= this
-    release_min_standing: float = 0.5 # session_ended: a false one costs a whole context, a false
-                                      # protective fact one bounded warm: releases need a record
-    max_unchecked: int = 16           # hints of one source awaiting their check that may drive actions
-    max_sources: int = 256            # sources remembered (least recently heard from forgotten)
-    max_pending: int = 8192           # checks awaited over all sources
-    resume_horizon_s: float = 120.0   # tool_started: the session must resume within max(this, 3 x expected)
-    duration_tolerance: float = 0.5   # expected duration within +-50% (or 0.5 s) of the truth counts as right
-    ended_watch_s: float = 300.0      # session_ended: a request of that session within this refutes it
-    fanout_horizon_s: float = 60.0    # fanout: branches must arrive within this
-    next_agent_horizon_s: float = 300.0   # next_agent: the session's next request must come within this
-    directive_sources: frozenset[str] = frozenset()   # source ids the operator lets pin/retain
-    directive_cache_share: float = 0.1    # pinned tokens <= this share of the cache (capacity known)
-    directive_max_ttl_s: float = 3600.0   # TTLs are clamped to this
+    fact_min_standing: float = 0.25  # facts are used while the source's fact standing is >= this
+    prediction_min_p: float = 0.5  # predictions: standing x claimed probability >= this
+    release_min_standing: float = 0.5  # session_ended: a false one costs a whole context, a false
+    # protective fact one bounded warm: releases need a record
+    max_unchecked: int = 16  # hints of one source awaiting their check that may drive actions
+    max_sources: int = 256  # sources remembered (least recently heard from forgotten)
+    max_pending: int = 8192  # checks awaited over all sources
+    resume_horizon_s: float = 120.0  # tool_started: the session must resume within max(this, 3 x expected)
+    duration_tolerance: float = 0.5  # expected duration within +-50% (or 0.5 s) of the truth counts as right
+    ended_watch_s: float = 300.0  # session_ended: a request of that session within this refutes it
+    fanout_horizon_s: float = 60.0  # fanout: branches must arrive within this
+    next_agent_horizon_s: float = 300.0  # next_agent: the session's next request must come within this
+    directive_sources: frozenset[str] = frozenset()  # source ids the operator lets pin/retain
+    directive_cache_share: float = 0.1  # pinned tokens <= this share of the cache (capacity known)
+    directive_max_ttl_s: float = 3600.0  # TTLs are clamped to this
 
     @property
     def forget(self) -> float:
@@ -154,23 +156,29 @@ def ignore_bound(cfg: HintConfig, cls: str = PREDICTION) -> int:
 @dataclass(slots=True)
 class KindTally:
     """Per source and hint kind: what was sent, acted on, checked, and how it turned out."""
+
     hints: int = 0
     acted: int = 0
     ignored: int = 0
     refused: int = 0
     checked: int = 0
-    score: float = 0.0                # sum of check scores (conversion = score / checked)
-    tokens: int = 0                   # tokens the checked hints were about
-    tokens_confirmed: float = 0.0     # ... weighted by their score (token-weighted conversion)
-    lead_weighted: float = 0.0        # sum of lead seconds x confirmed tokens
+    score: float = 0.0  # sum of check scores (conversion = score / checked)
+    tokens: int = 0  # tokens the checked hints were about
+    tokens_confirmed: float = 0.0  # ... weighted by their score (token-weighted conversion)
+    lead_weighted: float = 0.0  # sum of lead seconds x confirmed tokens
     lead_weight: float = 0.0
 
-    def as_dict(self) -> dict:
-        return {"hints": self.hints, "acted": self.acted, "ignored": self.ignored, "refused": self.refused,
-                "checked": self.checked,
-                "conversion": round(self.score / self.checked, 4) if self.checked else None,
-                "token_conversion": round(self.tokens_confirmed / self.tokens, 4) if self.tokens else None,
-                "lead_s": round(self.lead_weighted / self.lead_weight, 3) if self.lead_weight else None}
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "hints": self.hints,
+            "acted": self.acted,
+            "ignored": self.ignored,
+            "refused": self.refused,
+            "checked": self.checked,
+            "conversion": round(self.score / self.checked, 4) if self.checked else None,
+            "token_conversion": round(self.tokens_confirmed / self.tokens, 4) if self.tokens else None,
+            "lead_s": round(self.lead_weighted / self.lead_weight, 3) if self.lead_weight else None,
+        }
 
 
 @dataclass(slots=True)
@@ -199,14 +207,15 @@ class SourceRecord:
 @dataclass(slots=True)
 class Check:
     """A hint awaiting the traffic that confirms or refutes it."""
+
     source: str
     kind: str
-    cls: str                          # which posterior the outcome updates
+    cls: str  # which posterior the outcome updates
     issued: float
     deadline: float
     tokens: int = 0
     expected_at: float | None = None  # predicted arrival (tool duration), None = only "whether"
-    exposed: bool = True              # counted in the source's unchecked hints until closed
+    exposed: bool = True  # counted in the source's unchecked hints until closed
 
 
 class TrustBook:
@@ -216,7 +225,7 @@ class TrustBook:
         self.cfg = cfg or HintConfig()
         self.sources: OrderedDict[str, SourceRecord] = OrderedDict()
         self.pending = 0
-        self.outcomes: dict[tuple[str, str], int] = {}     # (kind, outcome) -> count
+        self.outcomes: dict[tuple[str, str], int] = {}  # (kind, outcome) -> count
 
     def record(self, sid: str, now: float) -> SourceRecord:
         rec = self.sources.get(sid)
@@ -265,8 +274,17 @@ class TrustBook:
             return self.cfg.prior_alpha / (self.cfg.prior_alpha + self.cfg.prior_beta)
         return rec.standing(cls)
 
-    def open_check(self, sid: str, kind: str, cls: str, now: float, deadline: float, tokens: int = 0,
-                   expected_at: float | None = None, exposed: bool = True) -> Check | None:
+    def open_check(
+        self,
+        sid: str,
+        kind: str,
+        cls: str,
+        now: float,
+        deadline: float,
+        tokens: int = 0,
+        expected_at: float | None = None,
+        exposed: bool = True,
+    ) -> Check | None:
         """Start awaiting a check; None when the global bound is reached (the hint goes unchecked).
         ``exposed``: the hint drives protective actions until checked, so it counts against the
         source's ``max_unchecked`` (a session_ended, which only stops actions, and the duration
@@ -285,7 +303,7 @@ class TrustBook:
         """A check's outcome: ``score`` 1 = it came true, 0 = it did not (partial in between)."""
         rec = self.sources.get(check.source)
         if rec is None:
-            return                                    # source forgotten meanwhile
+            return  # source forgotten meanwhile
         if check.exposed:
             rec.unchecked = max(0, rec.unchecked - 1)
         self.pending = max(0, self.pending - 1)
@@ -319,13 +337,15 @@ class TrustBook:
             return 1.0
         return max(0.0, 1.0 - (err - tol) / (2.0 * tol))
 
-    def report(self) -> dict:
+    def report(self) -> dict[str, Any]:
         """Per source: standings, unchecked hints, and per-kind tallies (ids are hashes, safe to show)."""
         out = {}
         for sid, rec in self.sources.items():
-            out[sid] = {"fact_standing": round(rec.standing(FACT), 4),
-                        "prediction_standing": round(rec.standing(PREDICTION), 4),
-                        "unchecked": rec.unchecked,
-                        "directives": sid in self.cfg.directive_sources,
-                        "kinds": {k: t.as_dict() for k, t in sorted(rec.kinds.items())}}
+            out[sid] = {
+                "fact_standing": round(rec.standing(FACT), 4),
+                "prediction_standing": round(rec.standing(PREDICTION), 4),
+                "unchecked": rec.unchecked,
+                "directives": sid in self.cfg.directive_sources,
+                "kinds": {k: t.as_dict() for k, t in sorted(rec.kinds.items())},
+            }
         return out

@@ -24,8 +24,14 @@ HINTS_PATH = "/v1/cachescout/hints"
 
 
 class HintClient:
-    def __init__(self, base_url: str, api_key: str | None = None, source: str | None = None,
-                 timeout_s: float = 0.5, client: httpx.Client | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        source: str | None = None,
+        timeout_s: float = 0.5,
+        client: httpx.Client | None = None,
+    ) -> None:
         self.url = base_url.rstrip("/").removesuffix("/v1") + HINTS_PATH
         self.headers = {"content-type": "application/json"}
         if api_key:
@@ -70,8 +76,9 @@ class HintClient:
         return self.send(h)
 
     def next_agent(self, session_id: str, agent: str, probability: float = 1.0) -> bool:
-        return self.send({"type": "next_agent", "session_id": session_id, "agent": agent,
-                          "probability": float(probability)})
+        return self.send(
+            {"type": "next_agent", "session_id": session_id, "agent": agent, "probability": float(probability)}
+        )
 
     def session_ended(self, session_id: str) -> bool:
         return self.send({"type": "session_ended", "session_id": session_id})

@@ -33,23 +33,38 @@ class CacheScoutCallback(BaseCallbackHandler):
     raise_error = False
     run_inline = True
 
-    def __init__(self, base_url: str, api_key: str | None = None, source: str | None = None, *,
-                 client: HintClient | None = None, end_session_on_graph_end: bool = True,
-                 duration_weight: float = 0.3) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        source: str | None = None,
+        *,
+        client: HintClient | None = None,
+        end_session_on_graph_end: bool = True,
+        duration_weight: float = 0.3,
+    ) -> None:
         self.hints = client or HintClient(base_url, api_key=api_key, source=source)
         self.end_session_on_graph_end = end_session_on_graph_end
         self.duration_weight = duration_weight
-        self.expected: dict[str, float] = {}                    # tool name -> expected seconds
-        self._tools: dict[UUID, tuple[str, str, float]] = {}    # run id -> (session, tool, started)
-        self._roots: dict[UUID, str] = {}                       # top-level run id -> session
+        self.expected: dict[str, float] = {}  # tool name -> expected seconds
+        self._tools: dict[UUID, tuple[str, str, float]] = {}  # run id -> (session, tool, started)
+        self._roots: dict[UUID, str] = {}  # top-level run id -> session
 
     @staticmethod
     def _session(metadata: dict | None) -> str | None:
         sid = (metadata or {}).get("thread_id")
         return str(sid) if sid else None
 
-    def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
-                       metadata: dict | None = None, **kw: Any) -> None:
+    def on_chain_start(
+        self,
+        serialized: Any,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        metadata: dict | None = None,
+        **kw: Any,
+    ) -> None:
         if parent_run_id is None:
             sid = self._session(metadata)
             if sid:
@@ -60,8 +75,16 @@ class CacheScoutCallback(BaseCallbackHandler):
         if sid and self.end_session_on_graph_end:
             self.hints.session_ended(sid)
 
-    def on_tool_start(self, serialized: Any, input_str: str, *, run_id: UUID, parent_run_id: UUID | None = None,
-                      metadata: dict | None = None, **kw: Any) -> None:
+    def on_tool_start(
+        self,
+        serialized: Any,
+        input_str: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        metadata: dict | None = None,
+        **kw: Any,
+    ) -> None:
         sid = self._session(metadata)
         if not sid:
             return

@@ -39,8 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core.hint_actions import Hint, HintDriver
-from proxy.core.hints import (ACCEPTED, FACT, HINT_KINDS, PREDICTION, REFUSED, SESSION_ENDED, HintConfig,
-                              source_id)
+from proxy.core.hints import ACCEPTED, FACT, HINT_KINDS, PREDICTION, REFUSED, SESSION_ENDED, HintConfig, source_id
 
 HINTS_PATH = "/v1/cachescout/hints"
 SOURCE_HEADER = "x-cachescout-source"
@@ -48,7 +47,7 @@ AGENT_HEADER = "x-cachescout-agent"
 MAX_BATCH = 64
 MAX_STR = 256
 MAX_BRANCH_IDS = 64
-PROPOSAL_KEYS = ("agent_hints", "agent_hint")      # top-level request fields (SGLang / vLLM proposals)
+PROPOSAL_KEYS = ("agent_hints", "agent_hint")  # top-level request fields (SGLang / vLLM proposals)
 _KIND_ALIASES = {"type", "kind", "event"}
 _TTL_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -79,7 +78,7 @@ def _num(v: Any, name: str, lo: float = 0.0, hi: float = 1e7) -> float | None:
 
 def parse_ttl(v: Any, name: str = "ttl") -> float | None:
     """Seconds from a number or Dynamo/Anthropic shorthand ("300", "5m", "1h")."""
-    if v is None or isinstance(v, (int, float)) and not isinstance(v, bool):
+    if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)):
         return _num(v, name, 0.0, 86_400.0)
     if isinstance(v, str) and v:
         unit = _TTL_UNITS.get(v[-1])
@@ -96,8 +95,11 @@ def parse_hint(obj: Any, where: str = "hint") -> Hint:
     kind = next((obj[k] for k in _KIND_ALIASES if k in obj), None)
     if kind not in HINT_KINDS:
         raise HintError(f"{where}.type must be one of {', '.join(HINT_KINDS)}", f"{where}.type")
-    sid = _str(obj.get("session_id", obj.get("parent_session_id")), f"{where}.session_id",
-               required=kind not in ("pin", "retain") or obj.get("agent") is None)
+    sid = _str(
+        obj.get("session_id", obj.get("parent_session_id")),
+        f"{where}.session_id",
+        required=kind not in ("pin", "retain") or obj.get("agent") is None,
+    )
     expected = _num(obj.get("expected_duration_s"), f"{where}.expected_duration_s")
     ms = _num(obj.get("expected_duration_ms", obj.get("expected_tool_duration_ms")), f"{where}.expected_duration_ms")
     if expected is None and ms is not None:
@@ -120,7 +122,7 @@ def parse_batch(data: Any) -> list[Hint]:
     if isinstance(items, Mapping):
         items = [items]
     if not isinstance(items, list) or not items:
-        raise HintError("body must be a hint object, a list of them, or {\"hints\": [...]}", "hints")
+        raise HintError('body must be a hint object, a list of them, or {"hints": [...]}', "hints")
     if len(items) > MAX_BATCH:
         raise HintError(f"at most {MAX_BATCH} hints per request", "hints")
     return [parse_hint(h, f"hints[{i}]") for i, h in enumerate(items)]
@@ -140,11 +142,12 @@ def source_of(headers: Mapping[str, str]) -> str:
 @dataclass(frozen=True, slots=True)
 class RequestHints:
     """What a forwarded request says about itself (all optional)."""
+
     agent: str | None = None
-    expected_tool_s: float | None = None      # → tool_started if the response ends in tool_calls
-    discard: bool = False                     # → session_ended after the response
-    ttl_s: float | None = None                # → retain (directive)
-    children: tuple[str, ...] = ()            # → fanout
+    expected_tool_s: float | None = None  # → tool_started if the response ends in tool_calls
+    discard: bool = False  # → session_ended after the response
+    ttl_s: float | None = None  # → retain (directive)
+    children: tuple[str, ...] = ()  # → fanout
 
 
 def _proposals(body: Mapping) -> list[Mapping]:
@@ -178,7 +181,7 @@ def request_hints(body: Mapping, headers: Mapping[str, str]) -> RequestHints | N
             if cttl is not None:
                 ttl = cttl / 1000.0
         except HintError:
-            pass                                # a malformed proposal field is the engine's to judge
+            pass  # a malformed proposal field is the engine's to judge
         discard = discard or p.get("reuse_hint") == "discard"
         kids = p.get("children_step_ids")
         if isinstance(kids, list):
@@ -202,7 +205,7 @@ def strip_fields(body: Mapping) -> dict | None:
     if not nv_has and not any(k in body for k in PROPOSAL_KEYS):
         return None
     out = {k: v for k, v in body.items() if k not in PROPOSAL_KEYS}
-    if nv_has:
+    if nv_has and isinstance(nv, Mapping):
         rest = {k: v for k, v in nv.items() if k not in ("agent_hints", "cache_control")}
         if rest:
             out["nvext"] = rest
@@ -230,13 +233,14 @@ class HintService:
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.counts = {"batches": 0, "invalid": 0, "refused_batches": 0}
-        self.after_submit: Any = None        # LiveRuntime: plan at once, not on the next tick
+        self.after_submit: Any = None  # LiveRuntime: plan at once, not on the next tick
 
     def handle(self, raw: bytes, headers: Mapping[str, str], now: float) -> tuple[int, dict]:
         """(status, JSON body) for one POST; applies nothing unless the whole batch is acceptable."""
         if len(raw) > self.max_body_bytes:
-            return 413, _err(f"hint body larger than {self.max_body_bytes} bytes", "invalid_request_error",
-                             "request_too_large")
+            return 413, _err(
+                f"hint body larger than {self.max_body_bytes} bytes", "invalid_request_error", "request_too_large"
+            )
         try:
             hints = parse_batch(json.loads(raw))
         except (ValueError, RecursionError) as exc:
@@ -252,21 +256,29 @@ class HintService:
             for i in refused:
                 self.driver.trust.admit(source, hints[i].kind, now)
                 self._count(hints[i].kind, REFUSED)
-            return 403, _err(f"hints[{refused[0]}]: directives (pin/retain) are accepted only from sources the "
-                             f"operator lists in CACHESCOUT_HINTS_DIRECTIVE_SOURCES; this source is {source}",
-                             "permission_error", "directive_not_allowed", f"hints[{refused[0]}].type")
+            return 403, _err(
+                f"hints[{refused[0]}]: directives (pin/retain) are accepted only from sources the "
+                f"operator lists in CACHESCOUT_HINTS_DIRECTIVE_SOURCES; this source is {source}",
+                "permission_error",
+                "directive_not_allowed",
+                f"hints[{refused[0]}].type",
+            )
         self.counts["batches"] += 1
         outcomes = self._submit(hints, source, now)
         if self.after_submit is not None:
             self.after_submit()
-        return 200, {"object": "cachescout.hints", "source": source,
-                     "results": [{"index": i, "type": h.kind, "outcome": o}
-                                 for i, (h, o) in enumerate(zip(hints, outcomes))]}
+        return 200, {
+            "object": "cachescout.hints",
+            "source": source,
+            "results": [
+                {"index": i, "type": h.kind, "outcome": o} for i, (h, o) in enumerate(zip(hints, outcomes, strict=True))
+            ],
+        }
 
     def _submit(self, hints: list[Hint], source: str, now: float) -> list[str]:
         before = self.driver.released_tokens
         outcomes = self.driver.submit(hints, source, now)
-        for h, o in zip(hints, outcomes):
+        for h, o in zip(hints, outcomes, strict=True):
             self._count(h.kind, o)
         released = self.driver.released_tokens - before
         if released and self.metrics is not None:
@@ -278,8 +290,15 @@ class HintService:
             self.metrics.hints_total.labels(kind, outcome).inc()
 
     # -- request fields (called from the observer's deferred work) ------------------------------------
-    def on_request(self, req: RequestHints | None, headers: Mapping[str, str], tenant: str, session_id: str | None,
-                   agent_id: str | None, now: float) -> None:
+    def on_request(
+        self,
+        req: RequestHints | None,
+        headers: Mapping[str, str],
+        tenant: str,
+        session_id: str | None,
+        agent_id: str | None,
+        now: float,
+    ) -> None:
         d = self.driver
         if req is None:
             if d.watching:
@@ -301,8 +320,14 @@ class HintService:
             if allowed:
                 self._submit(allowed, source, now)
 
-    def on_response(self, req: RequestHints | None, headers: Mapping[str, str], session_id: str | None,
-                    finish: str | None, now: float) -> None:
+    def on_response(
+        self,
+        req: RequestHints | None,
+        headers: Mapping[str, str],
+        session_id: str | None,
+        finish: str | None,
+        now: float,
+    ) -> None:
         if req is None or not session_id:
             return
         hints = []
@@ -332,8 +357,19 @@ def _err(message: str, type_: str, code: str, param: str | None = None) -> dict:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
-__all__ = ["ACCEPTED", "HINTS_PATH", "HintError", "HintService", "RequestHints", "hint_config", "parse_batch",
-           "parse_hint", "request_hints", "source_of", "strip_fields"]
+__all__ = [
+    "ACCEPTED",
+    "HINTS_PATH",
+    "HintError",
+    "HintService",
+    "RequestHints",
+    "hint_config",
+    "parse_batch",
+    "parse_hint",
+    "request_hints",
+    "source_of",
+    "strip_fields",
+]
 
 
 def build_hint_service(settings: Any, policy: Any, metrics: Any = None) -> HintService | None:

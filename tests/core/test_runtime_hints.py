@@ -7,11 +7,19 @@ import pytest
 
 from proxy.core.actions import REASON_FANOUT, REASON_TOOL_RESUME, REASON_TRANSITION
 from proxy.core.hint_actions import Hint, HintDriver
-from proxy.core.hints import (ACCEPTED, FACT, IGNORED_STANDING, PREDICTION, REFUSED, HintConfig, TrustBook,
-                              ignore_bound, source_id)
+from proxy.core.hints import (
+    ACCEPTED,
+    FACT,
+    IGNORED_STANDING,
+    PREDICTION,
+    REFUSED,
+    HintConfig,
+    TrustBook,
+    ignore_bound,
+    source_id,
+)
 
 from .conftest import ANCHOR, BLOCK, Workload
-
 
 
 def driven(workload, **kw) -> tuple[Workload, HintDriver]:
@@ -38,9 +46,9 @@ def evict_all(w: Workload, now: float) -> None:
 
 def test_tool_started_makes_an_ungated_tool_resume_of_a_session_that_did_not_end_in_tool_calls(workload):
     w, d = driven(workload, residency_capacity_tokens=BLOCK * 40)
-    s = paused(w, "s1", 1.0)                       # finish "stop": no tool_resume of its own
+    s = paused(w, "s1", 1.0)  # finish "stop": no tool_resume of its own
     evict_all(w, 1.5)
-    assert not w.policy.plan(2.0)                  # gate shut (nothing learned), no hint: nothing
+    assert not w.policy.plan(2.0)  # gate shut (nothing learned), no hint: nothing
     assert d.submit([Hint("tool_started", "s1")], "rt", 2.0) == [ACCEPTED]
     acts = w.policy.plan(2.1)
     assert reasons(acts) == [("warm", REASON_TOOL_RESUME)]
@@ -54,7 +62,7 @@ def test_tool_started_makes_an_ungated_tool_resume_of_a_session_that_did_not_end
 
 def test_trusted_expected_duration_defers_the_warm_until_the_cache_would_keep_it(workload):
     w, d = driven(workload, residency_capacity_tokens=BLOCK * 40, warm_lifetime_share=1.0)
-    for k in range(3):                              # earn prediction standing with accurate durations
+    for k in range(3):  # earn prediction standing with accurate durations
         paused(w, f"e{k}", 1.0 + k)
         d.submit([Hint("tool_started", f"e{k}", expected_s=1.0)], "rt", 1.2 + k)
         w.step(0, f"e{k}", 2.2 + k)
@@ -67,7 +75,7 @@ def test_trusted_expected_duration_defers_the_warm_until_the_cache_would_keep_it
     life = w.policy.residency.lifetime_s()
     assert life is not None and life < 10_000.0
     assert not [a for a in w.policy.plan(10.4) if a.reason == REASON_TOOL_RESUME]
-    d.submit([Hint("tool_finished", "long")], "rt", 11.0)     # now imminent: warm at once
+    d.submit([Hint("tool_finished", "long")], "rt", 11.0)  # now imminent: warm at once
     assert reasons(w.policy.plan(11.1)) == [("warm", REASON_TOOL_RESUME)]
 
 
@@ -86,7 +94,7 @@ def test_fanout_keeps_the_parent_context_until_the_branches_arrive(workload):
 
 def test_next_agent_warms_the_named_agents_anchor_with_a_shut_gate(workload):
     w, d = driven(workload, residency_capacity_tokens=BLOCK * 40)
-    obs = w.step(2, "x", 0.5)                       # agent 2 seen once, named by its request
+    obs = w.step(2, "x", 0.5)  # agent 2 seen once, named by its request
     d.observe("", "x", obs.agent_id, "coder", 0.5)
     paused(w, "s", 1.0)
     evict_all(w, 1.5)
@@ -122,13 +130,13 @@ def test_a_new_sources_release_waits_for_one_confirmed_fact(workload):
 def test_session_ended_stops_every_protective_action_at_once(workload):
     w, d = driven(workload, residency_capacity_tokens=BLOCK * 40)
     earn(w, d, "rt", 0.5)
-    paused(w, "t", 1.0, finish="tool_calls")        # a natural tool_resume candidate
+    paused(w, "t", 1.0, finish="tool_calls")  # a natural tool_resume candidate
     d.submit([Hint("tool_started", "t"), Hint("fanout", "t", branches=3)], "rt", 1.2)
     evict_all(w, 1.3)
     assert d.submit([Hint("session_ended", "t")], "rt", 1.4) == [ACCEPTED]
     assert ("", "t") not in w.policy.sessions.sessions and not d.plans
     assert d.released_sessions == 1 and d.released_tokens == (ANCHOR + 1) * BLOCK
-    w.policy.planner._last_sweep = float("-inf")    # a sweep would look at every paused session
+    w.policy.planner._last_sweep = float("-inf")  # a sweep would look at every paused session
     w.policy.config = w.policy.planner.cfg = w.policy.config.with_overrides(sweep_interval_s=0.0)
     assert not w.policy.plan(1.6)
 
@@ -136,16 +144,16 @@ def test_session_ended_stops_every_protective_action_at_once(workload):
 def test_a_lying_source_stops_driving_actions_within_n_hints():
     cfg = HintConfig()
     n_pred, n_fact = ignore_bound(cfg, PREDICTION), ignore_bound(cfg, FACT)
-    assert (n_pred, n_fact, ignore_bound(cfg, "session_ended")) == (7, 14, 7)   # documented in core/hints.py
+    assert (n_pred, n_fact, ignore_bound(cfg, "session_ended")) == (7, 14, 7)  # documented in core/hints.py
     book = TrustBook(cfg)
     now = 0.0
-    for _ in range(50):                             # the best possible record first
+    for _ in range(50):  # the best possible record first
         book.admit("liar", "next_agent", now)
         book.close(book.open_check("liar", "next_agent", PREDICTION, now, now + 1), 1.0, now)
         book.admit("liar", "tool_started", now)
         book.close(book.open_check("liar", "tool_started", FACT, now, now + 1), 1.0, now)
     acted_pred = acted_fact = 0
-    for _ in range(40):                             # then nothing but lies
+    for _ in range(40):  # then nothing but lies
         if book.admit("liar", "next_agent", now) == ACCEPTED:
             acted_pred += 1
         book.close(book.open_check("liar", "next_agent", PREDICTION, now, now + 1), 0.0, now)
@@ -161,7 +169,7 @@ def test_a_tool_started_whose_session_never_resumes_lowers_standing(workload):
     d.submit([Hint("tool_started", "ghost")], "rt", 1.0)
     before = d.trust.weight("rt", FACT)
     d.candidates(1.0 + d.cfg.resume_horizon_s + 1)  # the deadline passes on a plan
-    assert d.trust.weight("rt", FACT) < before and not d.watches
+    assert d.trust.weight("rt", FACT) < before and not d.checks.watches
 
 
 def test_a_lying_session_ended_is_refuted_when_the_session_comes_back(workload):
@@ -185,8 +193,8 @@ def test_directives_only_from_listed_sources_and_within_the_cache_share(workload
     cands = d.candidates(2.0)
     assert [c.kind for c in cands] == ["pin"]
     d.cfg = d.trust.cfg = HintConfig(directive_sources=frozenset({"op"}), directive_cache_share=0.01)
-    assert not d.candidates(4.0)                    # 9 blocks > 1% of 200 blocks: over the cap
-    assert not d.candidates(1.5 + 61)               # TTL over
+    assert not d.candidates(4.0)  # 9 blocks > 1% of 200 blocks: over the cap
+    assert not d.candidates(1.5 + 61)  # TTL over
     assert not d.pins
 
 

@@ -38,17 +38,20 @@ class State(TypedDict):
     notes: Annotated[list, operator.add]
 
 
-def build_graph(llm: "openai.OpenAI", hints: CacheScoutCallback):
+def build_graph(llm: openai.OpenAI, hints: CacheScoutCallback):
     def ask(agent: str, text: str, config) -> str:
         thread = config["configurable"]["thread_id"]
-        r = llm.chat.completions.create(model=MODEL, max_tokens=8, user=thread,
-                                        messages=[{"role": "system", "content": PROMPTS[agent]},
-                                                  {"role": "user", "content": text}])
+        r = llm.chat.completions.create(
+            model=MODEL,
+            max_tokens=8,
+            user=thread,
+            messages=[{"role": "system", "content": PROMPTS[agent]}, {"role": "user", "content": text}],
+        )
         return r.choices[0].message.content or ""
 
     def researcher(state: State, config) -> dict:
         first = ask("A", "what should we look up?", config)
-        found = search.invoke({"q": first[:20]}, config)             # on_tool_start / on_tool_end
+        found = search.invoke({"q": first[:20]}, config)  # on_tool_start / on_tool_end
         return {"notes": [ask("A", f"the tool said: {found}", config)]}
 
     def split(state: State, config) -> list:
@@ -70,15 +73,16 @@ def test_langgraph_callback_sends_hints_the_proxy_acts_on_and_checks():
     with run_sim_server(sim_config(capacity_blocks=256)) as sim, run_proxy_server(proxy_settings(sim.url)) as px:
         hints = CacheScoutCallback(px.url, api_key="graph-key", source="research-graph")
         llm = openai.OpenAI(base_url=px.url + "/v1", api_key="graph-key")
-        out = build_graph(llm, hints).invoke({"notes": []}, {"callbacks": [hints],
-                                                             "configurable": {"thread_id": "lg-thread-1"}})
+        out = build_graph(llm, hints).invoke(
+            {"notes": []}, {"callbacks": [hints], "configurable": {"thread_id": "lg-thread-1"}}
+        )
         assert len(out["notes"]) == 4
         px.call(lambda: px.live.settle(5.0))
         report = px.live.hints.driver.report()
     assert hints.hints.failed == 0 and hints.hints.sent == 4
     kinds = report["sources"][source_id(api_key="graph-key", source="research-graph")]["kinds"]
     assert kinds["tool_started"]["acted"] == 1 and kinds["tool_finished"]["acted"] == 1
-    assert kinds["tool_started"]["checked"] == 1 and kinds["tool_started"]["conversion"] == 1.0   # it resumed
-    assert kinds["fanout"]["acted"] == 1 and kinds["fanout"]["conversion"] == 1.0                  # 3 branches came
+    assert kinds["tool_started"]["checked"] == 1 and kinds["tool_started"]["conversion"] == 1.0  # it resumed
+    assert kinds["fanout"]["acted"] == 1 and kinds["fanout"]["conversion"] == 1.0  # 3 branches came
     assert kinds["session_ended"]["acted"] == 1
     assert report["released_sessions"] == 1

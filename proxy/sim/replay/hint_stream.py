@@ -32,12 +32,12 @@ ALL_KINDS = (*TOOL_KINDS, "fanout", "next_agent")
 
 @dataclass(frozen=True, slots=True)
 class HintStreamSpec:
-    truthful: bool = True              # the truthful runtime source sends hints
-    liar: bool = False                 # a lying source sends hints too
+    truthful: bool = True  # the truthful runtime source sends hints
+    liar: bool = False  # a lying source sends hints too
     kinds: tuple[str, ...] = TOOL_KINDS
-    noise: float = 0.0                 # sigma of the log-normal duration noise; drop share = noise / 2
-    finish_lead_s: float = 0.05        # tool_finished comes this long before the resumed request
-    next_agent_p: float = 0.9          # the probability the runtime attaches to next_agent
+    noise: float = 0.0  # sigma of the log-normal duration noise; drop share = noise / 2
+    finish_lead_s: float = 0.05  # tool_finished comes this long before the resumed request
+    next_agent_p: float = 0.9  # the probability the runtime attaches to next_agent
     seed: int = 0
 
 
@@ -59,7 +59,7 @@ class HintEmitter:
         self.rng = random.Random(spec.seed)
         n = len(requests)
         self.next_in_session = [-1] * n
-        self.first_branch: dict[int, int] = {}         # index of a fork's first branch -> branch count
+        self.first_branch: dict[int, int] = {}  # index of a fork's first branch -> branch count
         last: dict[str, int] = {}
         run_start: dict[str, int] = {}
         agents: set[str] = set()
@@ -123,10 +123,10 @@ class HintEmitter:
         if spec.liar:
             rng = self.rng
             if nxt is None:
-                if "tool_started" in spec.kinds:                              # the session is over
+                if "tool_started" in spec.kinds:  # the session is over
                     out.append((now, LIAR, Hint("tool_started", sid, expected_s=rng.uniform(0.5, 10.0))))
             elif r.finish_reason == "tool_calls" and "session_ended" in spec.kinds:
-                out.append((now, LIAR, Hint("session_ended", sid)))           # it only waits for a tool
+                out.append((now, LIAR, Hint("session_ended", sid)))  # it only waits for a tool
             if nxt is not None and self.agents and "next_agent" in spec.kinds:
                 wrong = [a for a in self.agents if a != nxt.agent]
                 if wrong:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ...core.hint_actions import HintDriver
+from ...core.hint_actions import Hint, HintDriver
 from ...core.hints import HintConfig
 from ...core.view import EngineLoad
 from ..traces import ReplayRequest
@@ -35,8 +35,14 @@ HINT_POLICIES = tuple(PRESET_STREAMS)
 class ScoutProxyHintsPolicy(ScoutProxyPolicy):
     name = "scout-proxy+hints"
 
-    def __init__(self, overrides: dict | None = None, use_sessions: bool = True, block_size: int = 16,
-                 stream: HintStreamSpec | None = None, name: str | None = None):
+    def __init__(
+        self,
+        overrides: dict | None = None,
+        use_sessions: bool = True,
+        block_size: int = 16,
+        stream: HintStreamSpec | None = None,
+        name: str | None = None,
+    ):
         super().__init__(overrides, use_sessions, block_size)
         self.stream = stream or HintStreamSpec()
         if name:
@@ -47,7 +53,7 @@ class ScoutProxyHintsPolicy(ScoutProxyPolicy):
         self.requests = requests
         self.driver = HintDriver(self.sp, HintConfig())
         self.emitter = HintEmitter(self.stream, requests)
-        self._due: list[tuple[float, int, str, object]] = []
+        self._due: list[tuple[float, int, str, Hint]] = []
         self._seq = 0
 
     # -- hint delivery ------------------------------------------------------------------------------
@@ -97,8 +103,18 @@ class ScoutProxyHintsPolicy(ScoutProxyPolicy):
             hint = offered.get(a.anchor_id)
             label = f"hint:{hint[0]}@{hint[1]}" if hint is not None else a.reason
             jobs = len(self.rec.action_jobs)
-            ok = execute_on_pool(self.pool, self.rec, self.cost, now, a.kind, label, a.block_hashes,
-                                 self._tokens_of(a), a.priority, honours_priority=self.eviction == "priority")
+            ok = execute_on_pool(
+                self.pool,
+                self.rec,
+                self.cost,
+                now,
+                a.kind,
+                label,
+                a.block_hashes,
+                self._tokens_of(a),
+                a.priority,
+                honours_priority=self.eviction == "priority",
+            )
             self.executed += ok
             if len(self.rec.action_jobs) > jobs:
                 self.queue.push(now, self.rec.action_jobs[-1][1])
@@ -121,12 +137,15 @@ def resume_latency(rec: RunRecorder, requests: Sequence[ReplayRequest]) -> dict:
     resumes = resumed_after_tool(requests)
     if not resumes:
         return {"tool_resumes": 0, "tool_resume_ttft_mean_s": None, "tool_resume_ttft_p90_s": None}
-    idx, ttft = rec._queue()                   # noqa: SLF001 - the recorder's own TTFT model
+    idx, ttft = rec._queue()
     by_req = np.empty(len(requests))
     by_req[idx] = ttft
     sel = by_req[np.asarray(resumes, dtype=np.int64)]
-    return {"tool_resumes": len(resumes), "tool_resume_ttft_mean_s": float(sel.mean()),
-            "tool_resume_ttft_p90_s": float(np.percentile(sel, 90))}
+    return {
+        "tool_resumes": len(resumes),
+        "tool_resume_ttft_mean_s": float(sel.mean()),
+        "tool_resume_ttft_p90_s": float(np.percentile(sel, 90)),
+    }
 
 
 def hint_report_lines(row: dict) -> list[str]:
@@ -136,27 +155,39 @@ def hint_report_lines(row: dict) -> list[str]:
     pols = row["policies"]
     if not any(s.get("tool_resumes") for s in pols.values()):
         return []
-    md = ["**Tool resumes** (requests continuing a session after a tool call): TTFT mean / p90 s — "
-          + "; ".join(f"{n} {s['tool_resume_ttft_mean_s']:.4f} / {s['tool_resume_ttft_p90_s']:.4f}"
-                      for n, s in pols.items() if s.get("tool_resume_ttft_mean_s") is not None), ""]
+    md = [
+        "**Tool resumes** (requests continuing a session after a tool call): TTFT mean / p90 s — "
+        + "; ".join(
+            f"{n} {s['tool_resume_ttft_mean_s']:.4f} / {s['tool_resume_ttft_p90_s']:.4f}"
+            for n, s in pols.items()
+            if s.get("tool_resume_ttft_mean_s") is not None
+        ),
+        "",
+    ]
     for name, s in pols.items():
         hints = (s.get("extra") or {}).get("hints")
         if not hints or not hints.get("sources"):
             continue
-        md.append(f"**{name}: hints per source and kind** (conversion = checked hints that came true; "
-                  "token conversion weights them by the context/anchor tokens they were about; lead = "
-                  "token-weighted seconds from hint to the request that confirmed it)")
+        md.append(
+            f"**{name}: hints per source and kind** (conversion = checked hints that came true; "
+            "token conversion weights them by the context/anchor tokens they were about; lead = "
+            "token-weighted seconds from hint to the request that confirmed it)"
+        )
         md.append("")
-        md.append("| source | standing fact / prediction | kind | hints | acted | ignored | checked | conversion "
-                  "| token conversion | lead s |")
+        md.append(
+            "| source | standing fact / prediction | kind | hints | acted | ignored | checked | conversion "
+            "| token conversion | lead s |"
+        )
         md.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for sid, src in hints["sources"].items():
             for kind, k in src["kinds"].items():
                 conv = "–" if k["conversion"] is None else f"{100 * k['conversion']:.1f}%"
                 tconv = "–" if k["token_conversion"] is None else f"{100 * k['token_conversion']:.1f}%"
                 lead = "–" if k["lead_s"] is None else f"{k['lead_s']:.3f}"
-                md.append(f"| {sid} | {src['fact_standing']:.2f} / {src['prediction_standing']:.2f} | {kind} "
-                          f"| {k['hints']} | {k['acted']} | {k['ignored']} | {k['checked']} | {conv} | {tconv} "
-                          f"| {lead} |")
+                md.append(
+                    f"| {sid} | {src['fact_standing']:.2f} / {src['prediction_standing']:.2f} | {kind} "
+                    f"| {k['hints']} | {k['acted']} | {k['ignored']} | {k['checked']} | {conv} | {tconv} "
+                    f"| {lead} |"
+                )
         md.append("")
     return md
