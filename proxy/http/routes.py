@@ -1,10 +1,10 @@
 """Which paths the proxy answers itself, and which it forwards.
 
-The proxy owns only `/livez`, `/readyz`, `/metrics`, `/debug/*` and `POST /v1/cachescout/hints`. Everything else, in any method,
-goes to the engine: the OpenAI routes are listed explicitly (they are the contract, and their route
-label in metrics is their own path), and a catch-all forwards engine extras (`/tokenize`, `/health`,
-`/version`, `/docs` ...). The upstream's own `/metrics` is therefore not reachable through the proxy;
-scrape the engine directly.
+The proxy owns only `/livez`, `/readyz`, `/metrics`, `/debug/*` and `POST /v1/cachescout/hints`.
+Everything else, in any method, goes to the engine: the OpenAI routes are listed explicitly (they
+are the contract, and their route label in metrics is their own path), and a catch-all forwards
+engine extras (`/tokenize`, `/health`, `/version`, `/docs` ...). The upstream's own `/metrics` is
+therefore not reachable through the proxy; scrape the engine directly.
 
 `/debug/*` exposes learned state (agent ids, anchors), so it is admin-only: with no admin token
 configured it does not exist (404); otherwise `Authorization: Bearer <token>` or `X-Admin-Token`.
