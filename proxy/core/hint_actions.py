@@ -366,7 +366,8 @@ class HintDriver:
                 if s is None or not s.hashes or s.context_payload is None:
                     continue
                 tenant, aid, hashes, toks = slot[1][0], agent_id_for(slot[1][0], s.hashes[-1]), s.hashes, s.block_tokens
-                payload, ctx = {"context": s.context_payload, "assistant": s.assistant_payload}, True
+                # an operator order: retained like an anchor (engine priority), not as a session context
+                payload, ctx = {"context": s.context_payload, "assistant": s.assistant_payload}, False
             tokens = float(sum(toks))
             if cap and used + tokens > cap:
                 continue  # over the operator's cache share

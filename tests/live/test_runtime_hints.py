@@ -162,6 +162,25 @@ def test_directives_need_an_operator_listed_source(http):
         assert len(px.live.hints.driver.pins) == 1
 
 
+def test_a_listed_pin_becomes_a_retain_on_a_priority_engine(http):
+    op = source_id(api_key="operator-key")
+    overrides = {**OVERRIDES, "retain_enabled": True}
+    with (
+        run_sim_server(sim_config(capacity_blocks=2048, eviction="priority")) as sim,  # 10%: room for the pin
+        run_proxy_server(proxy_settings(sim.url, policy_overrides=overrides, hints_directive_sources=op)) as px,
+    ):
+        chat(http, px.url, PROMPTS["A"], [{"role": "user", "content": "keep me"}], "keep")
+        before = settled_actions(px)
+        assert "hint" not in reasons(before)
+        r = hints(
+            http, px, {"type": "pin", "session_id": "keep", "ttl_s": 60}, headers={"authorization": "Bearer operator-key"}
+        )
+        assert r.json()["results"][0]["outcome"] == "accepted"
+        after = settled_actions(px)
+        pinned = [a for a in after[len(before) :] if a["reason"] == "hint" and a["outcome"] == "ok"]
+        assert pinned and pinned[0]["kind"] == "retain", after
+
+
 def test_bad_hints_get_openai_style_errors_and_apply_nothing(http):
     with stack(hints_max_body_bytes=1024) as (_, px):
         r = http.post(px.url + "/v1/cachescout/hints", content=b"{not json")
