@@ -5,6 +5,14 @@ SGLang-style priority mode, `sglang:*`) from real engines; the sim must be indis
 them. Each app gets its own `CollectorRegistry` (no globals), so tests can run many sims at once.
 Token counters follow vLLM: queries = prompt tokens of each admitted request, hits = its cached
 tokens; times are the engine's virtual seconds (equal to wall seconds at --speed 1).
+
+Host tier (`--cpu-blocks`): vLLM's connector and offloading metrics — `vllm:external_prefix_cache_
+{queries,hits}` (tokens; hits = tokens loaded from the tier), `vllm:prompt_tokens_by_source{source=
+local_compute|local_cache_hit|external_kv_transfer}`, `vllm:kv_offload_total_bytes` and
+`vllm:kv_offload_total_time` by `transfer_type` (CPU_to_GPU, GPU_to_CPU), and the CPU backend's
+`vllm:kv_offload_cpu_cache_usage_perc`, `vllm:kv_offload_cpu_block_{lookup,hit,miss}_total`,
+`vllm:kv_offload_block_eviction_total` (blocks). `vllm:prompt_tokens_cached` counts both sources,
+as vLLM's does; `vllm:prefix_cache_hits` only the GPU tier.
 """
 
 from __future__ import annotations
@@ -65,6 +73,35 @@ class SimEngineMetrics:
             # dashboards' SGLang TTFT panels have data against the sim in priority mode.
             self.sg_ttft = Histogram("sglang:time_to_first_token_seconds", "Time to first token (virtual seconds).",
                                      sl, buckets=TTFT_BUCKETS, registry=registry)
+        self.by_source = Counter("vllm:prompt_tokens_by_source", "Prompt tokens by where their KV came from.",
+                                 lab + ["source"], registry=registry)
+        for src in ("local_compute", "local_cache_hit", "external_kv_transfer"):
+            self.by_source.labels(*self._lv, src)
+        self.tier = engine.host is not None
+        self._seen: dict[str, float] = {}
+        if self.tier:
+            self.ext_queries = Counter("vllm:external_prefix_cache_queries",
+                                       "Tokens looked up in the KV connector (host tier).", lab, registry=registry)
+            self.ext_hits = Counter("vllm:external_prefix_cache_hits",
+                                    "Tokens loaded from the KV connector (host tier).", lab, registry=registry)
+            self.off_bytes = Counter("vllm:kv_offload_total_bytes", "KV bytes moved by the offloading connector.",
+                                     lab + ["transfer_type"], registry=registry)
+            self.off_time = Counter("vllm:kv_offload_total_time",
+                                    "Seconds spent moving KV by the offloading connector (virtual).",
+                                    lab + ["transfer_type"], registry=registry)
+            self.cpu_usage = Gauge("vllm:kv_offload_cpu_cache_usage_perc", "Host tier blocks in use, 0..1.", lab,
+                                   registry=registry)
+            self.cpu_counts = {
+                name: Counter(f"vllm:kv_offload_{name}_total", help_, lab, registry=registry)
+                for name, help_ in (("cpu_block_lookup", "Blocks looked up in the host tier."),
+                                    ("cpu_block_hit", "Blocks found in the host tier."),
+                                    ("cpu_block_miss", "Blocks not found in the host tier."),
+                                    ("block_eviction", "Blocks evicted from the host tier."))}
+            for m in (self.ext_queries, self.ext_hits, self.cpu_usage, *self.cpu_counts.values()):
+                m.labels(*self._lv)
+            for tt in ("CPU_to_GPU", "GPU_to_CPU"):
+                self.off_bytes.labels(*self._lv, tt)
+                self.off_time.labels(*self._lv, tt)
         for m in (self.queries, self.hits, self.prompt_tokens, self.cached_prompt, self.gen_tokens, self.usage,
                   self.running, self.waiting):
             m.labels(*self._lv)
@@ -74,9 +111,13 @@ class SimEngineMetrics:
         lv = self._lv
         for r in res.admitted:
             self.queries.labels(*lv).inc(r.prompt_len)
-            self.hits.labels(*lv).inc(r.cached_tokens)
+            self.hits.labels(*lv).inc(r.cached_tokens - r.loaded_tokens)     # GPU tier only
             self.prompt_tokens.labels(*lv).inc(r.prompt_len)
             self.cached_prompt.labels(*lv).inc(r.cached_tokens)
+            local = r.cached_tokens - r.loaded_tokens
+            self.by_source.labels(*lv, "local_cache_hit").inc(local)
+            self.by_source.labels(*lv, "external_kv_transfer").inc(r.loaded_tokens)
+            self.by_source.labels(*lv, "local_compute").inc(r.prompt_len - r.cached_tokens)
         if res.emitted:
             self.gen_tokens.labels(*lv).inc(len(res.emitted))
         for r in res.emitted:
@@ -103,6 +144,8 @@ class SimEngineMetrics:
         if st.evictions > self._evicted_seen:
             self.evicted.inc(st.evictions - self._evicted_seen)
             self._evicted_seen = st.evictions
+        if self.tier:
+            self._refresh_tier()
         if self.sglang:
             q = eng.prompt_tokens_queried
             self.sg_hit.labels(lv[0]).set(eng.prompt_tokens_hit / q if q else 0.0)
@@ -110,3 +153,22 @@ class SimEngineMetrics:
             self.sg_used.labels(lv[0]).set(st.held * eng.config.block_size)
             self.sg_running.labels(lv[0]).set(len(eng.running))
             self.sg_queue.labels(lv[0]).set(len(eng.waiting))
+
+    def _delta(self, key: str, value: float) -> float:
+        """Increase of a cumulative engine counter since the last refresh."""
+        d = value - self._seen.get(key, 0.0)
+        self._seen[key] = value
+        return d if d > 0 else 0.0
+
+    def _refresh_tier(self) -> None:
+        eng, lv = self.engine, self._lv
+        host = eng.host.stats()
+        self.ext_queries.labels(*lv).inc(self._delta("ext_q", eng.external_queried))
+        self.ext_hits.labels(*lv).inc(self._delta("ext_h", eng.external_hit))
+        for tt, (nbytes, secs) in eng.offload.items():
+            self.off_bytes.labels(*lv, tt).inc(self._delta(f"b/{tt}", nbytes))
+            self.off_time.labels(*lv, tt).inc(self._delta(f"t/{tt}", secs))
+        self.cpu_usage.labels(*lv).set(host.usage)
+        for name, value in (("cpu_block_lookup", host.lookups), ("cpu_block_hit", host.hits),
+                            ("cpu_block_miss", host.lookups - host.hits), ("block_eviction", host.evictions)):
+            self.cpu_counts[name].labels(*lv).inc(self._delta(name, value))
