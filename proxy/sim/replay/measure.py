@@ -65,6 +65,7 @@ class RunRecorder:
         self.unsupported = 0
         self.tier = None                              # host tier model (tiers.py) or None
         self.load_tokens = np.zeros(n_requests, dtype=np.int64)
+        self.action_load_s = 0.0                      # host-tier load seconds of the actions (prefetches)
         self.resume = np.zeros(n_requests, dtype=bool)   # request resumes a session paused on a tool call
 
     # ------------------------------------------------------------------ requests
@@ -146,6 +147,7 @@ class RunRecorder:
             "recompute_tokens": prompt - hit_tok - load_tok,
             "host_load_rate": load_tok / prompt if prompt else 0.0,
             "load_s": float(self.load_s().sum()),
+            "action_load_s": self.action_load_s,
             "resumes": int(len(resumes)),
             "ttft_resume_mean_s": float(resumes.mean()) if len(resumes) else None,
             "ttft_resume_p99_s": float(np.percentile(resumes, 99)) if len(resumes) else None,
@@ -176,12 +178,12 @@ class RunRecorder:
         return float(self.request_service().sum())
 
     def request_service(self) -> np.ndarray:
-        """Each request's isolated prefill time given its hit (CostModel.prefill_s, vectorised)."""
+        """Each request's isolated prefill time given its hit and host-tier load (CostModel.prefill_s,
+        vectorised). Engine compute only: a load runs on the host link (see `_queue`)."""
         c = self.cost
         n = (self.prompt_tokens - self.hit_tokens - self.load_tokens).astype(float)
         cached = (self.hit_tokens + self.load_tokens).astype(float)
-        return (c.step_base_s + c.prefill_token_s * n + c.attn_token2_s * n * (cached + n / 2)
-                + self.load_s())
+        return c.step_base_s + c.prefill_token_s * n + c.attn_token2_s * n * (cached + n / 2)
 
     def load_s(self) -> np.ndarray:
         """Each request's host-tier load time (CostModel.load_s, vectorised; 0 without a load)."""
@@ -223,30 +225,36 @@ class RunRecorder:
     # ------------------------------------------------------------------ latency
     def _queue(self, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
         """FIFO prefill queue over `engines` servers (real requests and warm jobs share it; the
-        servers share one cache, as a disaggregated KV pool does). Returns (request idx, TTFT)."""
+        servers share one cache, as a disaggregated KV pool does). Returns (request idx, TTFT).
+        A request with a host-tier load joins the queue when its load lands (vLLM loads
+        asynchronously: the request waits in WAITING_FOR_REMOTE_KVS, the batch runs on), so a load
+        adds to its own TTFT but occupies no prefill server."""
         if getattr(self, "_sorted_n", -1) != len(self.action_jobs):
-            real = zip(self.arrival.tolist(), self.request_service().tolist(), range(len(self.arrival)))
-            acts = ((t, s, -1) for t, s in self.action_jobs)
-            self._sorted = sorted([*real, *acts], key=lambda j: j[0])
+            real = zip(self.arrival.tolist(), self.request_service().tolist(), range(len(self.arrival)),
+                       self.load_s().tolist())
+            acts = ((t, s, -1, 0.0) for t, s in self.action_jobs)
+            self._sorted = sorted([*real, *acts], key=lambda j: j[0] + j[3])
             self._sorted_n = len(self.action_jobs)
         jobs = self._sorted
         idx: list[int] = []
         ttft: list[float] = []
         if self.engines == 1:
             free = 0.0
-            for t, service, i in jobs:
+            for t, service, i, delay in jobs:
                 t = t / scale
-                start = t if t > free else free
+                ready = t + delay
+                start = ready if ready > free else free
                 free = start + service
                 if i >= 0:
                     idx.append(i)
                     ttft.append(free - t)
         else:
             servers = [0.0] * self.engines           # a heap of the servers' free times
-            for t, service, i in jobs:
+            for t, service, i, delay in jobs:
                 t = t / scale
+                ready = t + delay
                 f = servers[0]
-                end = (t if t > f else f) + service
+                end = (ready if ready > f else f) + service
                 heapq.heapreplace(servers, end)
                 if i >= 0:
                     idx.append(i)

@@ -77,8 +77,9 @@ def execute_on_pool(pool: BlockPool, rec: RunRecorder, cost: CostModel, now: flo
         n = rec.tier.on_action(hashes, before, after)
         loaded = sum(tokens[before:before + n])
     warmed -= loaded
+    rec.action_load_s += cost.load_s(loaded)          # host link time, not engine compute (async load)
     # a fully cached touch still recomputes the last token and runs one decode row
-    service = cost.load_s(loaded) + cost.chunk_s(cached + loaded, max(warmed, 1)) + cost.decode_seq_s
+    service = cost.chunk_s(cached + loaded, max(warmed, 1)) + cost.decode_seq_s
     rec.action(now, kind, reason, hashes, tokens, before, after, cached, warmed, service)
     return True
 
