@@ -165,6 +165,17 @@ class ScoutPolicy:
             if self.host_residency is not None:
                 self.host_residency.touch(action.block_hashes, block_tokens, anchor)
 
+    def set_host_tier(self, tokens: int) -> None:
+        """The engine turned out to keep evicted KV in host memory (or its size changed): model it."""
+        cfg = self.config
+        if self.host_residency is None:
+            self.host_residency = ResidencyShadow(int(tokens), cfg.near_eviction_fraction, cfg.residency_stride,
+                                                  cfg.residency_stride_tokens, cfg.residency_max_entries,
+                                                  cfg.near_eviction_horizon_s)
+        else:
+            self.host_residency.on_engine_truth(capacity_tokens=int(tokens))
+        self.planner.host_residency = self.host_residency
+
     def stats(self) -> PolicyStats:
         by_tenant: dict[str, float] = {}
         busiest, most = "", -1

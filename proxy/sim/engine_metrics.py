@@ -48,9 +48,13 @@ class SimEngineMetrics:
                               buckets=TTFT_BUCKETS, registry=registry)
         self.e2e = Histogram("vllm:e2e_request_latency_seconds", "End-to-end request latency (virtual seconds).", lab,
                              buckets=LATENCY_BUCKETS, registry=registry)
-        info = Gauge("vllm:cache_config_info", "Cache configuration.", ["block_size", "num_gpu_blocks", "eviction"],
-                     registry=registry)
-        info.labels(str(cfg.block_size), str(cfg.capacity_blocks), cfg.eviction).set(1)
+        info_labels = {"block_size": str(cfg.block_size), "num_gpu_blocks": str(cfg.capacity_blocks),
+                       "eviction": cfg.eviction}
+        if cfg.cpu_blocks:            # vLLM CacheConfig: kv_offloading_size (GiB), kv_offloading_backend
+            gib = cfg.cpu_blocks * cfg.block_size * cfg.cost.kv_bytes_per_token / (1 << 30)
+            info_labels.update(kv_offloading_size=f"{gib:.6g}", kv_offloading_backend="native")
+        info = Gauge("vllm:cache_config_info", "Cache configuration.", list(info_labels), registry=registry)
+        info.labels(**info_labels).set(1)
         kv_lab = ["model_name", "engine"]
         self.block_hist = {
             kind: Histogram(f"vllm:kv_block_{kind}_seconds", help_, kv_lab, buckets=BLOCK_BUCKETS, registry=registry)
