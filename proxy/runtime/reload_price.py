@@ -17,14 +17,14 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-MIN_TOKENS = 256          # loaded tokens timed before a rate is trusted
-WINDOW = 32               # scrape deltas kept
+MIN_TOKENS = 256  # loaded tokens timed before a rate is trusted
+WINDOW = 32  # scrape deltas kept
 
 
 class ReloadPrice:
     def __init__(self, host_tier_tokens: int = 0) -> None:
         self.fixed_tokens = int(host_tier_tokens)
-        self._prev: tuple[float, float, float] | None = None     # (tokens, bytes, seconds) cumulative
+        self._prev: tuple[float, float, float] | None = None  # (tokens, bytes, seconds) cumulative
         self._window: deque[tuple[float, float, float]] = deque(maxlen=WINDOW)
         self.gib: float | None = None
         self.seen_tier = False
@@ -42,7 +42,7 @@ class ReloadPrice:
         if prev is None:
             return
         d = (tok - prev[0], nbytes - prev[1], secs - prev[2])
-        if d[0] > 0 and d[2] > 0 and d[1] >= 0:    # a counter reset gives negatives: skipped
+        if d[0] > 0 and d[2] > 0 and d[1] >= 0:  # a counter reset gives negatives: skipped
             self._window.append(d)
 
     def tokens_per_s(self) -> float | None:
@@ -76,5 +76,10 @@ class ReloadPrice:
         return out
 
     def info(self) -> dict[str, Any]:
-        return {"seen_tier": self.seen_tier, "host_tier_gib": self.gib, "reload_tokens_per_s": self.tokens_per_s(),
-                "bytes_per_token": self.bytes_per_token(), "host_tier_tokens": self.host_tokens()}
+        return {
+            "seen_tier": self.seen_tier,
+            "host_tier_gib": self.gib,
+            "reload_tokens_per_s": self.tokens_per_s(),
+            "bytes_per_token": self.bytes_per_token(),
+            "host_tier_tokens": self.host_tokens(),
+        }

@@ -84,8 +84,16 @@ class HostTier:
         return [h for h in self._lru if h not in self._pinned]
 
     def stats(self) -> TierStats:
-        return TierStats(self.capacity, len(self._lru), self.lookups, self.hits, self.stores, self.loads,
-                         self.evictions, len(self._pinned))
+        return TierStats(
+            self.capacity,
+            len(self._lru),
+            self.lookups,
+            self.hits,
+            self.stores,
+            self.loads,
+            self.evictions,
+            len(self._pinned),
+        )
 
     # ------------------------------------------------------------------ lifecycle
     def lookup(self, hashes: Sequence[Hashable], start: int, stop: int | None = None) -> int:

@@ -21,7 +21,7 @@ def _sim_metrics_after_loads(**kw):
     eng = svc.engine
     texts = [generate_latest(svc.registry).decode()]
     t = 0.0
-    for i, prompt in enumerate([range(0, 400), range(1000, 1600), range(0, 400), range(2000, 2600), range(0, 400)]):
+    for i, prompt in enumerate([range(400), range(1000, 1600), range(400), range(2000, 2600), range(400)]):
         eng.submit(EngineRequest(i, list(prompt), [1]), t)
         t = eng.run_until_idle(t)
         svc.metrics.refresh()
@@ -45,11 +45,11 @@ def test_reload_price_from_scrape_deltas():
     for text in texts:
         price.add(ad.parse_metrics(text))
     cost = eng.config.cost
-    assert price.tokens_per_s() == pytest.approx(1.0 / cost.transfer_s(1))   # 400 Gb/s of 128 KiB tokens
+    assert price.tokens_per_s() == pytest.approx(1.0 / cost.transfer_s(1))  # 400 Gb/s of 128 KiB tokens
     assert price.bytes_per_token() == pytest.approx(131072)
     assert price.host_tokens() == 400 * 16
-    assert ReloadPrice(host_tier_tokens=999).host_tokens() == 999              # the setting wins
-    assert ReloadPrice().overrides() == {}                                    # nothing seen: recompute price
+    assert ReloadPrice(host_tier_tokens=999).host_tokens() == 999  # the setting wins
+    assert ReloadPrice().overrides() == {}  # nothing seen: recompute price
 
 
 async def test_live_runtime_switches_the_planner_to_the_load_price():

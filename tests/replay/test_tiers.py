@@ -33,7 +33,7 @@ def test_gpu_hits_host_loads_and_recompute_split_each_request():
     assert list(rec.hit_blocks) == [0, 0, 0, 0]
     assert list(rec.load_tokens) == [0, 0, 0, 0]
     rec = run_policy(make_policy("lru", ReplaySettings()), reqs, 2, COST, cpu_blocks=4)
-    assert list(rec.load_tokens) == [0, 0, 32, 0]          # [1, 2] loaded, 5 recomputed
+    assert list(rec.load_tokens) == [0, 0, 32, 0]  # [1, 2] loaded, 5 recomputed
     s = rec.summary(3.0, 1.0)
     assert (s["gpu_hit_tokens"], s["host_load_tokens"], s["recompute_tokens"]) == (0, 32, 16 * 6)
     assert s["load_s"] == pytest.approx(COST.load_s(32))
@@ -52,14 +52,18 @@ def test_min_host_tier_loads_the_host_prefix_beyond_the_gpu_hit():
     lists = [[1, 2, 3], [4, 5, 6], [1, 2, 3]]
     t = MinHostTier(3, lists)
     assert t.hits == [0, 0, 3]
-    assert [t.on_request(i, h, g) for i, (h, g) in enumerate(zip(lists, [0, 0, 1]))] == [0, 0, 2]
+    assert [t.on_request(i, h, g) for i, (h, g) in enumerate(zip(lists, [0, 0, 1], strict=False))] == [0, 0, 2]
     lru = LruHostTier(3)
-    assert [lru.on_request(i, h, 0) for i, h in enumerate(lists)] == [0, 0, 0]    # LRU kept [4, 5, 6]
+    assert [lru.on_request(i, h, 0) for i, h in enumerate(lists)] == [0, 0, 0]  # LRU kept [4, 5, 6]
 
 
 def test_resume_mask_marks_requests_after_a_tool_call():
-    reqs = [_req(0, [1], session_id="a", finish_reason="tool_calls"), _req(1, [2], session_id="b"),
-            _req(2, [1, 3], session_id="a", finish_reason="stop"), _req(3, [4], session_id="a")]
+    reqs = [
+        _req(0, [1], session_id="a", finish_reason="tool_calls"),
+        _req(1, [2], session_id="b"),
+        _req(2, [1, 3], session_id="a", finish_reason="stop"),
+        _req(3, [4], session_id="a"),
+    ]
     assert resume_mask(reqs).tolist() == [False, False, True, False]
 
 

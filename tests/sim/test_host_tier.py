@@ -1,6 +1,5 @@
 """The host-memory (CPU offload) tier: LRU bookkeeping, loads instead of prefill, metrics, /lookup."""
 
-import httpx
 import pytest
 
 from proxy.engines.lmcache import LmcacheClient
@@ -12,8 +11,15 @@ from proxy.sim.host_tier import HostTier
 from .conftest import make_client
 
 # 1 ms per prefill token, 1 KB of KV per token over 8 Gb/s (= 1 µs/token), 5 ms per load
-COST = CostModel(step_base_s=0.01, prefill_token_s=0.001, attn_token2_s=0.0, decode_seq_s=0.0,
-                 kv_bytes_per_token=1000, offload_gbps=8.0, offload_latency_s=0.005)
+COST = CostModel(
+    step_base_s=0.01,
+    prefill_token_s=0.001,
+    attn_token2_s=0.0,
+    decode_seq_s=0.0,
+    kv_bytes_per_token=1000,
+    offload_gbps=8.0,
+    offload_latency_s=0.005,
+)
 
 
 def req(i, prompt, out=1):
@@ -29,11 +35,11 @@ def test_tier_is_an_lru_refreshed_by_store_and_load():
     t = HostTier(3)
     assert t.store(["a", "b", "c"]) == 3
     assert t.eviction_order() == ["a", "b", "c"]
-    assert t.store(["a"]) == 0                      # present: refreshed, not written again
+    assert t.store(["a"]) == 0  # present: refreshed, not written again
     assert t.eviction_order() == ["b", "c", "a"]
     t.load(["b"])
     assert t.eviction_order() == ["c", "a", "b"]
-    assert t.store(["d"]) == 1                      # full: the least recent goes
+    assert t.store(["d"]) == 1  # full: the least recent goes
     assert "c" not in t and t.eviction_order() == ["a", "b", "d"]
     st = t.stats()
     assert (st.stores, st.loads, st.evictions, st.used) == (4, 1, 1, 3)
@@ -43,7 +49,7 @@ def test_tier_is_an_lru_refreshed_by_store_and_load():
 def test_tier_lookup_counts_the_run_after_the_gpu_hit():
     t = HostTier(8)
     t.store(["a", "b", "d"])
-    assert t.lookup(["a", "b", "c", "d"], start=0) == 2       # stops at the first absent block
+    assert t.lookup(["a", "b", "c", "d"], start=0) == 2  # stops at the first absent block
     assert t.lookup(["a", "b", "c", "d"], start=1, stop=2) == 1
     assert (t.lookups, t.hits) == (5, 3)
     assert t.match(["x", "a"]) == 0
@@ -64,10 +70,10 @@ def test_pinned_blocks_survive_eviction_and_a_fully_pinned_tier_stores_nothing()
 # ---------------------------------------------------------------------------- engine
 def test_evicted_prefix_is_loaded_not_prefilled_and_cached_tokens_include_it():
     e = engine(gpu=8, cpu=16)
-    a = e.submit(req(1, range(10, 26)), 0.0)                 # 4 full blocks, written through
+    a = e.submit(req(1, range(10, 26)), 0.0)  # 4 full blocks, written through
     t = e.run_until_idle(0.0)
     assert e.host.stats().stores == 4 and a.loaded_tokens == 0
-    e.submit(req(2, range(100, 132)), t)                     # 8 blocks: evicts A from the 8-block GPU pool
+    e.submit(req(2, range(100, 132)), t)  # 8 blocks: evicts A from the 8-block GPU pool
     t = e.run_until_idle(t)
     assert e.pool.match_prefix(a.hashes) == 0 and e.host.match(a.hashes) == 4
     b = e.submit(req(3, range(10, 26)), t)
@@ -85,42 +91,42 @@ def test_evicted_prefix_is_loaded_not_prefilled_and_cached_tokens_include_it():
 
 def test_loading_request_does_not_hold_up_others():
     e = engine(gpu=16, cpu=32)
-    e.submit(req(1, range(10, 42)), 0.0)                    # 8 blocks
+    e.submit(req(1, range(10, 42)), 0.0)  # 8 blocks
     t = e.run_until_idle(0.0)
-    e.submit(req(2, range(200, 240)), t)                    # 10 blocks: evicts most of request 1
+    e.submit(req(2, range(200, 240)), t)  # 10 blocks: evicts most of request 1
     t = e.run_until_idle(t)
-    slow = e.submit(req(3, range(10, 42)), t)               # loads from the host tier
-    other = e.submit(req(4, range(500, 504)), t)            # one block, nothing to load
+    slow = e.submit(req(3, range(10, 42)), t)  # loads from the host tier
+    other = e.submit(req(4, range(500, 504)), t)  # one block, nothing to load
     e.run_until_idle(t)
     assert slow.loaded_tokens > 0
-    assert other.first_token_at < slow.first_token_at      # ran while the load was in flight
+    assert other.first_token_at < slow.first_token_at  # ran while the load was in flight
 
 
 def test_eviction_order_across_tiers():
     """GPU and host tier each evict their own least recently used blocks; a block gone from the GPU
     but kept by the host is a load, one gone from both is recomputed."""
     e = engine(gpu=4, cpu=6)
-    p1, p2, p3 = range(0, 8), range(100, 108), range(200, 208)     # 2 full blocks each (+ 1 last token)
+    p1, p2, p3 = range(8), range(100, 108), range(200, 208)  # 2 full blocks each (+ 1 last token)
     for i, p in enumerate((p1, p2, p3)):
-        e.submit(req(i, list(p) + [9]), 0.0)
+        e.submit(req(i, [*list(p), 9]), 0.0)
         e.run_until_idle(0.0)
-    h = [chain_hashes(list(p) + [9], 4) for p in (p1, p2, p3)]
-    assert e.pool.match_prefix(h[0]) == 0 and e.pool.match_prefix(h[2]) == 2   # GPU: p1 went first
-    assert all(e.host.match(x) == 2 for x in h)                                  # host holds all three
-    e.submit(req(10, range(300, 316)), 0.0)                                     # 4 new full blocks
+    h = [chain_hashes([*list(p), 9], 4) for p in (p1, p2, p3)]
+    assert e.pool.match_prefix(h[0]) == 0 and e.pool.match_prefix(h[2]) == 2  # GPU: p1 went first
+    assert all(e.host.match(x) == 2 for x in h)  # host holds all three
+    e.submit(req(10, range(300, 316)), 0.0)  # 4 new full blocks
     e.run_until_idle(0.0)
-    assert e.host.match(h[0]) == 0 and e.host.match(h[1]) == 0                   # host LRU: p1, p2 out
+    assert e.host.match(h[0]) == 0 and e.host.match(h[1]) == 0  # host LRU: p1, p2 out
     assert e.host.match(h[2]) == 2
-    r1 = e.submit(req(20, list(p1) + [9]), 1.0)
+    r1 = e.submit(req(20, [*list(p1), 9]), 1.0)
     e.run_until_idle(1.0)
-    assert (r1.cached_tokens, r1.loaded_tokens) == (0, 0)                        # recomputed
+    assert (r1.cached_tokens, r1.loaded_tokens) == (0, 0)  # recomputed
     e2 = engine(gpu=4, cpu=6)
     for i, p in enumerate((p1, p2, p3)):
-        e2.submit(req(i, list(p) + [9]), 0.0)
+        e2.submit(req(i, [*list(p), 9]), 0.0)
         e2.run_until_idle(0.0)
-    r = e2.submit(req(5, list(p1) + [9]), 1.0)
+    r = e2.submit(req(5, [*list(p1), 9]), 1.0)
     e2.run_until_idle(1.0)
-    assert (r.cached_tokens, r.loaded_tokens) == (8, 8)                          # loaded
+    assert (r.cached_tokens, r.loaded_tokens) == (8, 8)  # loaded
 
 
 def test_no_host_tier_means_no_loads():
@@ -144,8 +150,10 @@ def _value(text: str, name: str, **labels) -> float:
 
 
 async def _chat(c, text):
-    r = await c.post("/v1/chat/completions", json={"model": "sim-llama-3.1-8b", "max_tokens": 1,
-                                                   "messages": [{"role": "user", "content": text}]})
+    r = await c.post(
+        "/v1/chat/completions",
+        json={"model": "sim-llama-3.1-8b", "max_tokens": 1, "messages": [{"role": "user", "content": text}]},
+    )
     assert r.status_code == 200, r.text
     return r.json()["usage"]
 
@@ -155,7 +163,7 @@ async def test_metrics_and_usage_follow_vllm_offloading_names():
     try:
         first = "alpha " * 200
         await _chat(c, first)
-        await _chat(c, "beta " * 300)                        # 20 blocks: evicts most of the first prompt
+        await _chat(c, "beta " * 300)  # 20 blocks: evicts most of the first prompt
         again = await _chat(c, first)
         cached = again["prompt_tokens_details"]["cached_tokens"]
         eng = c.sim.engine
@@ -193,7 +201,7 @@ async def test_sim_without_tier_has_no_lookup_route_and_no_offload_metrics():
 async def test_lmcache_client_reads_host_residency_and_pins_on_the_sim():
     c = make_client(capacity_blocks=64, cpu_blocks=256, output_tokens=1)
     try:
-        toks = list(range(1, 101))                           # 6 full blocks of 16 (+4 tokens)
+        toks = list(range(1, 101))  # 6 full blocks of 16 (+4 tokens)
         r = await c.post("/v1/completions", json={"model": "sim-llama-3.1-8b", "prompt": toks, "max_tokens": 1})
         assert r.status_code == 200, r.text
         lm = LmcacheClient(c, "http://sim")

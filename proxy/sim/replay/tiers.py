@@ -57,7 +57,7 @@ class LruHostTier:
         tier = self.tier
         n = tier.lookup(hashes, gpu_hit)
         if n:
-            tier.load(hashes[gpu_hit:gpu_hit + n])
+            tier.load(hashes[gpu_hit : gpu_hit + n])
         tier.store(hashes)
         return n
 
@@ -66,14 +66,20 @@ class LruHostTier:
         tier = self.tier
         n = tier.lookup(hashes, before, after)
         if n:
-            tier.load(hashes[before:before + n])
+            tier.load(hashes[before : before + n])
         tier.store(hashes[:after])
         return n
 
     def stats(self) -> dict:
         st = self.tier.stats()
-        return {"capacity_blocks": st.capacity, "lookups": st.lookups, "hits": st.hits, "stores": st.stores,
-                "loads": st.loads, "evictions": st.evictions}
+        return {
+            "capacity_blocks": st.capacity,
+            "lookups": st.lookups,
+            "hits": st.hits,
+            "stores": st.stores,
+            "loads": st.loads,
+            "evictions": st.evictions,
+        }
 
 
 class MinHostTier:
@@ -92,7 +98,7 @@ class MinHostTier:
         return n
 
     def on_action(self, hashes: Sequence[int], before: int, after: int) -> int:
-        return 0                          # Belady runs no actions
+        return 0  # Belady runs no actions
 
     def stats(self) -> dict:
         return {"capacity_blocks": self.capacity, "loads": self.loads, "bound": "MIN per tier"}
