@@ -204,8 +204,10 @@ class VllmAdapter(HttpEngineAdapter):
             prompt_tokens=first(s, f"{p}prompt_tokens_total"),
             prefill_seconds=first(s, f"{p}request_prefill_time_seconds_sum"),
             external_hits=first(s, f"{p}external_prefix_cache_hits_total"),
-            offload_load_bytes=label_sum(text, f"{p}kv_offload_total_bytes_total", "transfer_type", "CPU_to_GPU"),
-            offload_load_seconds=label_sum(text, f"{p}kv_offload_total_time_total", "transfer_type", "CPU_to_GPU"),
+            offload_load_bytes=_either(first(s, f"{p}kv_offload_load_bytes_total"),
+                                       label_sum(text, f"{p}kv_offload_total_bytes_total", "transfer_type", "CPU_to_GPU")),
+            offload_load_seconds=_either(first(s, f"{p}kv_offload_load_time_total"),
+                                         label_sum(text, f"{p}kv_offload_total_time_total", "transfer_type", "CPU_to_GPU")),
             host_tier_gib=_float(info.get("kv_offloading_size")),
             raw={k: v for k, v in s.items() if k.startswith(p) and "#" not in k and "_bucket" not in k},
         )
@@ -243,3 +245,8 @@ def _float(value: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return v if v is not None and v > 0 else None
+
+
+def _either(new: float | None, deprecated: float | None) -> float | None:
+    """vLLM's flat offload counter (kv_offload_load_*) or, on older versions, the deprecated one."""
+    return new if new is not None else deprecated

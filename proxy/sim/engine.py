@@ -287,7 +287,7 @@ class SimEngine:
         loaded = 0
         if self.host is not None:
             loaded = self.host.lookup(r.hashes, hit, (r.prompt_len - 1) // bs)
-            self.external_queried += r.prompt_len
+            self.external_queried += r.prompt_len - hit * bs     # vLLM: num_tokens - local computed
             if loaded:
                 self.host.load(r.hashes[hit:hit + loaded])
                 tokens = loaded * bs

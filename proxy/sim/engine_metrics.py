@@ -6,13 +6,14 @@ them. Each app gets its own `CollectorRegistry` (no globals), so tests can run m
 Token counters follow vLLM: queries = prompt tokens of each admitted request, hits = its cached
 tokens; times are the engine's virtual seconds (equal to wall seconds at --speed 1).
 
-Host tier (`--cpu-blocks`): vLLM's connector and offloading metrics — `vllm:external_prefix_cache_
-{queries,hits}` (tokens; hits = tokens loaded from the tier), `vllm:prompt_tokens_by_source{source=
-local_compute|local_cache_hit|external_kv_transfer}`, `vllm:kv_offload_total_bytes` and
-`vllm:kv_offload_total_time` by `transfer_type` (CPU_to_GPU, GPU_to_CPU), and the CPU backend's
-`vllm:kv_offload_cpu_cache_usage_perc`, `vllm:kv_offload_cpu_block_{lookup,hit,miss}_total`,
-`vllm:kv_offload_block_eviction_total` (blocks). `vllm:prompt_tokens_cached` counts both sources,
-as vLLM's does; `vllm:prefix_cache_hits` only the GPU tier.
+Host tier (`--cpu-blocks`): vLLM's connector and offloading metrics (names as in vLLM 0.32's
+offloading connector and CPU backend) — `vllm:external_prefix_cache_{queries,hits}` (tokens: queries
+= prompt tokens beyond the local hit, hits = tokens loaded), `vllm:kv_offload_{load,store}_{bytes,
+time}`, the deprecated `vllm:kv_offload_total_{bytes,time}` by `transfer_type` (CPU_to_GPU,
+GPU_to_CPU) that vLLM still exports, `vllm:kv_offload_cpu_cache_usage_perc`; vLLM has no block
+counters for the CPU tier, so its lookups, hits and evictions are `cachescout_sim_host_*` (blocks).
+Always `vllm:prompt_tokens_by_source{source=local_compute|local_cache_hit|external_kv_transfer}`.
+`vllm:prompt_tokens_cached` counts both sources, as vLLM's does; `vllm:prefix_cache_hits` only the GPU.
 """
 
 from __future__ import annotations
@@ -88,20 +89,24 @@ class SimEngineMetrics:
                                        "Tokens looked up in the KV connector (host tier).", lab, registry=registry)
             self.ext_hits = Counter("vllm:external_prefix_cache_hits",
                                     "Tokens loaded from the KV connector (host tier).", lab, registry=registry)
-            self.off_bytes = Counter("vllm:kv_offload_total_bytes", "KV bytes moved by the offloading connector.",
+            self.off_bytes = Counter("vllm:kv_offload_total_bytes", "Number of bytes offloaded by KV connector "
+                                     "(deprecated in vLLM; see kv_offload_load/store_bytes).",
                                      lab + ["transfer_type"], registry=registry)
-            self.off_time = Counter("vllm:kv_offload_total_time",
-                                    "Seconds spent moving KV by the offloading connector (virtual).",
-                                    lab + ["transfer_type"], registry=registry)
+            self.off_time = Counter("vllm:kv_offload_total_time", "Total time of KV offloading operations "
+                                    "(virtual seconds; deprecated in vLLM).", lab + ["transfer_type"], registry=registry)
+            self.flat = {
+                (tt, kind): Counter(f"vllm:kv_offload_{op}_{kind}", help_, lab, registry=registry)
+                for tt, op in (("CPU_to_GPU", "load"), ("GPU_to_CPU", "store"))
+                for kind, help_ in (("bytes", f"Total bytes of KV offload {op}s."),
+                                    ("time", f"Total KV offload {op} time, virtual seconds."))}
             self.cpu_usage = Gauge("vllm:kv_offload_cpu_cache_usage_perc", "Host tier blocks in use, 0..1.", lab,
                                    registry=registry)
             self.cpu_counts = {
-                name: Counter(f"vllm:kv_offload_{name}_total", help_, lab, registry=registry)
-                for name, help_ in (("cpu_block_lookup", "Blocks looked up in the host tier."),
-                                    ("cpu_block_hit", "Blocks found in the host tier."),
-                                    ("cpu_block_miss", "Blocks not found in the host tier."),
-                                    ("block_eviction", "Blocks evicted from the host tier."))}
-            for m in (self.ext_queries, self.ext_hits, self.cpu_usage, *self.cpu_counts.values()):
+                name: Counter(f"cachescout_sim_host_{name}_blocks", help_, registry=registry)
+                for name, help_ in (("lookup", "Blocks looked up in the simulated host tier."),
+                                    ("hit", "Blocks found in the simulated host tier."),
+                                    ("evicted", "Blocks evicted from the simulated host tier."))}
+            for m in (self.ext_queries, self.ext_hits, self.cpu_usage, *self.flat.values()):
                 m.labels(*self._lv)
             for tt in ("CPU_to_GPU", "GPU_to_CPU"):
                 self.off_bytes.labels(*self._lv, tt)
@@ -170,9 +175,11 @@ class SimEngineMetrics:
         self.ext_queries.labels(*lv).inc(self._delta("ext_q", eng.external_queried))
         self.ext_hits.labels(*lv).inc(self._delta("ext_h", eng.external_hit))
         for tt, (nbytes, secs) in eng.offload.items():
-            self.off_bytes.labels(*lv, tt).inc(self._delta(f"b/{tt}", nbytes))
-            self.off_time.labels(*lv, tt).inc(self._delta(f"t/{tt}", secs))
+            db, dt = self._delta(f"b/{tt}", nbytes), self._delta(f"t/{tt}", secs)
+            self.off_bytes.labels(*lv, tt).inc(db)
+            self.off_time.labels(*lv, tt).inc(dt)
+            self.flat[(tt, "bytes")].labels(*lv).inc(db)
+            self.flat[(tt, "time")].labels(*lv).inc(dt)
         self.cpu_usage.labels(*lv).set(host.usage)
-        for name, value in (("cpu_block_lookup", host.lookups), ("cpu_block_hit", host.hits),
-                            ("cpu_block_miss", host.lookups - host.hits), ("block_eviction", host.evictions)):
-            self.cpu_counts[name].labels(*lv).inc(self._delta(name, value))
+        for name, value in (("lookup", host.lookups), ("hit", host.hits), ("evicted", host.evictions)):
+            self.cpu_counts[name].inc(self._delta(name, value))

@@ -38,6 +38,18 @@ def test_vllm_adapter_reads_the_host_tier_from_the_sims_metrics():
     assert snap.host_tier_gib == pytest.approx(400 * 16 * 131072 / (1 << 30), rel=1e-5)
 
 
+def test_older_vllm_offload_counters_with_transfer_type_are_read_too():
+    text = (
+        'vllm:external_prefix_cache_hits_total{model_name="m",engine="0"} 4096.0\n'
+        'vllm:kv_offload_total_bytes_total{model_name="m",engine="0",transfer_type="CPU_to_GPU"} 100.0\n'
+        'vllm:kv_offload_total_bytes_total{model_name="m",engine="0",transfer_type="GPU_to_CPU"} 900.0\n'
+        'vllm:kv_offload_total_time_total{model_name="m",engine="0",transfer_type="CPU_to_GPU"} 0.5\n'
+    )
+    snap = VllmAdapter(None, BASE).parse_metrics(text)
+    assert (snap.external_hits, snap.offload_load_bytes, snap.offload_load_seconds) == (4096.0, 100.0, 0.5)
+    assert VllmAdapter(None, BASE).parse_metrics("vllm:num_requests_waiting 0\n").offload_load_bytes is None
+
+
 def test_reload_price_from_scrape_deltas():
     eng, texts = _sim_metrics_after_loads()
     ad = VllmAdapter(None, BASE)

@@ -170,7 +170,9 @@ async def test_metrics_and_usage_follow_vllm_offloading_names():
         assert eng.external_hit > 0 and cached == eng.prompt_tokens_hit + eng.external_hit
         m = (await c.get("/metrics")).text
         assert _value(m, "vllm:external_prefix_cache_hits_total") == eng.external_hit
-        assert _value(m, "vllm:external_prefix_cache_queries_total") == eng.prompt_tokens_queried
+        assert (
+            _value(m, "vllm:external_prefix_cache_queries_total") == eng.prompt_tokens_queried - eng.prompt_tokens_hit
+        )
         assert _value(m, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer") == eng.external_hit
         assert _value(m, "vllm:prompt_tokens_cached_total") == cached
         assert _value(m, "vllm:prefix_cache_hits_total") == eng.prompt_tokens_hit
@@ -178,9 +180,17 @@ async def test_metrics_and_usage_follow_vllm_offloading_names():
         assert _value(m, "vllm:kv_offload_total_bytes_total", transfer_type="CPU_to_GPU") == eng.external_hit * 131072
         assert _value(m, "vllm:kv_offload_total_bytes_total", transfer_type="GPU_to_CPU") > 0
         assert _value(m, "vllm:kv_offload_total_time_total", transfer_type="CPU_to_GPU") > 0
+        assert _value(m, "vllm:kv_offload_load_bytes_total") == eng.external_hit * 131072
+        assert _value(m, "vllm:kv_offload_store_bytes_total") == _value(
+            m, "vllm:kv_offload_total_bytes_total", transfer_type="GPU_to_CPU"
+        )
+        assert _value(m, "vllm:kv_offload_load_time_total") > 0
         st = eng.host.stats()
-        assert _value(m, "vllm:kv_offload_cpu_block_hit_total") == st.hits > 0
-        assert _value(m, "vllm:kv_offload_cpu_block_miss_total") == st.lookups - st.hits
+        plain = {
+            line.split()[0]: float(line.split()[1]) for line in m.splitlines() if line.startswith("cachescout_sim_host")
+        }
+        assert plain["cachescout_sim_host_hit_blocks_total"] == st.hits > 0
+        assert plain["cachescout_sim_host_lookup_blocks_total"] == st.lookups
         assert _value(m, "vllm:kv_offload_cpu_cache_usage_perc") == pytest.approx(st.usage)
     finally:
         await c.sim.close()
