@@ -9,8 +9,10 @@ Behaviour (vLLM v1 `OffloadingConnector` with the CPU backend, `--kv-offloading-
 - write-through, not write-on-evict: once a request's full blocks are computed the connector
   stores them GPU→CPU (blocks already in the CPU tier are not stored again; they are only
   refreshed). A block therefore usually lives in both tiers, and a GPU eviction moves nothing;
-- the CPU tier is an LRU of its own (`LRUOffloadingManager`): storing or loading a block makes it
-  most recent; storing into a full tier evicts its least recently used blocks;
+- the CPU tier is an LRU of its own (vLLM 0.32 `CPUOffloadingManager` with its default
+  `cache_policy="lru"` and `store_threshold=1`, i.e. every computed block is offered for storing;
+  "arc" and reuse-gated stores are not modelled): storing or loading a block makes it most recent;
+  storing into a full tier evicts its least recently used blocks;
 - on admission the scheduler asks the connector how many blocks *after* the local (GPU) prefix
   hit are in the CPU tier (`get_num_new_matched_tokens`): the longest run of consecutive blocks.
   Those are loaded CPU→GPU asynchronously (the request waits in WAITING_FOR_REMOTE_KVS) instead of
