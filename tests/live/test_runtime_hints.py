@@ -173,7 +173,10 @@ def test_a_listed_pin_becomes_a_retain_on_a_priority_engine(http):
         before = settled_actions(px)
         assert "hint" not in reasons(before)
         r = hints(
-            http, px, {"type": "pin", "session_id": "keep", "ttl_s": 60}, headers={"authorization": "Bearer operator-key"}
+            http,
+            px,
+            {"type": "pin", "session_id": "keep", "ttl_s": 60},
+            headers={"authorization": "Bearer operator-key"},
         )
         assert r.json()["results"][0]["outcome"] == "accepted"
         after = settled_actions(px)
