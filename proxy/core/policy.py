@@ -19,6 +19,10 @@ from .sessions import Session, SessionTracker
 from .view import EngineLoad, RequestView, ResponseOutcome
 
 
+_MASK = (1 << 64) - 1
+_SRC = 1 << 64
+
+
 class ScoutPolicy:
     def __init__(self, config: PolicyConfig | None = None) -> None:
         self.config = cfg = config or PolicyConfig()
@@ -57,7 +61,9 @@ class ScoutPolicy:
         self.requests += 1
         agents = self.agents
         sid = view.session_id
-        agent = agents.identify(view, now, (view.tenant, sid) if sid else None)   # explicit session: the source
+        # an explicit session is the prefix index's source (an int above the index's own counters;
+        # ints keep the index's source tuples out of the garbage collector's tracked containers)
+        agent = agents.identify(view, now, (hash((view.tenant, sid)) & _MASK) | _SRC if sid else None)
         anchor_len = len(agent.anchor_hashes) if agent else 0
         hit = self.residency.on_forward(view, now, anchor_len if agent else None)
         if self.host_residency is not None:
