@@ -8,7 +8,8 @@ exactly, which is what session inference and anchor identity rely on. The first 
 a hash of the tenant (cache_salt), so tenants never share a chain. Anything unparseable returns
 None: the request is still forwarded, the policy just skips it.
 
-A message segment is ``"M" + canonical JSON of everything but the content + "\x1e" + content``
+A message segment is ``"M" + canonical JSON of everything but the content + "\x1e" + content +
+"\x1f"``
 (string content as is, other content as canonical JSON), so block k of a message covers a known
 character range of its content: an anchor that ends inside a message (instructions and variable
 content in one first user message) is rebuilt as the messages before it plus that message's
@@ -36,6 +37,7 @@ SESSION_HEADER = "x-session-id"
 _TEMPLATE_FIELDS = ("chat_template", "chat_template_kwargs")   # change the rendered prompt
 _ANCHOR_ROLES = ("system", "developer")
 _SEP = "\x1e"                                                # meta | content inside a message segment
+_END = "\x1f"                                                # closes a message segment (like end-of-turn)
 _IDS_PER_BLOCK = 16                                            # token-id prompts: exact tokens
 
 
@@ -116,9 +118,9 @@ def _segment(cm: dict) -> tuple[str, int, bool]:
     """(segment text, chars before the content, content is a plain string: cuttable)."""
     content = cm.pop("content")
     head = "M" + _canon(cm) + _SEP
-    if isinstance(content, str):
-        return head + content, len(head), True
-    return head + _canon(content), len(head), False
+    if isinstance(content, str):               # the end mark: a message that grows is a new last block
+        return head + content + _END, len(head), True
+    return head + _canon(content) + _END, len(head), False
 
 
 def _int_or_none(v: Any) -> int | None:
