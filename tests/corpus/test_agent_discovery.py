@@ -53,3 +53,24 @@ def test_the_same_agent_on_chat_and_responses_api():
                 {"role": "system", "content": instr}, {"role": "user", "content": q}]}
         ids.append(p.observe_request(view_from_openai(path, body, {}), float(i)).agent_id)
     assert len(p.agents) == 1 and len(set(ids[2:])) == 1 and ids[-1] is not None
+
+
+def test_all_frameworks_through_one_proxy():
+    """Every shape interleaved in one tenant (one proxy in front of several apps): 16 agents."""
+    import random
+    from collections import Counter, defaultdict
+
+    from .frameworks import corpus
+    streams = [list(corpus(s, tasks=8, seed=5)) for s in SHAPES]
+    rng = random.Random(1)
+    p = ScoutPolicy(PolicyConfig())
+    by: dict = defaultdict(Counter)
+    n = 0
+    while any(streams):
+        path, body, truth = rng.choice([s for s in streams if s]).pop(0)
+        obs = p.observe_request(view_from_openai(path, body, {}), float(n))
+        n += 1
+        if obs.agent_id:
+            by[obs.agent_id][truth] += 1
+    assert len(p.agents) == sum(k for _, k in SHAPES.values())
+    assert sum(c.most_common(1)[0][1] for c in by.values()) >= 0.98 * sum(sum(c.values()) for c in by.values())
