@@ -19,7 +19,6 @@ from .sessions import Session, SessionTracker
 from .view import EngineLoad, RequestView, ResponseOutcome
 
 
-_MASK = (1 << 64) - 1
 _SRC = 1 << 64
 
 
@@ -61,9 +60,10 @@ class ScoutPolicy:
         self.requests += 1
         agents = self.agents
         sid = view.session_id
-        # an explicit session is the prefix index's source (an int above the index's own counters;
-        # ints keep the index's source tuples out of the garbage collector's tracked containers)
-        agent = agents.identify(view, now, (hash((view.tenant, sid)) & _MASK) | _SRC if sid else None)
+        # an explicit session is the prefix index's source: an int (negative or above 2**64, never one
+        # of the index's own counters; ints keep its source tuples out of the GC's tracked containers;
+        # tenants have their own roots, so equal ids in two tenants never meet)
+        agent = agents.identify(view, now, hash(sid) | _SRC if sid else None)
         anchor_len = len(agent.anchor_hashes) if agent else 0
         hit = self.residency.on_forward(view, now, anchor_len if agent else None)
         if self.host_residency is not None:
