@@ -92,6 +92,9 @@ class AgentRegistry:
         self.repeats = 0
         self.shared_depth = 0         # of the last identify(): blocks other sources share (session floor)
         self.restored_pending = 0     # snapshot-restored agents not yet seen again
+        self.seen = 0                 # identify() calls (the tentative agents' clock)
+        self.tentative: deque = deque()   # (expiry in identify() calls, agent promoted on first sight)
+        self.discarded = 0            # tentative agents dropped: never reached again
 
     def tenant(self, tenant: str) -> TenantState:
         ts = self.tenants.get(tenant)
@@ -115,6 +118,13 @@ class AgentRegistry:
         hashes = view.block_hashes
         if not hashes:
             return None
+        self.seen += 1
+        tentative = self.tentative
+        while tentative and tentative[0][0] <= self.seen:
+            a = tentative.popleft()[1]
+            if a.uses <= 1 and self.alive(a):
+                self.discarded += 1
+                self.remove(a)
         if self.restored_pending:
             ts = self.tenants.get(view.tenant)
             if ts is not None and ts.restored:
@@ -140,6 +150,8 @@ class AgentRegistry:
                 agent = self._create(ts, node.key, now)
             agent.node = node
             self.index.attach(node, agent)
+            if node.passes == 1:                 # a marked context on first sight: tentative
+                tentative.append((self.seen + self.config.first_sight_window, agent))
         agent = node.agent
         if agent is True:
             return None

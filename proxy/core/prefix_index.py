@@ -22,10 +22,14 @@ last block), else a fresh source. Fan-out siblings of one context therefore shar
 Agents (the rules, in the order applied):
 1. a node is *recurring* when it has >= 2 children and >= 2 sources, or >= 2 end sources, or
    the view marked it as its fixed context (the end of its system/developer messages, or a
-   generator's anchor) and it was reached twice: one session of a group chat re-sends each
-   agent's system prompt with a longer history every time, a linear chain with no branch and one
-   source, whose only boundary is that mark. A system message with variable content (a selector
-   prompt with the history inside) never recurs, so it is never an agent by its mark;
+   generator's anchor) and it was reached twice, or it is followed by more of the prompt (a
+   system prompt, then the conversation: the shape of an agent call). One session of a group chat
+   re-sends each agent's system prompt with a longer history every time, a linear chain with no
+   branch and one source, whose only boundary is that mark. A marked node promoted on first sight
+   is *tentative*: the registry drops it again if it is not reached a second time within
+   ``first_sight_window`` requests, so a system message with variable content (per-call documents)
+   never stays an agent, and a system-only prompt (a selector prompt with the history inside)
+   needs to recur like any other prompt;
 2. a request belongs to the deepest live agent node on its chain;
 3. the deepest recurring node on the chain, if deeper than that agent and not itself an ancestor
    of any agent (a shared preamble never becomes an agent once one of its children is one), is
@@ -36,7 +40,8 @@ Agents (the rules, in the order applied):
    sources, so a tail that happens to recur (one web page fetched twice) rarely splits an agent;
 4. a node promoted before its agents could be told apart (first calls of several agents behind
    a shared preamble, before any of them recurred) and that later turns out to be the ancestor
-   of two agents is *retired*: the deeper agents keep their ids, the ancestor's id is dropped and
+   of two agents, or a mere prefix of a deeper agent (its only branch leads there: a system
+   prompt promoted on sight whose user-message template recurs too), is *retired*: the deeper agents keep their ids, the ancestor's id is dropped and
    never reused, and requests through it that reach no deeper agent get no agent until their own
    branch point recurs. Agent ids never change otherwise: an id is a function of (tenant, the
    node's last hash), so it is stable as traffic arrives and across restarts (snapshot).
@@ -96,8 +101,9 @@ class Node:
         """Distinct sources that support this node being an agent now (0: not yet)."""
         if len(self.end_srcs) >= 2:
             return len(self.end_srcs)                 # exact repeats
-        if self.marked and self.passes >= 2:
-            return max(2, len(self.srcs))             # a marked fixed context reached again
+        if self.marked:
+            return max(2, len(self.srcs))             # a marked fixed context (recurring, or followed by
+                                                      # variable content: promoted on sight, tentatively)
         ch = self.children
         if ch is None or len(ch) < min_children or len(self.srcs) < 2:
             return 0
@@ -289,7 +295,7 @@ class PrefixIndex:
                 shared = node.depth
                 if node.agents_below == 0 and shared > floor:
                     cand = node
-            elif (node.marked and node.passes >= 2 or len(node.end_srcs) >= 2) \
+            elif (node.marked and (node.passes >= 2 or node.depth < n) or len(node.end_srcs) >= 2) \
                     and node.agents_below == 0 and node.depth > floor:
                 cand = node
         if end.ends > 1 and end.children is None and end in leaves:
@@ -315,10 +321,12 @@ class PrefixIndex:
         self._leaves.pop(node, None)
         retired = []
         p = node.parent
+        only_path = True                    # every node up to here has this one branch only
         while p is not None:
             p.agents_below += 1
-            if p.agent is not None and p.agents_below >= 2:
-                retired.append(p)
+            only_path = only_path and p.children is not None and len(p.children) == 1
+            if p.agent is not None and (p.agents_below >= 2 or only_path):
+                retired.append(p)           # a preamble of two agents, or a mere prefix of this one
             p = p.parent
         return tuple(retired)
 
