@@ -20,29 +20,11 @@ class Workload:
         self.tenant = tenant
         self.hist: dict[str, list[int]] = {}
         self._ids = itertools.count(10_000_000)
-        self.primed: set[int] = set()
-
-    def prime(self, agent: int) -> None:
-        """Agents are discovered when their prefix recurs (the prefix index): show each agent's
-        anchor twice, in two throwaway one-request sessions, before a test uses it, so tests of
-        the planner start from a known agent without learning any transition."""
-        if agent in self.primed:
-            return
-        self.primed.add(agent)
-        for i in range(2):
-            v = view_from_blocks(self.tenant, self.anchor(agent) + [next(self._ids)], BLOCK, anchor_blocks=ANCHOR,
-                                 session_id=f"__prime{agent}.{i}", anchor_payload={"agent": agent},
-                                 context_payload=None)
-            obs = self.policy.observe_request(v, 0.0)
-            self.policy.observe_response(obs.request_id, ResponseOutcome("stop"), 0.0)
-            tracker = self.policy.sessions                 # throwaway: no live session stays on it
-            tracker._drop(tracker.sessions[(self.tenant, f"__prime{agent}.{i}")])
 
     def anchor(self, agent: int) -> list[int]:
         return [agent * 1000 + b + 1 for b in range(ANCHOR)]
 
     def view(self, agent: int, session: str, new_blocks: int = 1, **kw):
-        self.prime(agent)
         h = self.hist.setdefault(session, [])
         h.extend(next(self._ids) for _ in range(new_blocks))
         return view_from_blocks(self.tenant, self.anchor(agent) + h, BLOCK, anchor_blocks=ANCHOR,

@@ -476,7 +476,6 @@ def test_n_above_one_marks_the_prompt_as_a_fanout_parent(workload):
     def run(**kw):
         w = workload(residency_capacity_tokens=16 * 100, retain_enabled=True, **kw)
         ids = w.anchor(0) + [8001, 8002]
-        w.prime(0)
         w.policy.observe_request(view_from_blocks("", ids, BLOCK, anchor_blocks=ANCHOR, session_id="p", n=4), 1.0)
         return ids, w.policy.plan(1.1)
     ids, acts = run(retain_sessions=True)

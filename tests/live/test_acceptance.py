@@ -110,10 +110,8 @@ def test_warmed_anchor_is_a_real_hit(direct_run, proxied_run):
     # Direct: plain LRU has always evicted the next agent's anchor by the time it is needed.
     late_direct = [r for r in direct_run if r["session"] >= 3]
     assert all(r["cached"] < anchor for r in late_direct)
-    # Through the proxy, once the gate is open (20 transitions; agents are confirmed at their second
-    # call, so the first session teaches 2 instead of 5: the gate opens during session 4), requests
-    # hit their anchor.
-    late_proxy = [r for r in proxied_run["records"] if r["session"] >= 5]
+    # Through the proxy, once the gate is open (20 transitions = 4 sessions), requests hit their anchor.
+    late_proxy = [r for r in proxied_run["records"] if r["session"] >= 4]
     hits = [r for r in late_proxy if r["cached"] >= anchor]
     assert len(hits) >= 0.9 * len(late_proxy)
     early_proxy = [r for r in proxied_run["records"] if r["session"] < 3]
@@ -149,13 +147,13 @@ def test_warmups_only_when_predictability_reaches_r_min(http):
     with run_sim_server(sim_config(capacity_blocks=CAPACITY)) as sim:
         closed = proxy_settings(sim.url, policy_overrides=FAST, policy_r_min=1.0)   # R of a noisy cycle < 1
         with run_proxy_server(closed) as px:
-            workflow(http, px.url, sessions=5, px=px)
+            workflow(http, px.url, sessions=4, px=px)
             r = debug(http, px)["stats"]["predictability"]
             assert 0.5 < r < 1.0
             assert actions(px) == 0
     with run_sim_server(sim_config(capacity_blocks=CAPACITY)) as sim:
         with run_proxy_server(proxy_settings(sim.url, policy_overrides=FAST, policy_r_min=0.5)) as px:
-            workflow(http, px.url, sessions=5, px=px)
+            workflow(http, px.url, sessions=4, px=px)
             assert actions(px) > 0
 
 
@@ -171,7 +169,7 @@ def test_warmups_never_cross_cache_salt(http):
                 return await original(path, body, warmup=warmup)
 
             px.call(lambda: setattr(adapter, "post_json", spy))
-            workflow(http, px.url, sessions=5, px=px, salt="tenant-a", tag="a")
+            workflow(http, px.url, sessions=4, px=px, salt="tenant-a", tag="a")
             # Tenant B's first requests, same prompts: nothing of A's traffic or warmups may hit.
             first_b = workflow(http, px.url, sessions=1, px=px, salt="tenant-b", steps=3, tag="b")
     warms = [b for b in sent if b["path"] == "/v1/completions"]

@@ -41,7 +41,6 @@ async def run(metrics_text: str, **settings) -> tuple[list[bytes], bytes]:
         client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy")
         async with client:
             await client.post("/v1/chat/completions", content=body)
-            await client.post("/v1/chat/completions", content=body)    # the prompt recurs: an agent
             live = app.state.live
             await __import__("asyncio").sleep(0.05)                     # deferred observation
             agent = next(iter(live.policy.agents.by_id.values()))
@@ -54,19 +53,19 @@ async def run(metrics_text: str, **settings) -> tuple[list[bytes], bytes]:
 
 async def test_priority_added_only_when_enabled_and_supported():
     seen, body = await run(SIM_METRICS, engine="auto", request_priority=True)
-    assert seen[:2] == [body, body]                         # no action on this anchor yet: untouched bytes
-    assert json.loads(seen[2])["priority"] == 80            # the planner's survival priority for the anchor
-    assert {k: v for k, v in json.loads(seen[2]).items() if k != "priority"} == json.loads(body)
+    assert seen[0] == body                                  # no action on this anchor yet: untouched bytes
+    assert json.loads(seen[1])["priority"] == 80            # the planner's survival priority for the anchor
+    assert {k: v for k, v in json.loads(seen[1]).items() if k != "priority"} == json.loads(body)
 
     seen, body = await run(SIM_METRICS, engine="auto")       # not enabled
-    assert seen == [body, body, body]
+    assert seen == [body, body]
     seen, body = await run(VLLM_METRICS, engine="vllm", request_priority=True)   # engine lacks the lever
-    assert seen == [body, body, body]
+    assert seen == [body, body]
 
 
 async def test_kv_hints_envelope_for_vllm():
     seen, body = await run(VLLM_METRICS, engine="vllm", kv_hints=True)
-    hints = json.loads(seen[2])["kv_hints"]
+    hints = json.loads(seen[1])["kv_hints"]
     assert hints["protocol_version"] == 1 and hints["actions"][0]["action_type"] == "retain"
     assert hints["actions"][0]["payload"] == {"survival": 0.8}
     assert seen[0] == body

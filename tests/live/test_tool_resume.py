@@ -52,12 +52,6 @@ def resume_run(http: httpx.Client, url: str, px=None, sent: list | None = None) 
     the tool "runs", then the resume."""
     prompts = agent_prompts(3, 120)
     messages = [{"role": "system", "content": prompts["A"]}, {"role": "user", "content": "find the answer"}]
-    # agent A was seen once before (another session): its system prompt recurs now, so the tool
-    # call's session has an agent (the first call of a never-seen prompt has none)
-    r = http.post(url + "/v1/chat/completions", json={
-        "model": MODEL, "tools": TOOLS, "max_tokens": 8, "user": "sess-0",
-        "messages": [{"role": "system", "content": prompts["A"]}, {"role": "user", "content": "an earlier task"}]})
-    assert r.status_code == 200
     first = stream_chat(http, url, messages)
     assert first["finish"] == "tool_calls" and first["tool_calls"]
     for i, name in enumerate("BC"):
