@@ -118,13 +118,10 @@ class AgentRegistry:
         hashes = view.block_hashes
         if not hashes:
             return None
-        self.seen += 1
+        self.seen = seen = self.seen + 1
         tentative = self.tentative
-        while tentative and tentative[0][0] <= self.seen:
-            a = tentative.popleft()[1]
-            if a.uses <= 1 and self.alive(a):
-                self.discarded += 1
-                self.remove(a)
+        if tentative and tentative[0][0] <= seen:
+            self._expire_tentative(seen)
         if self.restored_pending:
             ts = self.tenants.get(view.tenant)
             if ts is not None and ts.restored:
@@ -151,7 +148,7 @@ class AgentRegistry:
             agent.node = node
             self.index.attach(node, agent)
             if node.passes == 1:                 # a marked context on first sight: tentative
-                tentative.append((self.seen + self.config.first_sight_window, agent))
+                tentative.append((seen + self.config.first_sight_window, agent))
         agent = node.agent
         if agent is True:
             return None
@@ -172,6 +169,15 @@ class AgentRegistry:
         agent.uses += 1
         agent.last_seen = now
         return agent
+
+    def _expire_tentative(self, seen: int) -> None:
+        """Drop agents promoted on first sight that were not reached again within their window."""
+        tentative = self.tentative
+        while tentative and tentative[0][0] <= seen:
+            a = tentative.popleft()[1]
+            if a.uses <= 1 and self.alive(a):
+                self.discarded += 1
+                self.remove(a)
 
     def _reattach(self, ts: TenantState, hashes: tuple[int, ...]) -> None:
         """A snapshot-restored agent whose chain shows up again gets its index node back."""

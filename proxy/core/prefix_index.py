@@ -187,18 +187,22 @@ class PrefixIndex:
         """Nodes on the chain from the root (the last one ends at len(hashes) when create), and the
         lineage of the request this one extends (None: none). ``cuts``: depths that must end a node
         (created by splitting when missing)."""
-        node = self._root(tenant) if create else self.roots.get(tenant)
+        node = self.roots.get(tenant)
         path: list[Node] = []
         lineage: Any = None
         if node is None:
-            return path, None
+            if not create:
+                return path, None
+            node = self._root(tenant)
         n, pos = len(hashes), 0
         c1 = c2 = n
-        if create and cuts:
+        if cuts:
             c1, c2 = cuts
-            c1 = c1 if 0 < c1 < n else n
-            c2 = c2 if 0 < c2 < n else n
-            if c2 < c1:
+            if not 0 < c1 < n:
+                c1 = n
+            if not 0 < c2 < n:
+                c2 = n
+            elif c2 < c1:
                 c1, c2 = c2, c1
         nxt = c1
         while pos < n:
@@ -261,7 +265,7 @@ class PrefixIndex:
         Returns the fields of an ``Observation`` as a plain tuple (once per request: no object).
         ``hashes`` must not be empty."""
         n = len(hashes)
-        path, lineage = self._walk(tenant, hashes, True, (mark, n - 1 if recut else 0))
+        path, lineage = self._walk(tenant, hashes, True, (mark, n - 1) if recut else (mark, 0) if mark else ())
         if source is None:
             source = lineage
         if source is None:
