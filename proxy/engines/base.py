@@ -70,6 +70,11 @@ class EngineSnapshot:
     block_size: int | None = None         # tokens per KV block (vLLM block_size, SGLang page_size)
     prompt_tokens: float | None = None    # cumulative prompt tokens of admitted requests
     prefill_seconds: float | None = None  # cumulative prefill time (vLLM request_prefill_time_seconds_sum)
+    # host-memory tier (vLLM CPU offloading / LMCache connector); None = the engine reports none
+    external_hits: float | None = None         # cumulative tokens loaded from it (external_prefix_cache_hits)
+    offload_load_bytes: float | None = None    # cumulative CPU->GPU bytes (kv_offload_total_bytes)
+    offload_load_seconds: float | None = None  # cumulative CPU->GPU transfer time (kv_offload_total_time)
+    host_tier_gib: float | None = None         # its size (cache_config_info kv_offloading_size, GiB)
     raw: dict[str, float] = field(default_factory=dict)
 
 
@@ -100,6 +105,7 @@ class WarmSpec:
     cache_salt: str | None = None
     key: str = ""                        # token-id cache key (tenant + last block hash)
     template: dict = field(default_factory=dict)   # chat_template / chat_template_kwargs of the traffic
+    continue_final: bool = False         # the anchor ends inside its last message: render it open
 
 
 def warm_spec(action: Any) -> WarmSpec | None:
@@ -141,6 +147,7 @@ def warm_spec(action: Any) -> WarmSpec | None:
         cache_salt=payload.get("cache_salt") or (tenant or None),
         key=f"{tenant}|{len(hashes)}|{key_tail}",
         template={k: payload[k] for k in TEMPLATE_FIELDS if payload.get(k) is not None},
+        continue_final=bool(payload.get("continue_final_message")) and not isinstance(assistant, dict),
     )
 
 

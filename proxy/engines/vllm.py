@@ -7,6 +7,12 @@ how many tokens it really warmed. So the adapter asks vLLM once per anchor for i
 `POST /tokenize` (same messages + tools + chat template as the traffic, `add_generation_prompt:
 false`), caches them, and warms with `POST /v1/completions` `prompt=<ids>`, `max_tokens: 1`.
 
+An anchor that ends inside a message (the recurring instructions at the start of a first user
+message that goes on with variable content) is tokenized with `continue_final_message: true` (the
+message is rendered without its end-of-turn tokens, as a prefix of the real prompt's rendering)
+and the last `BOUNDARY_TOKENS` ids are dropped: the real prompt's tokenizer may merge the text
+around the cut differently, and everything before that is the real prompt's own token prefix.
+
 vLLM's LRU makes the same request a *touch* when the anchor is still resident: the hit moves the
 blocks to the most-recently-used end of the free queue for the cost of ~one token.
 """
@@ -32,12 +38,13 @@ from proxy.engines.base import (
     usage_tokens,
     warm_spec,
 )
-from proxy.engines.promtext import first, info_labels, sample_sums
+from proxy.engines.promtext import first, info_labels, label_sum, sample_sums
 
 log = logging.getLogger("cachescout.engines.vllm")
 
 MAX_CONSECUTIVE_FAILURES = 5
 REFUSED = {400, 401, 403, 404, 405, 422}
+BOUNDARY_TOKENS = 2             # dropped after a mid-message cut (BPE merges across the cut)
 
 
 class VllmAdapter(HttpEngineAdapter):
@@ -105,6 +112,8 @@ class VllmAdapter(HttpEngineAdapter):
         if spec.messages:
             body["messages"] = list(spec.messages)
             body["add_generation_prompt"] = False
+            if spec.continue_final:
+                body["continue_final_message"] = True
             body.update(spec.template)
             if spec.tools:
                 body["tools"] = list(spec.tools)
@@ -118,6 +127,8 @@ class VllmAdapter(HttpEngineAdapter):
         if status != 200 or not isinstance(data, dict) or not isinstance(data.get("tokens"), list):
             raise RuntimeError(f"/tokenize answered {status}")
         ids = tuple(int(t) for t in data["tokens"])
+        if spec.continue_final:
+            ids = ids[:-BOUNDARY_TOKENS]
         self.tokens.put(spec.key, ids)
         return ids
 
@@ -144,6 +155,9 @@ class VllmAdapter(HttpEngineAdapter):
         if CAP_WARM_CHAT in self.capabilities and spec.messages:
             body = self._model({"messages": list(spec.messages), "max_tokens": 1, "temperature": 0.0,
                                 **spec.template, **extra}, spec.model)
+            if spec.continue_final:
+                body["continue_final_message"] = True
+                body["add_generation_prompt"] = False
             if spec.tools:
                 body["tools"] = list(spec.tools)
                 body["tool_choice"] = "none"   # vLLM refuses "auto" without tool-parser flags
@@ -191,7 +205,8 @@ class VllmAdapter(HttpEngineAdapter):
     def parse_metrics(self, text: str) -> EngineSnapshot:
         s = sample_sums(text)
         p = self.metric_prefix
-        blocks, block_size = _blocks(info_labels(text, f"{p}cache_config_info"))
+        info = info_labels(text, f"{p}cache_config_info")
+        blocks, block_size = _blocks(info)
         return EngineSnapshot(
             prefix_queries=first(s, f"{p}prefix_cache_queries_total", f"{p}gpu_prefix_cache_queries_total"),
             prefix_hits=first(s, f"{p}prefix_cache_hits_total", f"{p}gpu_prefix_cache_hits_total"),
@@ -202,6 +217,12 @@ class VllmAdapter(HttpEngineAdapter):
             capacity_blocks=blocks, block_size=block_size,
             prompt_tokens=first(s, f"{p}prompt_tokens_total"),
             prefill_seconds=first(s, f"{p}request_prefill_time_seconds_sum"),
+            external_hits=first(s, f"{p}external_prefix_cache_hits_total"),
+            offload_load_bytes=_either(first(s, f"{p}kv_offload_load_bytes_total"),
+                                       label_sum(text, f"{p}kv_offload_total_bytes_total", "transfer_type", "CPU_to_GPU")),
+            offload_load_seconds=_either(first(s, f"{p}kv_offload_load_time_total"),
+                                         label_sum(text, f"{p}kv_offload_total_time_total", "transfer_type", "CPU_to_GPU")),
+            host_tier_gib=_float(info.get("kv_offloading_size")),
             raw={k: v for k, v in s.items() if k.startswith(p) and "#" not in k and "_bucket" not in k},
         )
 
@@ -230,3 +251,16 @@ def _blocks(labels: dict[str, str]) -> tuple[int | None, int | None]:
         except (KeyError, ValueError, TypeError):
             continue
     return None, size
+
+
+def _float(value: str | None) -> float | None:
+    try:
+        v = float(value) if value not in (None, "", "None") else None
+    except (TypeError, ValueError):
+        return None
+    return v if v is not None and v > 0 else None
+
+
+def _either(new: float | None, deprecated: float | None) -> float | None:
+    """vLLM's flat offload counter (kv_offload_load_*) or, on older versions, the deprecated one."""
+    return new if new is not None else deprecated

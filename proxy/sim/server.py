@@ -2,12 +2,14 @@
 
 Why: the demo, the tests and users without a GPU need an upstream whose prefix cache behaves like
 vLLM's and whose hit rate is ground truth. Routes: /v1/chat/completions, /v1/completions (text or
-token-id prompt), streaming or not; /v1/models, /tokenize, /detokenize, /reset_prefix_cache (vLLM),
-/flush_cache and /generate (SGLang), /health, /version, /metrics (its own registry, real engines' names);
-with `request_log > 0`, /debug/requests (the last N requests: arrival, whether it carried
+token-id prompt), streaming or not; /v1/responses and /v1/messages (converted to chat as vLLM does,
+non-streaming: `api_routes.py`); /v1/models, /tokenize, /detokenize, /reset_prefix_cache (vLLM),
+/flush_cache and /generate (SGLang), /health, /version, /metrics (its own registry, real engines' names),
+and with a host tier (`cpu_blocks > 0`) the LMCache controller's `/lookup` and `/pin` on it (token ids
+in, matched prefix tokens per instance out), so the proxy's LMCache client runs against the sim; with
+`request_log > 0`, /debug/requests (the last N requests: arrival, whether it carried
 `X-CacheScout-Warmup`, a digest of its `X-Session-ID`, its block hashes and cached tokens), which the
-multi-replica tests use to check
-where a router sent each warmup and each request. No prompt text is kept.
+multi-replica tests use to check where a router sent each warmup and each request. No prompt text is kept.
 
 `create_sim_app(config, clock=None)` builds an app; `app.state.sim` is the `SimService` (tests read
 the block pool through it).
@@ -26,7 +28,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from proxy.sim import api_routes as api
 from proxy.sim import openai_io as io
+from proxy.sim.block_hash import chain_hashes
 from proxy.sim.engine import EngineRequest
 from proxy.sim.generation import plan_output
 from proxy.sim.service import Pending, SimConfig, SimService
@@ -126,7 +130,10 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
                                  "running or waiting requests, the operation will not be performed.)")
 
     async def completions(request: Request, kind: str):
-        body = await _json(request)
+        return await _complete(await _json(request), kind)
+
+    async def _complete(body, kind: str, shape=None):
+        """``shape(job, out, n_out, req)``: the response body of a converted API (Responses/Messages)."""
         io.check_model(body, config.model)
         job = io.parse_job(kind, body, sim.tokenizer, max_len)
         out = plan_output(sim.tokenizer, job.prompt_ids, job.max_tokens, output_tokens=config.output_tokens,
@@ -146,6 +153,8 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
         finally:
             sim.abort(pending)              # no-op when finished; frees blocks if the client left
         r = pending.req
+        if shape is not None:
+            return shape(out, n_out, r.prompt_len, r.cached_tokens)
         u = io.usage(r.prompt_len, n_out, r.cached_tokens, config.prompt_tokens_details)
         return io.full_response(job, rid, config.model, out, n_out, u)
 
@@ -211,6 +220,9 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
                               "completion_tokens": n_out, "cached_tokens": r.cached_tokens,
                               "finish_reason": {"type": out.finish_reason}}}
 
+    if sim.engine.host is not None:
+        _add_lmcache_routes(app, sim)
+
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
         return await completions(request, "chat")
@@ -219,7 +231,56 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
     async def completion(request: Request):
         return await completions(request, "completion")
 
+    store = api.ResponseStore()
+
+    @app.post("/v1/responses")
+    async def responses(request: Request):
+        """OpenAI Responses API, rendered through the chat path as vLLM does (non-streaming)."""
+        chat = api.responses_chat_body(await _json(request), store)
+        return await _complete(chat, "chat", lambda out, n, p, c: api.responses_body(
+            chat, out, n, p, c, config.model, store))
+
+    @app.post("/v1/messages")
+    async def messages(request: Request):
+        """Anthropic Messages API, rendered through the chat path as vLLM does (non-streaming)."""
+        chat = api.messages_chat_body(await _json(request))
+        return await _complete(chat, "chat", lambda out, n, p, c: api.messages_body(out, n, p, c, config.model))
+
     return app
+
+
+LMCACHE_INSTANCE = "sim-0"
+LMCACHE_LOCATION = "LocalCPUBackend"
+
+
+def _add_lmcache_routes(app: FastAPI, sim: SimService) -> None:
+    """LMCache controller shape: `POST /lookup {"tokens"}` -> {"event_id", "layout_info": {instance:
+    [location, matched_tokens]}}; `POST /pin {"tokens", "instance_id", "location"}` -> {"event_id",
+    "num_tokens"}. Tokens hash like the engine's blocks (no cache_salt: LMCache keys are unsalted),
+    and a match is the leading run of whole blocks resident in the host tier."""
+    host = sim.engine.host
+    bs = sim.config.block_size
+    events = iter(range(1, 1 << 62))
+
+    async def _tokens(request: Request) -> list[int]:
+        body = await _json(request)
+        toks = body.get("tokens") if isinstance(body, dict) else None
+        if not isinstance(toks, list) or not all(isinstance(t, int) for t in toks):
+            raise io.ApiError("'tokens' must be a list of token ids")
+        return toks
+
+    @app.post("/lookup")
+    async def lookup(request: Request):
+        hashes = chain_hashes(await _tokens(request), bs, None)
+        matched = host.match(hashes) * bs
+        return {"event_id": f"lookup-{next(events)}", "layout_info": {LMCACHE_INSTANCE: [LMCACHE_LOCATION, matched]}}
+
+    @app.post("/pin")
+    async def pin(request: Request):
+        hashes = chain_hashes(await _tokens(request), bs, None)
+        n = host.match(hashes)
+        host.pin(hashes[:n])
+        return {"event_id": f"pin-{next(events)}", "num_tokens": n * bs}
 
 
 async def _wait_done(p: Pending) -> int:

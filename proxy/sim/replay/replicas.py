@@ -34,6 +34,7 @@ import numpy as np
 from ..traces import ReplayRequest, unique_blocks
 from .measure import RunRecorder
 from .runner import DECODE_BATCH, POLICIES, ReplaySettings, make_policy, run_policy
+from .tiers import resolve_cpu_capacity
 
 ROUTINGS = ("round_robin", "session", "prefix")
 PREFIX_THRESHOLD = 0.3  # vllm-router --cache-threshold default
@@ -161,6 +162,8 @@ def replay_fleet(
         "policies": {},
     }
     lru_recs: list[RunRecorder | None] = [None] * len(subs)
+    cpu = resolve_cpu_capacity(s.cpu_capacity, int(capacity), out["unique_blocks"])   # per replica, like the GPU
+    out["cpu_capacity_blocks_per_replica"] = cpu
     for name in names:
         recs, summaries, extras = [], [], []
         t0 = time.perf_counter()
@@ -170,7 +173,7 @@ def replay_fleet(
             pol = make_policy(name, s)
             if snapshot is not None and name.startswith("scout-"):
                 _restore_after_setup(pol, snapshot)
-            rec = run_policy(pol, sub, capacity, s.cost, None, s.engines)
+            rec = run_policy(pol, sub, capacity, s.cost, None, s.engines, cpu)
             if name == "lru":
                 lru_recs[k] = rec
             sub_span = sub[-1].t - sub[0].t
