@@ -130,9 +130,9 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
                                  "running or waiting requests, the operation will not be performed.)")
 
     async def completions(request: Request, kind: str):
-        return await _complete(await _json(request), kind)
+        return await _complete(await _json(request), kind, request=request)
 
-    async def _complete(body, kind: str, shape=None):
+    async def _complete(body, kind: str, shape=None, request: Request | None = None):
         """``shape(job, out, n_out, req)``: the response body of a converted API (Responses/Messages)."""
         io.check_model(body, config.model)
         job = io.parse_job(kind, body, sim.tokenizer, max_len)
@@ -144,7 +144,8 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
             pending = sim.submit(job.prompt_ids, out, job.salt, job.priority)
         except ValueError as exc:
             raise io.ApiError(str(exc)) from exc
-        _log_request(request, pending)
+        if request is not None:
+            _log_request(request, pending)
         rid = io.new_id(kind)
         if job.stream:
             return StreamingResponse(_stream(sim, job, pending, rid), media_type="text/event-stream")
@@ -238,13 +239,14 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
         """OpenAI Responses API, rendered through the chat path as vLLM does (non-streaming)."""
         chat = api.responses_chat_body(await _json(request), store)
         return await _complete(chat, "chat", lambda out, n, p, c: api.responses_body(
-            chat, out, n, p, c, config.model, store))
+            chat, out, n, p, c, config.model, store), request=request)
 
     @app.post("/v1/messages")
     async def messages(request: Request):
         """Anthropic Messages API, rendered through the chat path as vLLM does (non-streaming)."""
         chat = api.messages_chat_body(await _json(request))
-        return await _complete(chat, "chat", lambda out, n, p, c: api.messages_body(out, n, p, c, config.model))
+        return await _complete(chat, "chat", lambda out, n, p, c: api.messages_body(out, n, p, c, config.model),
+                               request=request)
 
     return app
 
