@@ -96,7 +96,13 @@ class PolicyConfig:
                                      # contexts of finished sessions then crowd out live histories
     conversion_window_s: float = 300.0   # an executed action counts toward a request this long
     # --- snapshot -------------------------------------------------------------------------
-    snapshot_max_bytes: int = 25_000  # restore() refuses larger documents
+    snapshot_max_bytes: int = 2 * 1024 * 1024  # state file budget: max_agents agents and a full
+                                     # transition matrix fit (~1.7 MB at 256 agents); dump keeps the
+                                     # most valuable agents that fit, restore refuses larger documents
+    # --- memory budget (hardening, issue 13) ------------------------------------------------
+    session_max_bytes: int = 128 * 1024 * 1024  # sessions' hash chains + kept payloads, estimated;
+                                     # the least recently active sessions are dropped first
+    fanout_max_bytes: int = 16 * 1024 * 1024    # parked fan-out parents between two plan ticks
 
     def with_overrides(self, **overrides: Any) -> "PolicyConfig":
         """Copy with some fields replaced; unknown names raise (typos must not pass silently)."""

@@ -108,8 +108,15 @@ class Planner:
         cfg = self.cfg
         self._now = now
         self._refill(now)
-        if load.waiting > cfg.max_engine_waiting:
-            return []                                   # keep dirty sessions for a calmer tick
+        if load.waiting > cfg.max_engine_waiting or len(self.inflight) >= cfg.max_concurrent:
+            # per-tick clears run whether or not this tick acts (a queued engine must not grow
+            # them): parked fan-out parents are only worth acting on now; dirty sessions are kept
+            # for a calmer tick, minus those the tracker already dropped
+            self.fanout.clear()
+            if len(self.dirty) > cfg.max_sessions:
+                live = self.sessions.sessions
+                self.dirty = {k: None for k in self.dirty if k in live}
+            return []
         slots = min(cfg.max_actions_per_tick, cfg.max_concurrent - len(self.inflight))
         if slots <= 0:
             return []

@@ -15,7 +15,7 @@ from .agents import AgentRegistry
 from .config import PolicyConfig
 from .planner import Planner
 from .residency import ResidencyShadow
-from .sessions import Session, SessionTracker
+from .sessions import Session, SessionTracker, session_bytes
 from .view import EngineLoad, RequestView, ResponseOutcome
 
 
@@ -36,6 +36,9 @@ class ScoutPolicy:
         self.skipped_warmups = 0
         self.fanouts = 0                # fan-out parents detected
         self.tool_resumes = 0           # same-agent resumes after tool_calls (not learned as transitions)
+        self._dormant: dict[str, _snapshot.SavedTenant] = {}   # restored salted tenants not seen yet
+        self._fanout_bytes = 0          # parked fan-out parents since the planner last cleared them
+        self.fanout_dropped = 0         # fan-out parents not parked: over fanout_max_bytes
 
     # --- inputs ------------------------------------------------------------------------------------
     def observe_request(self, view: RequestView, now: float) -> ObservedRequest:
@@ -48,6 +51,8 @@ class ScoutPolicy:
             return ObservedRequest(rid, None, view.session_id, None, hit)
         self.requests += 1
         agents = self.agents
+        if self._dormant and view.tenant not in agents.tenants:
+            self._adopt(view.tenant)
         agent = agents.identify(view, now)
         anchor_len = len(agent.anchor_hashes) if agent else 0
         hit = self.residency.on_forward(view, now, anchor_len if agent else None)
@@ -70,7 +75,7 @@ class ScoutPolicy:
                 agents.record_gap(prev, now - session.last_end, session.finish)
         acted = self._conversion(agent, session, now) if self._acted else None
         if self.config.fanout_enabled:
-            self._detect_fanout(view, session, agent, floor)
+            self._detect_fanout(view, session, agent, floor, now)
         self.sessions.record_request(session, view, agent, now, floor)
         self._pending[rid] = session
         while len(self._pending) > 4 * self.config.max_sessions:
@@ -87,14 +92,17 @@ class ScoutPolicy:
         return ObservedRequest(rid, agent.agent_id if agent else None, session.sid, predicted, hit,
                                acted[0] if acted else None, acted[1] if acted else 0)
 
-    def _detect_fanout(self, view: RequestView, session: Session, agent, floor: int) -> None:
+    def _detect_fanout(self, view: RequestView, session: Session, agent, floor: int, now: float) -> None:
         """Fan-out: a request of a session whose previous request is still running shares a parent
         prefix with it (parallel tool calls, map steps), or asks for n > 1 choices. The parent,
         beyond the agent's anchor, is what every sibling (and the join after them) reads: the
         planner keeps it (touch / retain, never a warm: the siblings are running on it)."""
         hashes = view.block_hashes
         k = 0
-        if session.inflight > 0 and session.hashes:
+        # still running, or (the live proxy learns a request once the engine accepted it, so a
+        # non-streamed sibling is observed after its predecessor ended) ended after this one began
+        running = session.inflight > 0 or (session.last_end is not None and session.last_end > now)
+        if running and session.hashes:
             prev = session.hashes
             m = min(len(prev), len(hashes))
             while k < m and prev[k] == hashes[k]:
@@ -102,6 +110,13 @@ class ScoutPolicy:
         elif view.n > 1:
             k = len(hashes)
         if k > floor and agent is not None:
+            if not self.planner.fanout:
+                self._fanout_bytes = 0              # the planner cleared what was parked
+            cost = session_bytes(k, view.context_payload)
+            if self._fanout_bytes + cost > self.config.fanout_max_bytes:
+                self.fanout_dropped += 1
+                return
+            self._fanout_bytes += cost
             self.fanouts += 1
             self.planner.fanout[session.key] = (agent, hashes[:k], view.block_tokens[:k],
                                                 {"context": view.context_payload, "assistant": None})
@@ -179,12 +194,19 @@ class ScoutPolicy:
 
     # --- persistence ---------------------------------------------------------------------------------
     def snapshot(self) -> dict:
-        return _snapshot.dump(self.agents)
+        cfg = self.config
+        return _snapshot.dump(self.agents, self._dormant, cfg.snapshot_max_bytes, cfg.age_lambda)
+
+    def _adopt(self, tenant: str) -> None:
+        """A restored salted tenant's traffic is back: install its learned state under its name."""
+        saved = self._dormant.pop(_snapshot.tenant_key(tenant), None) if tenant else None
+        if saved is not None:
+            _snapshot.apply_tenant(self.agents, tenant, saved)
 
     def restore(self, data: dict) -> None:
         """Load learned state (raises ValueError on a foreign/too-large/wrong-version document).
         Live sessions are dropped: they would point at agents that no longer exist."""
-        _snapshot.load(self.agents, data, self.config.snapshot_max_bytes)
+        self._dormant = _snapshot.load(self.agents, data, self.config)
         self.sessions = SessionTracker(self.config)
         self.agents.on_evict = self.sessions.forget_agent
         self.planner.sessions = self.sessions
