@@ -77,6 +77,7 @@ def create_app(settings: Settings | None = None, transport: httpx.AsyncBaseTrans
     metrics = ProxyMetrics(CollectorRegistry())
     forwarder = Forwarder(settings.upstream_url, settings.max_body_bytes, metrics, clock)
     forwarder.timeout_ext = client_timeout(settings).as_dict()
+    forwarder.inline_parse_bytes = settings.policy_inline_parse_bytes
     probe = ReadinessProbe(settings.upstream_url, settings.readiness_cache_seconds, clock,
                            probe_timeout=min(2.0, settings.connect_timeout + 1.0))
     token = settings.admin_token.get_secret_value() if settings.admin_token is not None else None

@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from proxy.http.errors import UPSTREAM_FAILURES, classify_upstream_error, send_error
+from proxy.http.errors import UPSTREAM_FAILURES, classify_upstream_error, describe_upstream_error, send_error
 from proxy.http.observer import NullObserver, RequestContext, RequestObserver
 from proxy.observability.metrics import ProxyMetrics, route_label
 
@@ -91,6 +91,9 @@ class Forwarder:
         self.observer: RequestObserver = NullObserver()  # replaced by the lifespan when a policy runs
         self._ids = itertools.count(1)
         self._logged_observer_error = False
+        # Bodies larger than this are not parsed here, on the event loop: the observer decides
+        # whether to parse them on its worker thread or skip them (see runtime/offload.py).
+        self.inline_parse_bytes = 256 * 1024
         # Parsed upstream URLs by (raw path, query): agents hit a handful of paths, and parsing a URL
         # is a measurable share of the per-request CPU. Bounded so random paths cannot grow it.
         self._urls: dict[tuple[bytes, bytes], httpx.URL] = {}
@@ -107,10 +110,10 @@ class Forwarder:
     def _make_context(self, scope: dict, body: bytes, started: float) -> RequestContext:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         parsed: Any | None = None
-        if body and body[:1] in (b"{", b"[", b" ", b"\n", b"\t", b"\r"):
+        if body and len(body) <= self.inline_parse_bytes and body[:1] in (b"{", b"[", b" ", b"\n", b"\t", b"\r"):
             try:
                 parsed = json.loads(body)
-            except ValueError:  # not JSON: forwarded untouched, the engine decides
+            except (ValueError, RecursionError):  # not JSON: forwarded untouched, the engine decides
                 parsed = None
         return RequestContext(next(self._ids), scope["method"], scope["path"], headers, body, parsed, started)
 
@@ -203,9 +206,10 @@ class Forwarder:
             kind = classify_upstream_error(exc)
             self.metrics.upstream_error(kind)
             status, type_, code = UPSTREAM_FAILURES[kind]
-            log.warning("upstream %s error for %s %s: %s", kind, scope["method"], scope["path"], exc or type(exc).__name__)
+            detail = describe_upstream_error(exc)
+            log.warning("upstream %s error for %s %s: %s", kind, scope["method"], scope["path"], detail)
             self._end(ctx, f"upstream_{kind}", flags)
-            await send_error(send, status, f"upstream {kind} error: {exc or type(exc).__name__}", type_, code)
+            await send_error(send, status, f"upstream {kind} error: {detail}", type_, code)
             return status
 
         try:
@@ -242,7 +246,7 @@ class Forwarder:
                 kind = classify_upstream_error(exc)
                 self.metrics.upstream_error(kind)
                 log.warning("upstream %s error mid-response for %s %s: %s; cutting the client connection",
-                            kind, scope["method"], scope["path"], exc or type(exc).__name__)
+                            kind, scope["method"], scope["path"], describe_upstream_error(exc))
                 self._end(ctx, f"upstream_{kind}", flags)
                 return status  # returning without the final body message makes the server close the socket
             if not finished:
