@@ -22,9 +22,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
+from proxy.core import WARMUP_HEADER
+
 log = logging.getLogger("cachescout.engines")
 
-WARMUP_HEADER = "X-CacheScout-Warmup"
 TEMPLATE_FIELDS = ("chat_template", "chat_template_kwargs")
 
 # Capability names (shown at /debug/engine and in the start-up log).
@@ -166,10 +167,6 @@ class TokenCache:
 
     def __len__(self) -> int:
         return len(self._d)
-
-
-class AdapterError(RuntimeError):
-    """An engine endpoint failed in a way that should disable the capability behind it."""
 
 
 class HttpEngineAdapter:

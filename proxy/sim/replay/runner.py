@@ -116,6 +116,17 @@ def _bar(name: str, n: int, enabled: bool) -> Callable[[int], None] | None:
     if not enabled or n == 0:
         return None
 
+    if not sys.stderr.isatty():
+        # Logs (CI, `> file`): one line per 10% per phase, never carriage-return bars.
+        last = [-1]
+
+        def log_line(i: int) -> None:
+            decile = (10 * (i + 1)) // n
+            if decile > last[0]:
+                last[0] = decile
+                sys.stderr.write(f"  {name:<22} {10 * decile:3d}% ({i + 1}/{n})\n")
+        return log_line
+
     def show(i: int) -> None:
         done = int(30 * (i + 1) / n)
         sys.stderr.write(f"\r  {name:<22} [{'#' * done}{'.' * (30 - done)}] {i + 1}/{n}")
@@ -144,7 +155,8 @@ def replay(requests: Sequence[ReplayRequest], capacities: Sequence[int], policie
                              s.engines)
             elapsed = time.perf_counter() - t0
             if progress:
-                sys.stderr.write(f"  {elapsed:.2f}s\n")
+                sys.stderr.write(f"  {elapsed:.2f}s\n" if sys.stderr.isatty()
+                                 else f"  {name} @ {cap}: done in {elapsed:.2f}s\n")
             recs[name] = rec
             summ = rec.summary(span, s.latency_budget_s, recs.get("lru") if name != "lru" else None)
             summ["replay_seconds"] = elapsed
