@@ -100,7 +100,7 @@ class PolicyConfig:
                                      # transition matrix fit (~1.7 MB at 256 agents); dump keeps the
                                      # most valuable agents that fit, restore refuses larger documents
     # --- memory budget (hardening, issue 13) ------------------------------------------------
-    session_max_bytes: int = 128 * 1024 * 1024  # sessions' hash chains + kept payloads, estimated;
+    session_max_bytes: int = 64 * 1024 * 1024   # sessions' hash chains + kept payloads, estimated;
                                      # the least recently active sessions are dropped first
     fanout_max_bytes: int = 16 * 1024 * 1024    # parked fan-out parents between two plan ticks
 

@@ -69,3 +69,37 @@ def proxy(upstream_url: str, tmp_path: Path, *sets: str, engine: str = "none") -
 def engine_url() -> Iterator[str]:
     with upstream() as url:
         yield url
+
+
+PROBE = r"""
+import json, sys, time, urllib.request
+url, stop_file = sys.argv[1], sys.argv[2]
+import os
+lat = []
+while not os.path.exists(stop_file):
+    t0 = time.perf_counter()
+    urllib.request.urlopen(url + "/livez", timeout=30).read()
+    lat.append(time.perf_counter() - t0)
+    time.sleep(0.01)
+print(json.dumps(lat))
+"""
+
+
+@contextlib.contextmanager
+def livez_probe(url: str, tmp_path: Path) -> Iterator[list[float]]:
+    """Polls `/livez` every 10 ms from its own process (so the load generator's GIL does not count),
+    until the block exits; the yielded list is filled with the latencies (seconds) then."""
+    import json
+    import subprocess
+    import time as _time
+
+    stop_file = tmp_path / f"probe-stop-{_time.monotonic_ns()}"
+    proc = subprocess.Popen([sys.executable, "-c", PROBE, url, str(stop_file)], stdout=subprocess.PIPE, text=True)
+    lat: list[float] = []
+    try:
+        _time.sleep(0.3)
+        yield lat
+    finally:
+        stop_file.touch()
+        out, _ = proc.communicate(timeout=60)
+        lat.extend(json.loads(out or "[]"))
