@@ -113,7 +113,7 @@ class Planner:
             # them): parked fan-out parents are only worth acting on now; dirty sessions are kept
             # for a calmer tick, minus those the tracker already dropped
             self.fanout.clear()
-            if len(self.dirty) > cfg.max_sessions:
+            if len(self.dirty) > 2 * cfg.max_sessions:      # amortised O(1): refiltered rarely
                 live = self.sessions.sessions
                 self.dirty = {k: None for k in self.dirty if k in live}
             return []

@@ -58,7 +58,8 @@ TOKEN_BYTES = 8
 
 def payload_bytes(payload: Any) -> int:
     """Bytes a kept payload holds: its own ``nbytes`` (compact payloads declare it), the length of
-    bytes/str, else 0 (an opaque object shared by many requests, e.g. the replay's)."""
+    bytes/str, a dict's top-level strings, else 0 (an opaque object shared by many requests, e.g.
+    the replay's). Estimated, not walked: this runs on every request."""
     if payload is None:
         return 0
     n = getattr(payload, "nbytes", None)
@@ -66,8 +67,8 @@ def payload_bytes(payload: Any) -> int:
         return n
     if isinstance(payload, (bytes, bytearray, str)):
         return len(payload)
-    if isinstance(payload, dict):
-        return sum(payload_bytes(v) for v in payload.values())
+    if isinstance(payload, dict):       # e.g. an assistant turn: its top-level strings (no walk)
+        return sum(len(v) for v in payload.values() if isinstance(v, str))
     return 0
 
 

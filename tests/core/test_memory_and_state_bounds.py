@@ -76,7 +76,7 @@ def test_parked_fanout_parents_are_cleared_every_tick_even_when_the_engine_is_qu
         if k % 10 == 0:
             assert p.plan(float(k), queued) == []
     assert len(p.planner.fanout) <= 10
-    assert len(p.planner.dirty) <= 64 + 10
+    assert len(p.planner.dirty) <= 2 * 64 + 10
 
 
 def test_fanout_parking_has_a_byte_budget():
