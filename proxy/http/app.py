@@ -78,6 +78,7 @@ def create_app(settings: Settings | None = None, transport: httpx.AsyncBaseTrans
     forwarder = Forwarder(settings.upstream_url, settings.max_body_bytes, metrics, clock)
     forwarder.timeout_ext = client_timeout(settings).as_dict()
     forwarder.inline_parse_bytes = settings.policy_inline_parse_bytes
+    forwarder.stream_body_bytes = max(settings.policy_max_body_bytes, 1024 * 1024)
     probe = ReadinessProbe(settings.upstream_url, settings.readiness_cache_seconds, clock,
                            probe_timeout=min(2.0, settings.connect_timeout + 1.0))
     token = settings.admin_token.get_secret_value() if settings.admin_token is not None else None

@@ -126,7 +126,7 @@ class LivePolicyObserver:
         if self.allowed_auth and not self._allowed(ctx.headers):
             self._skip(st, "not_allowed")
             return
-        size = len(ctx.body)
+        size = ctx.body_size if getattr(ctx, "body_size", -1) >= 0 else len(ctx.body)
         if size > self.limits.max_body_bytes:
             self._skip(st, "body_too_large")
             return

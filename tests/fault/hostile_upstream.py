@@ -6,6 +6,7 @@ Run as a script (`python tests/fault/hostile_upstream.py --port N [--waiting W]`
                              "deep"  -> a 200k-deep JSON array body,
                              "stream": true -> a short SSE reply with usage, otherwise JSON + usage
   GET /huge-headers          200 with a 16 KiB header and 300 header fields
+  POST /echo-sha             the sha256 and length of the body received (large-body byte-exactness)
   GET /reset                 closes the connection without a reply
   GET /500                   a 500 with a JSON body
   GET /metrics               vLLM-style gauges; num_requests_waiting = --waiting (a queued engine)
@@ -75,6 +76,10 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             path = target.split("?", 1)[0]
             if method == "POST" and path == "/v1/chat/completions":
                 await _chat(writer, headers, body)
+            elif path == "/echo-sha":
+                import hashlib
+                writer.write(_resp("200 OK", json.dumps({"sha256": hashlib.sha256(body).hexdigest(),
+                                                         "length": len(body)}).encode()))
             elif path == "/huge-headers":
                 extra = b"x-big: " + b"b" * 16384 + b"\r\n" + b"".join(b"x-h%d: %d\r\n" % (i, i) for i in range(300))
                 writer.write(_resp("200 OK", b'{"ok":true}', extra=extra))

@@ -171,6 +171,10 @@ def test_livez_stays_fast_while_huge_bodies_and_separatorless_streams_pass(engin
         assert p99 < 0.5, (p99, len(lat))
         st = px.state()["observer"]
         assert st["body_too_large"] == 1
+        import hashlib
+        for data in (big, big[: 5 << 20], big[: 1 << 20]):         # relayed as chunks / as one body
+            r = httpx.post(px.url + "/echo-sha", content=data, timeout=60).json()
+            assert r == {"sha256": hashlib.sha256(data).hexdigest(), "length": len(data)}
 
 
 # --- memory --------------------------------------------------------------------------------------------
