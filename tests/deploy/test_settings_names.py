@@ -32,7 +32,8 @@ def test_compose_env_names():
     assert "CACHESCOUT_UPSTREAM_URL" in used and used <= KNOWN, used - KNOWN
 
 
-@pytest.mark.parametrize("path", ["base", "overlays/vllm", "overlays/sglang", "overlays/vllm-plain-sidecar"])
+@pytest.mark.parametrize("path", ["base", "overlays/vllm", "overlays/sglang", "overlays/vllm-plain-sidecar",
+                                  "overlays/vllm-offload"])
 def test_kubernetes_env_names(path):
     kubectl = require_tool("kubectl", "needed for `kubectl kustomize`")
     out = subprocess.run([kubectl, "kustomize", str(REPO_ROOT / "deploy" / path)], capture_output=True, text=True,
