@@ -34,9 +34,18 @@ CHAT = "/v1/chat/completions"
 
 
 def body(sid: str, text: str, **extra) -> bytes:
-    return json.dumps({"model": "m", "user": sid, "max_tokens": 8, **extra, "messages": [
-        {"role": "system", "content": "You are the benchmark agent. " * 20},
-        {"role": "user", "content": text}]}).encode()
+    return json.dumps(
+        {
+            "model": "m",
+            "user": sid,
+            "max_tokens": 8,
+            **extra,
+            "messages": [
+                {"role": "system", "content": "You are the benchmark agent. " * 20},
+                {"role": "user", "content": text},
+            ],
+        }
+    ).encode()
 
 
 async def _drive(url: str, bodies, concurrency: int) -> None:
@@ -47,6 +56,7 @@ async def _drive(url: str, bodies, concurrency: int) -> None:
             async with sem:
                 r = await c.post(url + CHAT, content=b, headers=GOOD)
                 assert r.status_code == 200, r.status_code
+
         await asyncio.gather(*(one(b) for b in bodies))
 
 
@@ -55,14 +65,21 @@ def prompts(n: int, tmp: Path) -> dict:
         rss0 = px.rss_mb()
         t0 = time.monotonic()
         for start in range(0, n, 50):
-            batch = [body(f"m{k}", f"session {k}: " + (f"w{k} " * 250_000)[:1_000_000])
-                     for k in range(start, min(n, start + 50))]
+            batch = [
+                body(f"m{k}", f"session {k}: " + (f"w{k} " * 250_000)[:1_000_000])
+                for k in range(start, min(n, start + 50))
+            ]
             asyncio.run(_drive(px.url, batch, 4))
         time.sleep(1.0)
         st = px.state()
-        return {"case": f"{n} sessions x 1 MB prompts", "rss_before_mb": round(rss0), "rss_after_mb": round(px.rss_mb()),
-                "observed": st["observer"]["observed"], "sessions_kept": st["stats"]["sessions"],
-                "seconds": round(time.monotonic() - t0, 1)}
+        return {
+            "case": f"{n} sessions x 1 MB prompts",
+            "rss_before_mb": round(rss0),
+            "rss_after_mb": round(px.rss_mb()),
+            "observed": st["observer"]["observed"],
+            "sessions_kept": st["stats"]["sessions"],
+            "seconds": round(time.monotonic() - t0, 1),
+        }
 
 
 def queued(n: int, tmp: Path) -> dict:
@@ -70,33 +87,55 @@ def queued(n: int, tmp: Path) -> dict:
         rss0 = px.rss_mb()
         t0 = time.monotonic()
         for start in range(0, n, 2000):
-            asyncio.run(_drive(px.url, [body(f"q{k}", f"task {k} " * 400, n=2 if k % 2 else 1)
-                                        for k in range(start, min(n, start + 2000))], 32))
+            asyncio.run(
+                _drive(
+                    px.url,
+                    [
+                        body(f"q{k}", f"task {k} " * 400, n=2 if k % 2 else 1)
+                        for k in range(start, min(n, start + 2000))
+                    ],
+                    32,
+                )
+            )
         time.sleep(1.0)
         st = px.state()
-        return {"case": f"{n} new sessions, engine queue 10", "rss_before_mb": round(rss0),
-                "rss_after_mb": round(px.rss_mb()), "observed": st["observer"]["observed"],
-                "actions": sum(st["stats"]["actions_emitted"].values()), "seconds": round(time.monotonic() - t0, 1)}
+        return {
+            "case": f"{n} new sessions, engine queue 10",
+            "rss_before_mb": round(rss0),
+            "rss_after_mb": round(px.rss_mb()),
+            "observed": st["observer"]["observed"],
+            "actions": sum(st["stats"]["actions_emitted"].values()),
+            "seconds": round(time.monotonic() - t0, 1),
+        }
 
 
 def livez(tmp: Path) -> dict:
     big = body("big", "y" * (50 << 20))
     nosep = body("ns", "s", nosep=True)
     with upstream() as up, proxy(up, tmp) as px:
+
         async def load() -> None:
             async with httpx.AsyncClient(timeout=120) as c:
+
                 async def stream() -> None:
                     async with c.stream("POST", px.url + CHAT, content=nosep, headers=GOOD) as r:
                         async for _ in r.aiter_raw():
                             pass
+
                 await asyncio.gather(c.post(px.url + CHAT, content=big, headers=GOOD), stream())
+
         t0 = time.monotonic()
         with livez_probe(px.url, tmp) as lat:
             asyncio.run(load())
         q = statistics.quantiles(lat, n=100)
-        return {"case": "livez during 50 MB body + 16 MiB separator-less stream", "samples": len(lat),
-                "p50_ms": round(1000 * q[49], 1), "p99_ms": round(1000 * q[98], 1), "max_ms": round(1000 * max(lat), 1),
-                "seconds": round(time.monotonic() - t0, 1)}
+        return {
+            "case": "livez during 50 MB body + 16 MiB separator-less stream",
+            "samples": len(lat),
+            "p50_ms": round(1000 * q[49], 1),
+            "p99_ms": round(1000 * q[98], 1),
+            "max_ms": round(1000 * max(lat), 1),
+            "seconds": round(time.monotonic() - t0, 1),
+        }
 
 
 def main() -> None:

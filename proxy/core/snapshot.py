@@ -31,10 +31,10 @@ from .config import PolicyConfig
 from .survival import median_gap
 
 VERSION = 2
-ACCEPTED_VERSIONS = (1, 2)          # v1 keyed tenants by the raw salt; still readable
+ACCEPTED_VERSIONS = (1, 2)  # v1 keyed tenants by the raw salt; still readable
 KIND = "cachescout-policy"
-MAX_COUNT = 1e15                    # bound on every saved count (uses, steps, transition counts)
-MAX_TIME = 1e12                     # bound on saved clock readings and gaps (seconds)
+MAX_COUNT = 1e15  # bound on every saved count (uses, steps, transition counts)
+MAX_TIME = 1e12  # bound on saved clock readings and gaps (seconds)
 _HEX = frozenset("0123456789abcdef")
 
 
@@ -80,11 +80,24 @@ class SavedTenant:
 # --- dump ------------------------------------------------------------------------------------------
 def _tenant_doc(t: SavedTenant) -> dict[str, Any]:
     return {
-        "agents": [[a.agent_id, f"{a.key:016x}", a.slot, a.tokens, a.uses, _r(a.last_seen),
-                    [_r(g) for g in a.gaps], [_r(g) for g in a.tool_gaps]] for a in t.agents],
+        "agents": [
+            [
+                a.agent_id,
+                f"{a.key:016x}",
+                a.slot,
+                a.tokens,
+                a.uses,
+                _r(a.last_seen),
+                [_r(g) for g in a.gaps],
+                [_r(g) for g in a.tool_gaps],
+            ]
+            for a in t.agents
+        ],
         "transitions": [[i, j, c] for i, j, c in t.transitions],
         "visits": None if t.visits is None else [[i, v] for i, v in t.visits],
-        "steps": t.steps, "predictions": t.predictions, "hits": t.hits,
+        "steps": t.steps,
+        "predictions": t.predictions,
+        "hits": t.hits,
     }
 
 
@@ -94,35 +107,52 @@ def saved_tenants(registry: AgentRegistry) -> dict[str, SavedTenant]:
     for name, ts in registry.tenants.items():
         if not ts.agents:
             continue
-        agents = tuple(SavedAgent(a.agent_id, a.key, a.slot, a.tokens, a.uses, a.last_seen,
-                                  tuple(a.gaps), tuple(a.tool_gaps))
-                       for a in sorted(ts.agents.values(), key=lambda a: a.slot))
+        agents = tuple(
+            SavedAgent(a.agent_id, a.key, a.slot, a.tokens, a.uses, a.last_seen, tuple(a.gaps), tuple(a.tool_gaps))
+            for a in sorted(ts.agents.values(), key=lambda a: a.slot)
+        )
         learner = ts.learner
         out[tenant_key(name)] = SavedTenant(
-            agents, tuple((int(i), int(j), float(c)) for i, j, c in learner.export_counts()),
+            agents,
+            tuple((int(i), int(j), float(c)) for i, j, c in learner.export_counts()),
             tuple((int(i), float(v)) for i, v in learner.export_visits()),
-            learner.steps, learner.predictions, learner.hits)
+            learner.steps,
+            learner.predictions,
+            learner.hits,
+        )
     return out
 
 
-def dump(registry: AgentRegistry, dormant: dict[str, SavedTenant] | None = None,
-         max_bytes: int | None = None, age_lambda: float = 0.005) -> dict[str, Any]:
+def dump(
+    registry: AgentRegistry,
+    dormant: dict[str, SavedTenant] | None = None,
+    max_bytes: int | None = None,
+    age_lambda: float = 0.005,
+) -> dict[str, Any]:
     """The document to save: live tenants plus restored-but-not-yet-seen ones, trimmed to the most
     valuable agents that fit ``max_bytes`` (None = no limit)."""
     tenants = {**(dormant or {}), **saved_tenants(registry)}
 
     def doc() -> dict[str, Any]:
-        return {"kind": KIND, "version": VERSION,
-                "tenants": {k: _tenant_doc(t) for k, t in tenants.items() if t.agents}}
+        return {
+            "kind": KIND,
+            "version": VERSION,
+            "tenants": {k: _tenant_doc(t) for k, t in tenants.items() if t.agents},
+        }
 
     out = doc()
     if max_bytes is None:
         return out
     while len(json.dumps(out, separators=(",", ":"))) > max_bytes and any(t.agents for t in tenants.values()):
         latest = max(a.last_seen for t in tenants.values() for a in t.agents)
-        ranked = sorted(((a.uses * math.exp(-age_lambda * max(0.0, latest - a.last_seen)), k, a.slot)
-                         for k, t in tenants.items() for a in t.agents))
-        drop = {(k, slot) for _, k, slot in ranked[:max(1, len(ranked) // 8)]}
+        ranked = sorted(
+            (
+                (a.uses * math.exp(-age_lambda * max(0.0, latest - a.last_seen)), k, a.slot)
+                for k, t in tenants.items()
+                for a in t.agents
+            )
+        )
+        drop = {(k, slot) for _, k, slot in ranked[: max(1, len(ranked) // 8)]}
         tenants = {k: _without(t, {s for kk, s in drop if kk == k}) for k, t in tenants.items()}
         out = doc()
     return out
@@ -131,10 +161,14 @@ def dump(registry: AgentRegistry, dormant: dict[str, SavedTenant] | None = None,
 def _without(t: SavedTenant, slots: set[int]) -> SavedTenant:
     if not slots:
         return t
-    return SavedTenant(tuple(a for a in t.agents if a.slot not in slots),
-                       tuple(x for x in t.transitions if x[0] not in slots and x[1] not in slots),
-                       None if t.visits is None else tuple(v for v in t.visits if v[0] not in slots),
-                       t.steps, t.predictions, t.hits)
+    return SavedTenant(
+        tuple(a for a in t.agents if a.slot not in slots),
+        tuple(x for x in t.transitions if x[0] not in slots and x[1] not in slots),
+        None if t.visits is None else tuple(v for v in t.visits if v[0] not in slots),
+        t.steps,
+        t.predictions,
+        t.hits,
+    )
 
 
 # --- load ------------------------------------------------------------------------------------------
@@ -182,11 +216,18 @@ def _parse_tenant(name: str, t: Any, cfg: PolicyConfig) -> SavedTenant:
         seen_ids.add(agent_id)
         seen_keys.add(key)
         seen_slots.add(slot)
-        agents.append(SavedAgent(
-            agent_id, key, slot, _num(tokens, "tokens", 0, 1e9, integer=True),
-            _num(uses, "uses", 0, MAX_COUNT, integer=True), _num(last_seen, "last_seen", -MAX_TIME, MAX_TIME),
-            tuple(_num(g, "gap", 0, MAX_TIME) for g in _list(gaps, "gaps", cfg.gap_samples)),
-            tuple(_num(g, "gap", 0, MAX_TIME) for g in _list(tool_gaps, "tool_gaps", cfg.gap_samples))))
+        agents.append(
+            SavedAgent(
+                agent_id,
+                key,
+                slot,
+                _num(tokens, "tokens", 0, 1e9, integer=True),
+                _num(uses, "uses", 0, MAX_COUNT, integer=True),
+                _num(last_seen, "last_seen", -MAX_TIME, MAX_TIME),
+                tuple(_num(g, "gap", 0, MAX_TIME) for g in _list(gaps, "gaps", cfg.gap_samples)),
+                tuple(_num(g, "gap", 0, MAX_TIME) for g in _list(tool_gaps, "tool_gaps", cfg.gap_samples)),
+            )
+        )
     limit = max(1, len(seen_slots)) ** 2
     transitions = []
     for tr in _list(t.get("transitions", []), "transitions", limit):
@@ -209,10 +250,14 @@ def _parse_tenant(name: str, t: Any, cfg: PolicyConfig) -> SavedTenant:
             if i not in seen_slots:
                 raise ValueError("visit of an unknown slot")
             visits.append((i, _num(v[1], "visit count", 0, MAX_COUNT)))
-    return SavedTenant(tuple(agents), tuple(transitions), None if visits is None else tuple(visits),
-                       _num(t.get("steps", 0), "steps", 0, MAX_COUNT, integer=True),
-                       _num(t.get("predictions", 0), "predictions", 0, MAX_COUNT, integer=True),
-                       _num(t.get("hits", 0), "hits", 0, MAX_COUNT, integer=True))
+    return SavedTenant(
+        tuple(agents),
+        tuple(transitions),
+        None if visits is None else tuple(visits),
+        _num(t.get("steps", 0), "steps", 0, MAX_COUNT, integer=True),
+        _num(t.get("predictions", 0), "predictions", 0, MAX_COUNT, integer=True),
+        _num(t.get("hits", 0), "hits", 0, MAX_COUNT, integer=True),
+    )
 
 
 def parse(data: Any, cfg: PolicyConfig) -> dict[str, SavedTenant]:
@@ -254,8 +299,9 @@ def apply_tenant(registry: AgentRegistry, name: str, t: SavedTenant) -> None:
         agent.tool_gap_median = median_gap(agent.tool_gaps)
     used = set(ts.by_slot)
     ts.free_slots = [s for s in range(ts.next_slot) if s not in used]
-    ts.learner.import_counts([list(x) for x in t.transitions],
-                             None if t.visits is None else [list(v) for v in t.visits])
+    ts.learner.import_counts(
+        [list(x) for x in t.transitions], None if t.visits is None else [list(v) for v in t.visits]
+    )
     ts.learner.steps = t.steps
     ts.learner.predictions = t.predictions
     ts.learner.hits = t.hits

@@ -37,14 +37,18 @@ class ServerLimits:
     max_connections: int = 4096
 
     @classmethod
-    def from_settings(cls, settings: Any) -> "ServerLimits":
+    def from_settings(cls, settings: Any) -> ServerLimits:
         d = cls()
-        return cls(int(getattr(settings, "server_max_request_line_bytes", d.max_request_line_bytes)),
-                   int(getattr(settings, "server_max_header_bytes", d.max_header_bytes)),
-                   int(getattr(settings, "server_max_headers", d.max_headers)),
-                   float(getattr(settings, "server_header_timeout_s", d.header_timeout_s)),
-                   effective_max_connections(int(getattr(settings, "server_max_connections", d.max_connections)),
-                                             int(getattr(settings, "max_connections", 512))))
+        return cls(
+            int(getattr(settings, "server_max_request_line_bytes", d.max_request_line_bytes)),
+            int(getattr(settings, "server_max_header_bytes", d.max_header_bytes)),
+            int(getattr(settings, "server_max_headers", d.max_headers)),
+            float(getattr(settings, "server_header_timeout_s", d.header_timeout_s)),
+            effective_max_connections(
+                int(getattr(settings, "server_max_connections", d.max_connections)),
+                int(getattr(settings, "max_connections", 512)),
+            ),
+        )
 
 
 def effective_max_connections(wanted: int, upstream_pool: int) -> int:
@@ -66,8 +70,12 @@ def raise_fd_limit() -> None:
             pass
 
 
-_REASONS = {408: b"Request Timeout", 414: b"URI Too Long", 431: b"Request Header Fields Too Large",
-            503: b"Service Unavailable"}
+_REASONS = {
+    408: b"Request Timeout",
+    414: b"URI Too Long",
+    431: b"Request Header Fields Too Large",
+    503: b"Service Unavailable",
+}
 
 
 def limited_protocol(limits: ServerLimits) -> type:
@@ -78,7 +86,7 @@ def limited_protocol(limits: ServerLimits) -> type:
             super().__init__(*args, **kwargs)
             self._head_bytes = 0
             self._head_fields = 0
-            self._in_head = True            # reading a request line + headers
+            self._in_head = True  # reading a request line + headers
             self._head_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -110,20 +118,25 @@ def limited_protocol(limits: ServerLimits) -> type:
             self._disarm()
             if self.transport.is_closing():
                 return
-            self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-type: text/plain\r\ncontent-length: %d\r\n"
-                                 b"connection: close\r\n\r\n%s" % (status, _REASONS[status], len(msg), msg))
+            self.transport.write(
+                b"HTTP/1.1 %d %s\r\ncontent-type: text/plain\r\ncontent-length: %d\r\n"
+                b"connection: close\r\n\r\n%s" % (status, _REASONS[status], len(msg), msg)
+            )
             self.transport.close()
 
         def send_400_response(self, msg: str) -> None:
-            if not self.transport.is_closing():     # not after our own 408/414/431/503
+            if not self.transport.is_closing():  # not after our own 408/414/431/503
                 super().send_400_response(msg)
 
         def data_received(self, data: bytes) -> None:
             if self._in_head:
                 self._head_bytes += len(data)
             super().data_received(data)
-            if (self._in_head and self._head_bytes > limits.max_header_bytes + limits.max_request_line_bytes
-                    and not self.transport.is_closing()):
+            if (
+                self._in_head
+                and self._head_bytes > limits.max_header_bytes + limits.max_request_line_bytes
+                and not self.transport.is_closing()
+            ):
                 self._refuse(431, b"request header block too large")
 
         def on_message_begin(self) -> None:

@@ -58,8 +58,19 @@ AUTH_HEADERS = ("authorization", "x-api-key")
 
 
 class _ReqState:
-    __slots__ = ("view", "observed", "tap", "status", "skip", "alone", "accepted", "parsing", "end", "done",
-                 "hints")
+    __slots__ = (
+        "accepted",
+        "alone",
+        "done",
+        "end",
+        "hints",
+        "observed",
+        "parsing",
+        "skip",
+        "status",
+        "tap",
+        "view",
+    )
 
     def __init__(self) -> None:
         self.alone = False
@@ -258,7 +269,7 @@ class LivePolicyObserver:
     def _guard(self, fn: Callable, *args: Any) -> None:
         try:
             fn(*args)
-        except Exception:  # noqa: BLE001 - the policy must never reach the client
+        except Exception:
             self.counts["errors"] += 1
             if self.metrics is not None:
                 self.metrics.policy_errors_total.inc()

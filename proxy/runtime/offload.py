@@ -25,16 +25,18 @@ from typing import Any
 class ObserveLimits:
     """How much request body the policy reads, and where (see `Settings.policy_*`)."""
 
-    inline_parse_bytes: int = 256 * 1024     # bodies up to this are parsed on the loop
-    max_body_bytes: int = 4 * 1024 * 1024    # bodies over this are not read by the policy at all
-    offload_queue: int = 8                   # large bodies waiting for the worker; more are skipped
+    inline_parse_bytes: int = 256 * 1024  # bodies up to this are parsed on the loop
+    max_body_bytes: int = 4 * 1024 * 1024  # bodies over this are not read by the policy at all
+    offload_queue: int = 8  # large bodies waiting for the worker; more are skipped
 
     @classmethod
-    def from_settings(cls, settings: Any) -> "ObserveLimits":
+    def from_settings(cls, settings: Any) -> ObserveLimits:
         d = cls()
-        return cls(int(getattr(settings, "policy_inline_parse_bytes", d.inline_parse_bytes)),
-                   int(getattr(settings, "policy_max_body_bytes", d.max_body_bytes)),
-                   int(getattr(settings, "policy_offload_queue", d.offload_queue)))
+        return cls(
+            int(getattr(settings, "policy_inline_parse_bytes", d.inline_parse_bytes)),
+            int(getattr(settings, "policy_max_body_bytes", d.max_body_bytes)),
+            int(getattr(settings, "policy_offload_queue", d.offload_queue)),
+        )
 
 
 class ParseOffload:

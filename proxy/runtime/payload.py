@@ -18,7 +18,7 @@ from proxy.core.fingerprint import view_from_openai
 class BodyPayload:
     """The context payload of one chat/completions request, as its body bytes."""
 
-    __slots__ = ("path", "body")
+    __slots__ = ("body", "path")
 
     def __init__(self, path: str, body: bytes) -> None:
         self.path = path

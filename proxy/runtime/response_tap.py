@@ -30,7 +30,7 @@ _BAD_JSON = (ValueError, RecursionError, TypeError, OverflowError)
 class TapBudget:
     """Bytes held by all live taps together (buffered JSON bodies, pending SSE lines)."""
 
-    __slots__ = ("max_bytes", "used", "overflows")
+    __slots__ = ("max_bytes", "overflows", "used")
 
     def __init__(self, max_bytes: int = 32 * 1024 * 1024) -> None:
         self.max_bytes = max_bytes
@@ -39,9 +39,26 @@ class TapBudget:
 
 
 class ResponseTap:
-    __slots__ = ("stream", "first_token_at", "finish_reason", "prompt_tokens", "cached_tokens",
-                 "output_tokens", "_parser", "_json_parts", "_json_size", "_content", "_content_len",
-                 "_tool_calls", "_overflow", "frames", "_message", "_budget", "_held", "_off")
+    __slots__ = (
+        "_budget",
+        "_content",
+        "_content_len",
+        "_held",
+        "_json_parts",
+        "_json_size",
+        "_message",
+        "_off",
+        "_overflow",
+        "_parser",
+        "_tool_calls",
+        "cached_tokens",
+        "finish_reason",
+        "first_token_at",
+        "frames",
+        "output_tokens",
+        "prompt_tokens",
+        "stream",
+    )
 
     def __init__(self, stream: bool, budget: TapBudget | None = None) -> None:
         self.stream = stream

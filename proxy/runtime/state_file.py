@@ -19,7 +19,7 @@ from proxy.core.snapshot import tenant_tag
 from proxy.runtime.offload import ObserveLimits, ParseOffload
 from proxy.runtime.response_tap import TapBudget
 
-__all__ = ["read_state_file", "write_state_file", "tenant_tag", "harden_observer"]
+__all__ = ["harden_observer", "read_state_file", "tenant_tag", "write_state_file"]
 
 
 def read_state_file(path: str, max_bytes: int) -> Any:
@@ -62,5 +62,5 @@ def harden_observer(observer: Any, settings: Any) -> None:
     observer.limits = ObserveLimits.from_settings(settings)
     observer.offload = ParseOffload(observer.limits.offload_queue)
     observer.tap_budget = TapBudget(int(getattr(settings, "policy_tap_max_bytes", TapBudget().max_bytes)))
-    observer.allowed_auth = frozenset(h.strip().lower() for h in getattr(settings, "policy_client_auth_sha256", ()) or ()
-                                      if h.strip())
+    hashes = getattr(settings, "policy_client_auth_sha256", ()) or ()
+    observer.allowed_auth = frozenset(h.strip().lower() for h in hashes if h.strip())

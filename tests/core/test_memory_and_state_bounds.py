@@ -27,20 +27,27 @@ class Blob:
 
 def big_view(sid: str, blocks: int, payload_bytes: int, tenant: str = ""):
     ids = [hash((sid, i)) & 0xFFFFFFFFFFFF for i in range(blocks)]
-    return view_from_blocks(tenant, [1, 2, 3] + ids, 16, anchor_blocks=3, session_id=sid,
-                            anchor_payload={"a": 1}, context_payload=Blob(payload_bytes))
+    return view_from_blocks(
+        tenant,
+        [1, 2, 3, *ids],
+        16,
+        anchor_blocks=3,
+        session_id=sid,
+        anchor_payload={"a": 1},
+        context_payload=Blob(payload_bytes),
+    )
 
 
 def test_sessions_stay_within_their_byte_budget_oldest_dropped_first():
     budget = 10 * 1024 * 1024
     p = ScoutPolicy(PolicyConfig(session_max_bytes=budget))
-    for k in range(100):                                   # 100 sessions x ~1.3 MB each
+    for k in range(100):  # 100 sessions x ~1.3 MB each
         p.observe_request(big_view(f"s{k}", 4096, 1_000_000), float(k))
     tracker = p.sessions
     assert tracker.bytes <= budget
     assert tracker.bytes == sum(s.nbytes for s in tracker.sessions.values())
     kept = list(tracker.sessions)
-    assert kept[-1] == ("", "s99") and ("", "s0") not in tracker.sessions   # newest kept, oldest gone
+    assert kept[-1] == ("", "s99") and ("", "s0") not in tracker.sessions  # newest kept, oldest gone
     assert tracker.dropped_for_bytes == 100 - len(kept)
     per = 4099 * (HASH_BYTES + TOKEN_BYTES) + 1_000_000
     assert len(kept) == budget // per
@@ -70,8 +77,16 @@ def test_parked_fanout_parents_are_cleared_every_tick_even_when_the_engine_is_qu
     p = ScoutPolicy(PolicyConfig(max_sessions=64))
     queued = EngineLoad(inflight=0, waiting=10)
     for k in range(2000):
-        v = view_from_blocks("", [1, 2, 3, 100 + k, 200 + k], 16, anchor_blocks=3, session_id=f"f{k}",
-                             anchor_payload={"a": 1}, context_payload={"c": k}, n=2)
+        v = view_from_blocks(
+            "",
+            [1, 2, 3, 100 + k, 200 + k],
+            16,
+            anchor_blocks=3,
+            session_id=f"f{k}",
+            anchor_payload={"a": 1},
+            context_payload={"c": k},
+            n=2,
+        )
         p.observe_request(v, float(k))
         if k % 10 == 0:
             assert p.plan(float(k), queued) == []
@@ -106,22 +121,25 @@ def test_dump_keeps_the_most_valuable_agents_that_fit():
     kept = doc["tenants"][""]["agents"]
     assert 0 < len(kept) < 40
     uses = sorted((a.uses for a in w.policy.agents.by_id.values()), reverse=True)
-    assert min(a[4] for a in kept) >= uses[len(kept) + 8]     # roughly the top ones
+    assert min(a[4] for a in kept) >= uses[len(kept) + 8]  # roughly the top ones
     ScoutPolicy(PolicyConfig(snapshot_max_bytes=6000)).restore(doc)
 
 
-@pytest.mark.parametrize("mutate", [
-    lambda t: t["agents"][0].__setitem__(2, 30_000_000),          # slot far beyond max_agents
-    lambda t: t["agents"][0].__setitem__(2, -1),
-    lambda t: t["agents"][1].__setitem__(1, "zz"),                # bad key
-    lambda t: t["agents"][1].__setitem__(4, float("nan")),
-    lambda t: t["agents"][1].__setitem__(6, [1.0] * 10_000),      # gap list longer than gap_samples
-    lambda t: t["agents"].append(list(t["agents"][0])),           # duplicate
-    lambda t: t["transitions"].append([0, 999, 1.0]),             # unknown slot
-    lambda t: t["transitions"][0].__setitem__(2, 1e300),
-    lambda t: t.__setitem__("steps", -5),
-    lambda t: t["agents"][2].__setitem__(3, "many"),
-])
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda t: t["agents"][0].__setitem__(2, 30_000_000),  # slot far beyond max_agents
+        lambda t: t["agents"][0].__setitem__(2, -1),
+        lambda t: t["agents"][1].__setitem__(1, "zz"),  # bad key
+        lambda t: t["agents"][1].__setitem__(4, float("nan")),
+        lambda t: t["agents"][1].__setitem__(6, [1.0] * 10_000),  # gap list longer than gap_samples
+        lambda t: t["agents"].append(list(t["agents"][0])),  # duplicate
+        lambda t: t["transitions"].append([0, 999, 1.0]),  # unknown slot
+        lambda t: t["transitions"][0].__setitem__(2, 1e300),
+        lambda t: t.__setitem__("steps", -5),
+        lambda t: t["agents"][2].__setitem__(3, "many"),
+    ],
+)
 def test_any_bad_entry_refuses_the_whole_file_and_changes_nothing(mutate):
     w, _ = learned_policy(steps=200)
     doc = copy.deepcopy(w.policy.snapshot())
@@ -134,7 +152,7 @@ def test_any_bad_entry_refuses_the_whole_file_and_changes_nothing(mutate):
     with pytest.raises(ValueError):
         q.restore(doc)
     assert time.monotonic() - t0 < 1.0
-    assert q.snapshot() == before                                 # all or nothing
+    assert q.snapshot() == before  # all or nothing
 
 
 def test_salted_tenants_are_never_written_raw_and_come_back_with_their_traffic():
@@ -147,8 +165,8 @@ def test_salted_tenants_are_never_written_raw_and_come_back_with_their_traffic()
     assert salt not in text and f"salt:{len(salt)}c#" in text
     q = ScoutPolicy()
     q.restore(json.loads(text))
-    assert q.stats().agents == 0                                  # dormant until the tenant returns
-    assert json.loads(json.dumps(q.snapshot())) == doc            # and still saved meanwhile
+    assert q.stats().agents == 0  # dormant until the tenant returns
+    assert json.loads(json.dumps(q.snapshot())) == doc  # and still saved meanwhile
     w2 = Workload(q, tenant=salt)
     w2.step(0, "back", 100.0)
     assert q.stats().agents == 3 and q.agents.tenant(salt).learner.steps >= 50
@@ -159,7 +177,7 @@ def test_version_1_files_with_raw_salts_are_still_read():
     for k in range(30):
         w.step(k % 2, "s", float(k))
     doc = w.policy.snapshot()
-    (key, t), = doc["tenants"].items()
+    ((key, t),) = doc["tenants"].items()
     v1 = {"kind": doc["kind"], "version": 1, "tenants": {"t1": t}}
     q = ScoutPolicy()
     q.restore(v1)

@@ -46,8 +46,10 @@ class Proxy:
 def upstream(waiting: int = 0) -> Iterator[str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with child_process([sys.executable, str(HERE / "hostile_upstream.py"), "--port", str(port),
-                        "--waiting", str(waiting)], url + "/health"):
+    with child_process(
+        [sys.executable, str(HERE / "hostile_upstream.py"), "--port", str(port), "--waiting", str(waiting)],
+        url + "/health",
+    ):
         yield url
 
 
@@ -56,9 +58,24 @@ def proxy(upstream_url: str, tmp_path: Path, *sets: str, engine: str = "none") -
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = tmp_path / f"proxy-{port}.log"
-    cmd = [sys.executable, "-m", "proxy.cli", "serve", "--upstream", upstream_url, "--port", str(port),
-           "--log-level", "warning", "--set", f"engine={engine}", "--set", f"admin_token={ADMIN}",
-           "--set", "scrape_interval=0.2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "proxy.cli",
+        "serve",
+        "--upstream",
+        upstream_url,
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        "--set",
+        f"engine={engine}",
+        "--set",
+        f"admin_token={ADMIN}",
+        "--set",
+        "scrape_interval=0.2",
+    ]
     for s in sets:
         cmd += ["--set", s]
     with child_process(cmd, url + "/livez", cwd=ROOT, log_path=log, timeout=60) as proc:

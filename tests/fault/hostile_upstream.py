@@ -23,13 +23,27 @@ WAITING = 0
 
 
 def _resp(status: str, body: bytes, ctype: bytes = b"application/json", extra: bytes = b"") -> bytes:
-    return (b"HTTP/1.1 " + status.encode() + b"\r\ncontent-type: " + ctype + b"\r\ncontent-length: "
-            + str(len(body)).encode() + b"\r\n" + extra + b"\r\n" + body)
+    return (
+        b"HTTP/1.1 "
+        + status.encode()
+        + b"\r\ncontent-type: "
+        + ctype
+        + b"\r\ncontent-length: "
+        + str(len(body)).encode()
+        + b"\r\n"
+        + extra
+        + b"\r\n"
+        + body
+    )
 
 
 def _usage(n: int) -> dict:
-    return {"prompt_tokens": n, "completion_tokens": 2, "total_tokens": n + 2,
-            "prompt_tokens_details": {"cached_tokens": 0}}
+    return {
+        "prompt_tokens": n,
+        "completion_tokens": 2,
+        "total_tokens": n + 2,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
 
 
 async def _chat(writer: asyncio.StreamWriter, headers: dict, body: bytes) -> None:
@@ -37,8 +51,11 @@ async def _chat(writer: asyncio.StreamWriter, headers: dict, body: bytes) -> Non
         writer.write(_resp("401 Unauthorized", b'{"error":{"message":"bad key","type":"auth","code":401}}'))
         return
     if b'"nosep"' in body:
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: "
-                     + str(16 * 1024 * 1024).encode() + b"\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: "
+            + str(16 * 1024 * 1024).encode()
+            + b"\r\n\r\n"
+        )
         piece = b"x" * 65536
         for _ in range(256):
             writer.write(piece)
@@ -50,14 +67,20 @@ async def _chat(writer: asyncio.StreamWriter, headers: dict, body: bytes) -> Non
         return
     n = max(1, len(body) // 4)
     if b'"stream": true' in body or b'"stream":true' in body:
-        frames = [{"choices": [{"index": 0, "delta": {"content": "ok"}}]},
-                  {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
-                  {"choices": [], "usage": _usage(n)}]
+        frames = [
+            {"choices": [{"index": 0, "delta": {"content": "ok"}}]},
+            {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+            {"choices": [], "usage": _usage(n)},
+        ]
         data = b"".join(b"data: " + json.dumps(f).encode() + b"\n\n" for f in frames) + b"data: [DONE]\n\n"
         writer.write(_resp("200 OK", data, b"text/event-stream"))
         return
-    reply = {"id": "x", "object": "chat.completion", "choices": [
-        {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}], "usage": _usage(n)}
+    reply = {
+        "id": "x",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+        "usage": _usage(n),
+    }
     writer.write(_resp("200 OK", json.dumps(reply).encode()))
 
 
@@ -78,8 +101,12 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
                 await _chat(writer, headers, body)
             elif path == "/echo-sha":
                 import hashlib
-                writer.write(_resp("200 OK", json.dumps({"sha256": hashlib.sha256(body).hexdigest(),
-                                                         "length": len(body)}).encode()))
+
+                writer.write(
+                    _resp(
+                        "200 OK", json.dumps({"sha256": hashlib.sha256(body).hexdigest(), "length": len(body)}).encode()
+                    )
+                )
             elif path == "/huge-headers":
                 extra = b"x-big: " + b"b" * 16384 + b"\r\n" + b"".join(b"x-h%d: %d\r\n" % (i, i) for i in range(300))
                 writer.write(_resp("200 OK", b'{"ok":true}', extra=extra))
@@ -89,8 +116,9 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             elif path == "/500":
                 writer.write(_resp("500 Internal Server Error", b'{"error":{"message":"boom"}}'))
             elif path == "/metrics":
-                text = (f"vllm:num_requests_waiting {WAITING}\nvllm:num_requests_running 1\n"
-                        f"vllm:kv_cache_usage_perc 0.5\n").encode()
+                text = (
+                    f"vllm:num_requests_waiting {WAITING}\nvllm:num_requests_running 1\nvllm:kv_cache_usage_perc 0.5\n"
+                ).encode()
                 writer.write(_resp("200 OK", text, b"text/plain"))
             else:
                 writer.write(_resp("200 OK", b'{"object":"list","data":[{"id":"m","object":"model"}]}'))

@@ -23,9 +23,18 @@ CHAT = "/v1/chat/completions"
 
 
 def chat_body(sid: str, text: str, **extra) -> bytes:
-    return json.dumps({"model": "m", "user": sid, "max_tokens": 8, **extra, "messages": [
-        {"role": "system", "content": "You are the fault-suite agent. " * 20},
-        {"role": "user", "content": text}]}).encode()
+    return json.dumps(
+        {
+            "model": "m",
+            "user": sid,
+            "max_tokens": 8,
+            **extra,
+            "messages": [
+                {"role": "system", "content": "You are the fault-suite agent. " * 20},
+                {"role": "user", "content": text},
+            ],
+        }
+    ).encode()
 
 
 def same(direct: httpx.Response, proxied: httpx.Response) -> None:
@@ -38,22 +47,22 @@ def livez_ok(url: str) -> None:
 
 # --- security: the engine's verdict decides what is learned ---------------------------------------
 def test_rejected_clients_never_drive_actions(engine_url, tmp_path):
-    with proxy(engine_url, tmp_path, "policy_r_min=0.0", 'policy_overrides={"r_min_transitions": 0}') as px:
+    with proxy(engine_url, tmp_path, "policy_r_min=0.0", 'policy_overrides={"r_min_transitions": 0}') as px:  # noqa: SIM117
         with httpx.Client(timeout=30) as c:
-            for k in range(60):     # two alternating agents, wrong key: the engine says 401 to all
+            for k in range(60):  # two alternating agents, wrong key: the engine says 401 to all
                 body = chat_body(f"s{k % 6}", f"turn {k} " * 50)
                 d = c.post(engine_url + CHAT, content=body, headers={"authorization": "Bearer bad"})
                 p = c.post(px.url + CHAT, content=body, headers={"authorization": "Bearer bad"})
                 same(d, p)
                 assert p.status_code == 401
-            time.sleep(0.6)         # a few plan ticks
+            time.sleep(0.6)  # a few plan ticks
             st = px.state()
             assert st["observer"]["rejected"] == 60 and st["observer"]["observed"] == 0
             assert st["agents"] == [] and st["stats"]["sessions"] == 0
             assert sum(st["stats"]["actions_emitted"].values()) == 0
             metrics = c.get(px.url + "/metrics").text
             assert 'cachescout_policy_skipped_total{reason="rejected"} 60.0' in metrics
-            for k in range(6):      # the same traffic with a valid key is learned
+            for k in range(6):  # the same traffic with a valid key is learned
                 assert c.post(px.url + CHAT, content=chat_body(f"g{k}", "hello"), headers=GOOD).status_code == 200
             time.sleep(0.3)
             assert px.state()["observer"]["observed"] == 6
@@ -61,8 +70,9 @@ def test_rejected_clients_never_drive_actions(engine_url, tmp_path):
 
 def test_auth_allow_list_gates_learning(engine_url, tmp_path):
     import hashlib
+
     allowed = hashlib.sha256(b"Bearer nobody").hexdigest()
-    with proxy(engine_url, tmp_path, f'policy_client_auth_sha256=["{allowed}"]') as px:
+    with proxy(engine_url, tmp_path, f'policy_client_auth_sha256=["{allowed}"]') as px:  # noqa: SIM117
         with httpx.Client(timeout=30) as c:
             for k in range(5):
                 assert c.post(px.url + CHAT, content=chat_body("a", f"x{k}"), headers=GOOD).status_code == 200
@@ -74,14 +84,14 @@ def test_auth_allow_list_gates_learning(engine_url, tmp_path):
 # --- a hostile engine --------------------------------------------------------------------------------
 def test_engine_replies_pass_through_or_fail_cleanly(engine_url, tmp_path):
     with proxy(engine_url, tmp_path) as px, httpx.Client(timeout=30) as c:
-        for path in ("/huge-headers", "/500"):           # > 8,190-byte header line, 300 fields; a 5xx
+        for path in ("/huge-headers", "/500"):  # > 8,190-byte header line, 300 fields; a 5xx
             d, p = c.get(engine_url + path), c.get(px.url + path)
             same(d, p)
         p = c.get(px.url + "/huge-headers")
         assert len(p.headers["x-big"]) == 16384 and p.headers["x-h299"] == "299"
-        p = c.get(px.url + "/reset?key=SECRET")         # reset before any byte: an OpenAI-style 502
+        p = c.get(px.url + "/reset?key=SECRET")  # reset before any byte: an OpenAI-style 502
         assert p.status_code == 502 and "SECRET" not in p.text
-        deep = chat_body("d", "deep", deep=True)        # a 200k-deep JSON reply
+        deep = chat_body("d", "deep", deep=True)  # a 200k-deep JSON reply
         same(c.post(engine_url + CHAT, content=deep, headers=GOOD), c.post(px.url + CHAT, content=deep, headers=GOOD))
         time.sleep(0.3)
         livez_ok(px.url)
@@ -91,6 +101,7 @@ def test_engine_replies_pass_through_or_fail_cleanly(engine_url, tmp_path):
 
 def test_engine_down_gives_502_without_query_string(tmp_path):
     from proxy.child_process import free_port
+
     with proxy(f"http://127.0.0.1:{free_port()}", tmp_path) as px:
         p = httpx.get(px.url + "/v1/models?api_key=SECRET", timeout=30)
         log = px.log_text()
@@ -118,47 +129,50 @@ def _raw(url: str, data: bytes, wait: float = 5.0) -> bytes:
 def test_header_floods_long_urls_and_slowloris(engine_url, tmp_path):
     with proxy(engine_url, tmp_path, "server_header_timeout_s=1", "server_max_connections=40") as px:
         rss0 = px.rss_mb()
-        big = b"GET /v1/models HTTP/1.1\r\nhost: x\r\nx-a: " + b"a" * (8 << 20)   # unfinished 8 MiB header
+        big = b"GET /v1/models HTTP/1.1\r\nhost: x\r\nx-a: " + b"a" * (8 << 20)  # unfinished 8 MiB header
         assert _raw(px.url, big).startswith(b"HTTP/1.1 431")
         many = b"GET /v1/models HTTP/1.1\r\n" + b"".join(b"x-%d: 1\r\n" % i for i in range(300)) + b"\r\n"
         assert _raw(px.url, many).startswith(b"HTTP/1.1 431")
         assert _raw(px.url, b"GET /" + b"u" * 40000 + b" HTTP/1.1\r\n").startswith(b"HTTP/1.1 414")
-        t0 = time.monotonic()                                          # slowloris: never finishes its headers
+        t0 = time.monotonic()  # slowloris: never finishes its headers
         assert _raw(px.url, b"GET /v1/models HTTP/1.1\r\nhost: x\r\n", wait=10).startswith(b"HTTP/1.1 408")
         assert time.monotonic() - t0 < 5
         host, port = px.url.removeprefix("http://").split(":")
-        idle = [socket.create_connection((host, int(port))) for _ in range(60)]   # more than the cap
+        idle = [socket.create_connection((host, int(port))) for _ in range(60)]  # more than the cap
         try:
-            time.sleep(1.5)                                            # silent ones are closed
+            time.sleep(1.5)  # silent ones are closed
             livez_ok(px.url)
             assert sum(1 for s in idle if _closed(s)) >= 40
         finally:
             for s in idle:
                 s.close()
         same(httpx.get(engine_url + "/v1/models"), httpx.get(px.url + "/v1/models"))
-        assert px.rss_mb() < rss0 + 64                                 # nothing of the floods is kept
+        assert px.rss_mb() < rss0 + 64  # nothing of the floods is kept
 
 
 def _closed(s: socket.socket) -> bool:
     s.settimeout(2)
     try:
-        return s.recv(4096) is not None            # b"" (closed) or a 408/503 reply then close
+        return s.recv(4096) is not None  # b"" (closed) or a 408/503 reply then close
     except OSError:
         return True
 
 
 def test_livez_stays_fast_while_huge_bodies_and_separatorless_streams_pass(engine_url, tmp_path):
-    big = chat_body("big", "y" * (50 << 20))                           # a 50 MB body, built beforehand
-    nosep = chat_body("ns", "s", nosep=True)                           # 16 MiB without a line end back
+    big = chat_body("big", "y" * (50 << 20))  # a 50 MB body, built beforehand
+    nosep = chat_body("ns", "s", nosep=True)  # 16 MiB without a line end back
     with proxy(engine_url, tmp_path) as px:
+
         async def load() -> tuple[int, int]:
             async with httpx.AsyncClient(timeout=120) as c:
+
                 async def stream() -> int:
                     n = 0
                     async with c.stream("POST", px.url + CHAT, content=nosep, headers=GOOD) as r:
                         async for chunk in r.aiter_raw():
                             n += len(chunk)
                     return n
+
                 r1, n = await asyncio.gather(c.post(px.url + CHAT, content=big, headers=GOOD), stream())
                 return r1.status_code, n
 
@@ -172,7 +186,8 @@ def test_livez_stays_fast_while_huge_bodies_and_separatorless_streams_pass(engin
         st = px.state()["observer"]
         assert st["body_too_large"] == 1
         import hashlib
-        for data in (big, big[: 5 << 20], big[: 1 << 20]):         # relayed as chunks / as one body
+
+        for data in (big, big[: 5 << 20], big[: 1 << 20]):  # relayed as chunks / as one body
             r = httpx.post(px.url + "/echo-sha", content=data, timeout=60).json()
             assert r == {"sha256": hashlib.sha256(data).hexdigest(), "length": len(data)}
 
@@ -181,7 +196,7 @@ def test_livez_stays_fast_while_huge_bodies_and_separatorless_streams_pass(engin
 def test_memory_bounded_with_1mb_prompts(engine_url, tmp_path):
     """CI variant: 120 sessions x 1 MB prompts with a 32 MiB session budget (the full 1,000-session
     run with the default 128 MiB budget is benchmarks/hardening.py)."""
-    with proxy(engine_url, tmp_path, "policy_overrides={\"session_max_bytes\": 33554432}") as px:
+    with proxy(engine_url, tmp_path, 'policy_overrides={"session_max_bytes": 33554432}') as px:
         rss0 = px.rss_mb()
         with httpx.Client(timeout=60) as c:
             for k in range(120):
@@ -191,29 +206,30 @@ def test_memory_bounded_with_1mb_prompts(engine_url, tmp_path):
         rss = px.rss_mb()
         st = px.state()
     assert st["observer"]["observed"] == 120
-    assert rss - rss0 < 150, (rss0, rss)          # before: ~2.2 MB kept per session (264 MB here)
+    assert rss - rss0 < 150, (rss0, rss)  # before: ~2.2 MB kept per session (264 MB here)
 
 
 def test_memory_bounded_against_a_queued_engine(tmp_path):
     """CI variant: 1,500 new sessions, half of them n=2 (fan-out parents parked), engine queue 10."""
-    with upstream(waiting=10) as url:
-        with proxy(url, tmp_path, engine="vllm") as px:
-            rss0 = px.rss_mb()
+    with upstream(waiting=10) as url, proxy(url, tmp_path, engine="vllm") as px:
+        rss0 = px.rss_mb()
 
-            async def drive() -> None:
-                async with httpx.AsyncClient(timeout=60) as c:
-                    sem = asyncio.Semaphore(16)
+        async def drive() -> None:
+            async with httpx.AsyncClient(timeout=60) as c:
+                sem = asyncio.Semaphore(16)
 
-                    async def one(k: int) -> None:
-                        async with sem:
-                            body = chat_body(f"q{k}", f"task {k} " * 400, n=2 if k % 2 else 1)
-                            r = await c.post(px.url + CHAT, content=body, headers=GOOD)
-                            assert r.status_code == 200
-                    await asyncio.gather(*(one(k) for k in range(1500)))
-            asyncio.run(drive())
-            time.sleep(0.6)
-            rss = px.rss_mb()
-            st = px.state()
+                async def one(k: int) -> None:
+                    async with sem:
+                        body = chat_body(f"q{k}", f"task {k} " * 400, n=2 if k % 2 else 1)
+                        r = await c.post(px.url + CHAT, content=body, headers=GOOD)
+                        assert r.status_code == 200
+
+                await asyncio.gather(*(one(k) for k in range(1500)))
+
+        asyncio.run(drive())
+        time.sleep(0.6)
+        rss = px.rss_mb()
+        st = px.state()
     assert st["observer"]["observed"] == 1500
-    assert sum(st["stats"]["actions_emitted"].values()) == 0      # queue > max_engine_waiting: no actions
+    assert sum(st["stats"]["actions_emitted"].values()) == 0  # queue > max_engine_waiting: no actions
     assert rss - rss0 < 120, (rss0, rss)

@@ -80,6 +80,6 @@ def test_all_taps_share_one_byte_budget():
     sse_tap = ResponseTap(stream=True, budget=budget)
     sse_tap.feed(b"data: " + b"x" * 500_000, 1.0)  # no line end: the pending line is not kept
     assert budget.used <= 300_000
-    for t in taps + [sse_tap]:
+    for t in [*taps, sse_tap]:
         t.finish()
     assert budget.used == 0
