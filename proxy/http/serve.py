@@ -53,9 +53,11 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         if not sep or not name.strip():
             raise SettingsError(f"invalid configuration: --set expects NAME=VALUE, got {item!r}")
         values[name.strip()] = _decode_complex(name.strip(), value)
-    for _flag, dest, _type, _help in FLAGS:
-        values[dest] = getattr(args, dest, None)
-    values["policy_enabled"] = getattr(args, "policy_enabled", None)
+    for _flag, dest, _type, _help in FLAGS:   # a flag given wins; an absent one leaves --set alone
+        if getattr(args, dest, None) is not None:
+            values[dest] = getattr(args, dest)
+    if getattr(args, "policy_enabled", None) is not None:
+        values["policy_enabled"] = args.policy_enabled
     unknown = [k for k in values if k not in Settings.model_fields]
     if unknown:
         raise SettingsError(f"invalid configuration: unknown setting(s) {', '.join(sorted(unknown))}")

@@ -7,6 +7,8 @@ Run as a script (`python tests/fault/hostile_upstream.py --port N [--waiting W]`
                              "stream": true -> a short SSE reply with usage, otherwise JSON + usage
   GET /huge-headers          200 with a 16 KiB header and 300 header fields
   POST /echo-sha             the sha256 and length of the body received (large-body byte-exactness)
+  GET /stall, /trickle       headers then silence / a body in 10-byte pieces 50 ms apart
+  POST /echo                 the body back (malformed bodies pass untouched)
   GET /reset                 closes the connection without a reply
   GET /500                   a 500 with a JSON body
   GET /metrics               vLLM-style gauges; num_requests_waiting = --waiting (a queued engine)
@@ -107,6 +109,19 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
                         "200 OK", json.dumps({"sha256": hashlib.sha256(body).hexdigest(), "length": len(body)}).encode()
                     )
                 )
+            elif path == "/stall":  # headers, then silence
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: 100\r\n\r\nda")
+                await writer.drain()
+                await asyncio.sleep(3600)
+            elif path == "/trickle":  # a body dribbled out 10 bytes every 50 ms
+                data = b"data: " + b"t" * 94
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: 100\r\n\r\n")
+                for i in range(0, 100, 10):
+                    writer.write(data[i : i + 10])
+                    await writer.drain()
+                    await asyncio.sleep(0.05)
+            elif path == "/echo":
+                writer.write(_resp("200 OK", body, headers.get("content-type", "application/octet-stream").encode()))
             elif path == "/huge-headers":
                 extra = b"x-big: " + b"b" * 16384 + b"\r\n" + b"".join(b"x-h%d: %d\r\n" % (i, i) for i in range(300))
                 writer.write(_resp("200 OK", b'{"ok":true}', extra=extra))

@@ -109,6 +109,73 @@ def test_engine_down_gives_502_without_query_string(tmp_path):
     assert "SECRET" not in p.text and "SECRET" not in log
 
 
+def test_stalled_and_trickling_engines(engine_url, tmp_path):
+    with proxy(engine_url, tmp_path, "read_timeout=1") as px, httpx.Client(timeout=30) as c:
+        same(c.get(engine_url + "/trickle"), c.get(px.url + "/trickle"))
+        t0 = time.monotonic()
+        with pytest.raises(httpx.HTTPError):  # stalled after the headers: the connection is cut
+            c.get(px.url + "/stall").read()
+        assert time.monotonic() - t0 < 10
+        livez_ok(px.url)
+
+
+def test_oversize_malformed_bodies_and_client_disconnects(engine_url, tmp_path):
+    with proxy(engine_url, tmp_path, "max_body_bytes=1000000") as px, httpx.Client(timeout=30) as c:
+        r = c.post(px.url + CHAT, content=b"{" + b" " * 2_000_000, headers=GOOD)
+        assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+        for bad in (b'{"messages": [', b"\xff\xfe not json", b"[" * 100_000, b'{"model": 1e999999}'):
+            same(c.post(engine_url + "/echo", content=bad), c.post(px.url + "/echo", content=bad))
+            same(
+                c.post(engine_url + CHAT, content=bad, headers={"authorization": "Bearer bad"}),
+                c.post(px.url + CHAT, content=bad, headers={"authorization": "Bearer bad"}),
+            )
+        for _ in range(20):  # clients that leave mid-stream
+            with c.stream("POST", px.url + CHAT, content=chat_body("ns", "s", nosep=True), headers=GOOD) as r:
+                next(r.iter_raw())
+        livez_ok(px.url)
+        time.sleep(0.5)
+        same(c.get(engine_url + "/v1/models"), c.get(px.url + "/v1/models"))
+        assert "Traceback" not in px.log_text()
+
+
+def test_corrupt_state_files_are_refused_whole_and_the_proxy_starts(engine_url, tmp_path):
+    from proxy.core import ScoutPolicy
+    from proxy.core.snapshot import KIND, VERSION
+
+    good = {
+        "kind": KIND,
+        "version": VERSION,
+        "tenants": {
+            "": {
+                "agents": [
+                    ["0123456789ab", "00000000000000ff", 0, 100, 3, 1.0, [1.0], []],
+                    ["0123456789ac", "00000000000000fe", 30_000_000, 100, 3, 1.0, [1.0], []],
+                ]
+            }
+        },
+    }
+    cases = {
+        "huge-slot.json": json.dumps(good),
+        "not-json.json": "{oops",
+        "deep.json": "[" * 200_000 + "]" * 200_000,
+        "huge.json": json.dumps({"kind": KIND, "pad": "x" * (8 << 20)}),
+    }
+    for name, text in cases.items():
+        path = tmp_path / name
+        path.write_text(text)
+        t0 = time.monotonic()
+        with proxy(engine_url, tmp_path, f"state_path={path}") as px:
+            started = time.monotonic() - t0
+            st = px.state()
+            livez_ok(px.url)
+            log = px.log_text()
+        assert st["agents"] == [] and st["state_loaded_from"] is None, name
+        assert "ignoring state file" in log and "Traceback" not in log, (name, log[-500:])
+        assert started < 30, (name, started)
+    p = ScoutPolicy()
+    p.restore({"kind": KIND, "version": VERSION, "tenants": {}})  # an empty file is fine
+
+
 # --- hostile clients ---------------------------------------------------------------------------------
 def _raw(url: str, data: bytes, wait: float = 5.0) -> bytes:
     host, port = url.removeprefix("http://").split(":")
