@@ -63,9 +63,12 @@ def test_rejected_clients_never_drive_actions(engine_url, tmp_path):
             metrics = c.get(px.url + "/metrics").text
             assert 'cachescout_policy_skipped_total{reason="rejected"} 60.0' in metrics
             for k in range(6):  # the same traffic with a valid key is learned
-                assert c.post(px.url + CHAT, content=chat_body(f"g{k}", "hello"), headers=GOOD).status_code == 200
+                body = chat_body(f"g{k}", "hello", cache_salt="tenant-salt-SECRET")
+                assert c.post(px.url + CHAT, content=body, headers=GOOD).status_code == 200
             time.sleep(0.3)
-            assert px.state()["observer"]["observed"] == 6
+            st = px.state()
+            assert st["observer"]["observed"] == 6 and {a["tenant"] for a in st["agents"]} == {"salt:18c"}
+            assert "SECRET" not in json.dumps(st) and "SECRET" not in px.log_text()
 
 
 def test_auth_allow_list_gates_learning(engine_url, tmp_path):
