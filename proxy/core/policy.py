@@ -8,6 +8,7 @@ explicit ``now`` so the replay can run in virtual time; nothing here blocks or d
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Any
 
 from . import snapshot as _snapshot
 from .actions import Action, ObservedRequest, PolicyStats
@@ -47,8 +48,10 @@ class ScoutPolicy:
         self.fanout_dropped = 0         # fan-out parents not parked: over fanout_max_bytes
 
     # --- inputs ------------------------------------------------------------------------------------
-    def observe_request(self, view: RequestView, now: float) -> ObservedRequest:
-        """A request is being forwarded: feed the shadow; learn from it unless it is a warmup."""
+    def observe_request(self, view: RequestView, now: float, context_payload: Any = None) -> ObservedRequest:
+        """A request is being forwarded: feed the shadow; learn from it unless it is a warmup.
+        ``context_payload`` (optional) replaces ``view.context_payload`` as what the session keeps
+        (the live proxy passes the body bytes instead of the parsed copy, without rebuilding the view)."""
         self._next_id += 1
         rid = self._next_id
         if view.is_warmup or not view.block_hashes:
@@ -58,6 +61,7 @@ class ScoutPolicy:
             self.skipped_warmups += view.is_warmup
             return ObservedRequest(rid, None, view.session_id, None, hit)
         self.requests += 1
+        ctx_payload = view.context_payload if context_payload is None else context_payload
         agents = self.agents
         if self._dormant and view.tenant not in agents.tenants:
             self._adopt(view.tenant)
@@ -85,8 +89,8 @@ class ScoutPolicy:
                 agents.record_gap(prev, now - session.last_end, session.finish)
         acted = self._conversion(agent, session, now) if self._acted else None
         if self.config.fanout_enabled:
-            self._detect_fanout(view, session, agent, floor, now)
-        self.sessions.record_request(session, view, agent, now, floor)
+            self._detect_fanout(view, session, agent, floor, now, ctx_payload)
+        self.sessions.record_request(session, view, agent, now, floor, ctx_payload)
         self._pending[rid] = session
         while len(self._pending) > 4 * self.config.max_sessions:
             self._pending.popitem(last=False)
@@ -102,7 +106,8 @@ class ScoutPolicy:
         return ObservedRequest(rid, agent.agent_id if agent else None, session.sid, predicted, hit,
                                acted[0] if acted else None, acted[1] if acted else 0)
 
-    def _detect_fanout(self, view: RequestView, session: Session, agent, floor: int, now: float) -> None:
+    def _detect_fanout(self, view: RequestView, session: Session, agent, floor: int, now: float,
+                       ctx_payload: Any = None) -> None:
         """Fan-out: a request of a session whose previous request is still running shares a parent
         prefix with it (parallel tool calls, map steps), or asks for n > 1 choices. The parent,
         beyond the agent's anchor, is what every sibling (and the join after them) reads: the
@@ -122,14 +127,14 @@ class ScoutPolicy:
         if k > floor and agent is not None:
             if not self.planner.fanout:
                 self._fanout_bytes = 0              # the planner cleared what was parked
-            cost = session_bytes(k, view.context_payload)
+            cost = session_bytes(k, ctx_payload)
             if self._fanout_bytes + cost > self.config.fanout_max_bytes:
                 self.fanout_dropped += 1
                 return
             self._fanout_bytes += cost
             self.fanouts += 1
             self.planner.fanout[session.key] = (agent, hashes[:k], view.block_tokens[:k],
-                                                {"context": view.context_payload, "assistant": None})
+                                                {"context": ctx_payload, "assistant": None})
 
     def _conversion(self, agent, session: Session, now: float) -> tuple[str, int] | None:
         """The executed action (if any) that prepared this request: its context, else its anchor."""

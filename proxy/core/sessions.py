@@ -164,7 +164,7 @@ class SessionTracker:
         return None
 
     def record_request(self, s: Session, view: RequestView, agent: Agent | None, now: float,
-                       anchor_len: int = 0) -> None:
+                       anchor_len: int = 0, context_payload: Any = None) -> None:
         if agent is not s.agent:
             self._leave_agent(s)
             if agent is not None:
@@ -176,7 +176,7 @@ class SessionTracker:
         s.requests += 1
         s.hashes = view.block_hashes
         s.block_tokens = view.block_tokens
-        s.context_payload = view.context_payload
+        s.context_payload = view.context_payload if context_payload is None else context_payload
         s.assistant_payload = None
         for k in s.index_keys:
             if self._index.get(k) == s.key:
@@ -192,7 +192,7 @@ class SessionTracker:
         for k in keys:
             self._index[k] = s.key
         s.index_keys = keys
-        self._charge(s, session_bytes(len(h), view.context_payload))
+        self._charge(s, session_bytes(len(h), s.context_payload))
 
     def record_response(self, s: Session, finish: str | None, assistant_payload: Any, now: float) -> None:
         s.inflight = max(0, s.inflight - 1)

@@ -25,7 +25,6 @@ that many cached tokens, the action's tokens count as converted for its reason.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import json
 import logging
@@ -316,10 +315,9 @@ class LivePolicyObserver:
     def _observe_request(self, ctx: Any, st: _ReqState) -> None:
         t0 = self.clock()
         view = st.view
-        if view.context_payload is not None and isinstance(ctx.body, bytes):
-            # keep the context as the body bytes (shared with the forwarder), not parsed JSON
-            view = st.view = dataclasses.replace(view, context_payload=BodyPayload(ctx.path, ctx.body))
-        st.observed = self.policy.observe_request(view, ctx.started)
+        # the session keeps the context as the body bytes (shared with the forwarder), not parsed JSON
+        kept = BodyPayload(ctx.path, ctx.body) if view.context_payload is not None and isinstance(ctx.body, bytes) else None
+        st.observed = self.policy.observe_request(view, ctx.started, kept)
         self.counts["observed"] += 1
         hints = self.hints
         if hints is not None and not view.is_warmup:
