@@ -1,6 +1,8 @@
 """Versioned, bounded snapshot of the learned state (agents' identities, transitions, gaps).
 
-Only what was *learned* is saved: agent keys, use counts, decayed transition counts and gap
+Only what was *learned* is saved: agent keys and anchor lengths in blocks (the prefix index's
+agents: a restored agent gets its index node back when a request's chain has its key at that
+depth, so ids survive a restart), use counts, decayed transition counts and gap
 samples. Anchor hashes and payloads (prompt text) are not: they are large and private, and the
 next request from an agent refills them. Sessions and the residency shadow are transient and are
 not saved either. JSON-safe dicts; hashes as 16-hex strings; numbers rounded.
@@ -30,8 +32,9 @@ from .agents import AgentRegistry
 from .config import PolicyConfig
 from .survival import median_gap
 
-VERSION = 2
-ACCEPTED_VERSIONS = (1, 2)  # v1 keyed tenants by the raw salt; still readable
+VERSION = 3
+ACCEPTED_VERSIONS = (1, 2, 3)  # v1/v2 keyed tenants by the raw salt (v1: no anchor length); still readable
+MAX_ANCHOR_BLOCKS = 1_000_000  # bound on a saved anchor length (blocks)
 KIND = "cachescout-policy"
 MAX_COUNT = 1e15  # bound on every saved count (uses, steps, transition counts)
 MAX_TIME = 1e12  # bound on saved clock readings and gaps (seconds)
@@ -65,6 +68,7 @@ class SavedAgent:
     last_seen: float
     gaps: tuple[float, ...]
     tool_gaps: tuple[float, ...]
+    anchor_len: int = 0  # blocks in the anchor (0: unknown, v1 files)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +94,7 @@ def _tenant_doc(t: SavedTenant) -> dict[str, Any]:
                 _r(a.last_seen),
                 [_r(g) for g in a.gaps],
                 [_r(g) for g in a.tool_gaps],
+                a.anchor_len,
             ]
             for a in t.agents
         ],
@@ -108,7 +113,9 @@ def saved_tenants(registry: AgentRegistry) -> dict[str, SavedTenant]:
         if not ts.agents:
             continue
         agents = tuple(
-            SavedAgent(a.agent_id, a.key, a.slot, a.tokens, a.uses, a.last_seen, tuple(a.gaps), tuple(a.tool_gaps))
+            SavedAgent(
+                a.agent_id, a.key, a.slot, a.tokens, a.uses, a.last_seen, tuple(a.gaps), tuple(a.tool_gaps), a.anchor_len
+            )
             for a in sorted(ts.agents.values(), key=lambda a: a.slot)
         )
         learner = ts.learner
@@ -192,7 +199,7 @@ def _list(v: Any, what: str, limit: int) -> list:
     return v
 
 
-def _parse_tenant(name: str, t: Any, cfg: PolicyConfig) -> SavedTenant:
+def _parse_tenant(name: str, t: Any, cfg: PolicyConfig, fields: int = 9) -> SavedTenant:
     if not isinstance(t, dict):
         raise ValueError(f"tenant {tenant_tag(name)!r}: not an object")
     max_slot = cfg.max_agents - 1
@@ -201,10 +208,11 @@ def _parse_tenant(name: str, t: Any, cfg: PolicyConfig) -> SavedTenant:
     seen_keys: set[int] = set()
     seen_slots: set[int] = set()
     for row in _list(t.get("agents", []), "agents", cfg.max_agents):
-        row = _list(row, "agent", 8)
-        if len(row) != 8:
-            raise ValueError("agent: want 8 fields")
-        agent_id, key_hex, slot, tokens, uses, last_seen, gaps, tool_gaps = row
+        row = _list(row, "agent", fields)
+        if len(row) != fields:
+            raise ValueError(f"agent: want {fields} fields")
+        agent_id, key_hex, slot, tokens, uses, last_seen, gaps, tool_gaps = row[:8]
+        depth = _num(row[8], "anchor length", 0, MAX_ANCHOR_BLOCKS, integer=True) if fields > 8 else 0
         if not (isinstance(agent_id, str) and 1 <= len(agent_id) <= 16 and set(agent_id) <= _HEX):
             raise ValueError("agent id: not a short hex string")
         if not (isinstance(key_hex, str) and 1 <= len(key_hex) <= 16 and set(key_hex) <= _HEX):
@@ -226,6 +234,7 @@ def _parse_tenant(name: str, t: Any, cfg: PolicyConfig) -> SavedTenant:
                 _num(last_seen, "last_seen", -MAX_TIME, MAX_TIME),
                 tuple(_num(g, "gap", 0, MAX_TIME) for g in _list(gaps, "gaps", cfg.gap_samples)),
                 tuple(_num(g, "gap", 0, MAX_TIME) for g in _list(tool_gaps, "tool_gaps", cfg.gap_samples)),
+                depth,
             )
         )
     limit = max(1, len(seen_slots)) ** 2
@@ -277,10 +286,10 @@ def parse(data: Any, cfg: PolicyConfig) -> dict[str, SavedTenant]:
     for name, t in tenants.items():
         if not isinstance(name, str):
             raise ValueError("tenant name: not a string")
-        key = tenant_key(name) if version == 1 else name
-        if version != 1 and key and not key.startswith("salt:"):
+        key = tenant_key(name) if version != VERSION else name   # older files: raw salts
+        if version == VERSION and key and not key.startswith("salt:"):
             raise ValueError("tenant key: not a salt tag")
-        out[key] = _parse_tenant(name if version == 1 else "", t, cfg)
+        out[key] = _parse_tenant(name if version != VERSION else "", t, cfg, 8 if version == 1 else 9)
     if sum(len(t.agents) for t in out.values()) > cfg.max_agents:
         raise ValueError(f"more than max_agents={cfg.max_agents} agents")
     return out
@@ -297,6 +306,10 @@ def apply_tenant(registry: AgentRegistry, name: str, t: SavedTenant) -> None:
         agent.tool_gaps.extend(a.tool_gaps)
         agent.gap_median = median_gap(agent.gaps)
         agent.tool_gap_median = median_gap(agent.tool_gaps)
+        agent.anchor_len = a.anchor_len
+        if a.anchor_len > 0:  # the prefix index gives it its node back when its key recurs at that depth
+            ts.restored.setdefault(a.anchor_len, {})[a.key] = agent
+            registry.restored_pending += 1
     used = set(ts.by_slot)
     ts.free_slots = [s for s in range(ts.next_slot) if s not in used]
     ts.learner.import_counts(

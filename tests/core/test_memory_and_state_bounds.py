@@ -172,15 +172,17 @@ def test_salted_tenants_are_never_written_raw_and_come_back_with_their_traffic()
     assert q.stats().agents == 3 and q.agents.tenant(salt).learner.steps >= 50
 
 
-def test_version_1_files_with_raw_salts_are_still_read():
+def test_older_files_with_raw_salts_are_still_read():
     w = Workload(ScoutPolicy(), tenant="t1")
     for k in range(30):
         w.step(k % 2, "s", float(k))
     doc = w.policy.snapshot()
     ((key, t),) = doc["tenants"].items()
-    v1 = {"kind": doc["kind"], "version": 1, "tenants": {"t1": t}}
-    q = ScoutPolicy()
-    q.restore(v1)
-    Workload(q, tenant="t1").step(0, "x", 50.0)
-    assert q.stats().agents == 2
     assert key == snap_mod.tenant_key("t1")
+    v1 = {**t, "agents": [row[:8] for row in t["agents"]]}  # v1: no anchor length
+    for old in ({"kind": doc["kind"], "version": 2, "tenants": {"t1": t}},
+                {"kind": doc["kind"], "version": 1, "tenants": {"t1": v1}}):
+        q = ScoutPolicy()
+        q.restore(old)
+        Workload(q, tenant="t1").step(0, "x", 50.0)
+        assert q.stats().agents == 2
