@@ -94,6 +94,8 @@ class PolicyConfig:
                                      # anchors): off, because an engine keeps a retained block's
                                      # priority for its retention time (SGLang/Dynamo: 300 s) and
                                      # contexts of finished sessions then crowd out live histories
+    reload_price_per_token: float = 1.0  # engine tokens it costs to bring one evicted token back:
+                                     # 1 = recompute; an offload tier sets its load price (< 1)
     conversion_window_s: float = 300.0   # an executed action counts toward a request this long
     # --- snapshot -------------------------------------------------------------------------
     snapshot_max_bytes: int = 25_000  # restore() refuses larger documents

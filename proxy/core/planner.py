@@ -31,6 +31,7 @@ from .actions import (RETAIN, REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, RE
                       TOUCH, WARM, Action)
 from .agents import AgentRegistry, TenantState, agent_id_for
 from .config import PolicyConfig
+from .economics import NOTHING, Market, Prospect, assess
 from .residency import ResidencyShadow
 from .sessions import Session, SessionTracker
 from .survival import anchor_score, continuation_probability, hop_distances, p_surv
@@ -72,6 +73,8 @@ class Planner:
         self._budget = (0.0, 0.0)
         self.emitted: dict[str, int] = {}
         self.failed = 0
+        self.declined = 0               # candidates the economics found not worth acting on
+        self.overflow_ticks = 0         # plan() calls skipped: the running set alone overflows the cache
 
     # --- gate ------------------------------------------------------------------------------------
     def gate_open(self, ts: TenantState, now: float | None = None) -> bool:
@@ -113,6 +116,12 @@ class Planner:
         slots = min(cfg.max_actions_per_tick, cfg.max_concurrent - len(self.inflight))
         if slots <= 0:
             return []
+        market = self.market(load)
+        if market.overflowing:
+            self.dirty.clear()                          # the running set alone overflows the cache:
+            self.fanout.clear()                         # anything kept now is evicted by it; observe only
+            self.overflow_ticks += 1
+            return []
         cands: list[_Candidate] = []
         gates: dict[str, bool] = {}
         sessions = self.sessions.sessions
@@ -135,7 +144,7 @@ class Planner:
             return []
         cands.sort(key=lambda c: c.score, reverse=True)
         busy = 0 < cfg.warm_max_inflight < load.inflight or load.waiting > cfg.warm_max_waiting
-        return self._select(cands, now, slots, busy)
+        return self._select(cands, now, slots, busy, market)
 
     def _gate(self, tenant: str, gates: dict[str, bool]) -> bool:
         g = gates.get(tenant)
@@ -206,15 +215,6 @@ class Planner:
             out.append(_Candidate(score, reason, nxt.tenant, nxt.agent_id, nxt.anchor_hashes,
                                   nxt.anchor_block_tokens, nxt.payload, p, lead, warm_ok))
 
-    def _settled(self, anchor_id: str, now: float) -> bool:
-        """Cheap pre-check: acted on within the cool-down, or recently found resident and safe."""
-        last = self.last_acted.get(anchor_id)
-        if last is not None and now - last < self.cfg.cooldown_s:
-            return True
-        memo = self._safe.get(anchor_id)
-        res = self.residency
-        return memo is not None and memo[0] == res.epoch and res.inserted_tokens < memo[1]
-
     def _sweep_candidates(self, now: float, gates: dict[str, bool], out: list[_Candidate]) -> None:
         cfg = self.cfg
         sources: dict[str, list[int]] = {}
@@ -273,16 +273,28 @@ class Planner:
         scored.sort(key=lambda c: c.score, reverse=True)
         out.extend(scored[: cfg.sweep_top_n])
 
-    def _select(self, cands: list[_Candidate], now: float, slots: int, busy: bool = False) -> list[Action]:
+    def market(self, load: EngineLoad) -> Market:
+        """The engine as the economics sees it now: the shadow's turnover and tail reuse, the load."""
+        cfg, res = self.cfg, self.residency
+        return Market(capacity_tokens=float(res.capacity_tokens), insert_rate=res.insert_rate,
+                      zone_tokens=res.zone_tokens() if res.capacity_tokens else 0.0,
+                      tail_reuse=res.tail_reuse, prefill_tokens_per_s=cfg.prefill_tokens_per_s,
+                      request_rate=res.request_rate, waiting=load.waiting, prefilling=load.prefilling,
+                      utilisation=load.utilisation, running_tokens=float(load.running_tokens),
+                      reload_price=cfg.reload_price_per_token, touch_cost_tokens=float(cfg.touch_cost_tokens))
+
+    def _select(self, cands: list[_Candidate], now: float, slots: int, busy: bool = False,
+                market: Market | None = None) -> list[Action]:
+        """Each candidate becomes the action the economics finds worth most (touch, warm, retain)
+        or nothing; the best net values are taken first, within slots and the token bucket."""
         cfg = self.cfg
         res = self.residency
-        actions: list[Action] = []
-        seen: set[str] = set()
+        m = market if market is not None else Market(capacity_tokens=float(res.capacity_tokens))
         life = res.lifetime_s()
         max_warm = cfg.warm_max_cache_share * res.capacity_tokens
+        priced: list[tuple[float, float, str, _Candidate]] = []
+        seen: set[str] = set()
         for c in cands:
-            if len(actions) >= slots:
-                break
             if c.anchor_id in seen:
                 continue                        # one action per anchor per tick
             last = self.last_acted.get(c.anchor_id)
@@ -297,27 +309,37 @@ class Planner:
                     and not retainable):
                 continue                        # found resident and safe recently; nothing moved since
             resident, full, near = res.verdict(c.hashes)
-            if full:
-                if near:
-                    kind, cost = TOUCH, float(cfg.touch_cost_tokens)
-                elif retainable:
-                    kind, cost = RETAIN, 0.0
-                else:
-                    if len(self._safe) > 4 * cfg.max_agents + cfg.max_sessions:
-                        self._safe.clear()
-                    self._safe[c.anchor_id] = (res.epoch, res.safe_until())
+            total = float(sum(c.block_tokens))
+            if full and not near:
+                if retainable:
+                    priced.append((float("inf"), 0.0, RETAIN, c))
+                    seen.add(c.anchor_id)
                     continue
-            else:
+                if len(self._safe) > 4 * cfg.max_agents + cfg.max_sessions:
+                    self._safe.clear()
+                self._safe[c.anchor_id] = (res.epoch, res.safe_until())
+                continue
+            missing = 0.0 if full else float(sum(c.block_tokens[resident:]))
+            if missing:
                 if (c.reason == REASON_HINT and not resident) or not c.warm_ok or busy:
                     continue                    # sweeps protect what is there; warming is for predictions
-                missing = float(sum(c.block_tokens[resident:]))
                 if c.lead is not None and c.lead < max(cfg.min_lead_s, missing / cfg.prefill_tokens_per_s):
                     continue                    # demand predicted before a warm could finish
                 if max_warm and c.context and missing > max_warm:
                     continue                    # one session's context: too much of the cache for one use
                 if c.lead is not None and life is not None and 0 < cfg.warm_lifetime_share * life < c.lead:
                     continue                    # it would be evicted again before the demand
-                kind, cost = WARM, missing
+            v = assess(Prospect(total, missing, near or (bool(missing) and resident > 0), c.prob, c.lead), m)
+            if v.kind == NOTHING or v.net <= 0:
+                self.declined += 1
+                continue
+            priced.append((v.net, float(cfg.touch_cost_tokens) if v.kind == TOUCH else missing, v.kind, c))
+            seen.add(c.anchor_id)
+        priced.sort(key=lambda e: e[0], reverse=True)
+        actions: list[Action] = []
+        for _net, cost, kind, c in priced:
+            if len(actions) >= slots:
+                break
             if cost > self.bucket:
                 continue
             self.bucket -= cost
@@ -328,7 +350,6 @@ class Planner:
                             priority=prio, created=now,
                             deadline=now + cfg.action_ttl_s)
             self.last_acted[c.anchor_id] = now
-            seen.add(c.anchor_id)
             if kind != RETAIN:
                 self.inflight[(c.anchor_id, now)] = (action.deadline, c.block_tokens)
             k = f"{kind}/{c.reason}"
