@@ -34,7 +34,7 @@ from .config import PolicyConfig
 from .economics import NOTHING, Market, Prospect, assess
 from .residency import ResidencyShadow
 from .sessions import Session, SessionTracker
-from .survival import anchor_score, continuation_probability, hop_distances, p_surv
+from .survival import anchor_score, continuation_probability, reachable_agents
 from .view import EngineLoad
 
 
@@ -217,23 +217,14 @@ class Planner:
 
     def _sweep_candidates(self, now: float, gates: dict[str, bool], out: list[_Candidate]) -> None:
         cfg = self.cfg
-        sources: dict[str, list[int]] = {}
-        for (tenant, slot) in self.sessions.on_agent:
-            sources.setdefault(tenant, []).append(slot)
         scored: list[_Candidate] = []
-        for tenant, srcs in sources.items():
-            if not self._gate(tenant, gates):
+        for a, p in reachable_agents(self.registry, self.sessions.on_agent, cfg.max_hops, cfg.tau,
+                                     lambda tenant: self._gate(tenant, gates)):
+            if a.payload is None or not a.anchor_hashes:
                 continue
-            ts = self.registry.tenant(tenant)
-            dist = hop_distances(ts.learner, srcs, cfg.max_hops, cfg.tau)
-            for slot, hops in dist.items():
-                a = ts.by_slot.get(slot)
-                if a is None or a.payload is None or not a.anchor_hashes:
-                    continue
-                p = p_surv(hops, cfg.max_hops)
-                score = anchor_score(p, now - a.last_seen, a.tokens, cfg.delta, cfg.age_lambda)
-                scored.append(_Candidate(score, REASON_HINT, tenant, a.agent_id, a.anchor_hashes,
-                                         a.anchor_block_tokens, a.payload, p, None))
+            score = anchor_score(p, now - a.last_seen, a.tokens, cfg.delta, cfg.age_lambda)
+            scored.append(_Candidate(score, REASON_HINT, a.tenant, a.agent_id, a.anchor_hashes,
+                                     a.anchor_block_tokens, a.payload, p, None))
         scored.sort(key=lambda c: c.score, reverse=True)
         out.extend(scored[: cfg.sweep_top_n])
         if cfg.sweep_sessions:

@@ -26,30 +26,14 @@ from proxy.core.policy import ScoutPolicy
 from proxy.engines.base import EngineSnapshot, WarmResult, warm_spec
 from proxy.engines.lmcache import LmcacheClient
 from proxy.engines.select import NoEngineAdapter, build_adapter
-from proxy.runtime.executor import ActionExecutor, ExecutorLimits
+from proxy.runtime.executor import ActionExecutor
 from proxy.runtime.kv_events import KvEvent, KvEventSubscriber
 from proxy.runtime.live_policy import LivePolicyObserver
+from proxy.runtime.policy_config import executor_limits, policy_config
 from proxy.runtime.prefill import PrefillRate
 from proxy.runtime.scraper import EngineScraper
 
 log = logging.getLogger("cachescout.live")
-
-
-def policy_config(settings: Any) -> PolicyConfig:
-    """PolicyConfig from Settings: only the knobs the operator set; core defaults otherwise."""
-    overrides: dict[str, Any] = {"action_ttl_s": float(settings.action_ttl),
-                                 "max_concurrent": int(settings.action_concurrency) * 2,
-                                 "max_engine_waiting": int(settings.action_max_waiting)}
-    if settings.policy_r_min is not None:
-        overrides["r_min"] = float(settings.policy_r_min)
-    if getattr(settings, "warmup_prefill_share", None) is not None:
-        overrides["warmup_share"] = float(settings.warmup_prefill_share)
-    known = {f.name for f in dataclasses.fields(PolicyConfig)}
-    overrides = {k: v for k, v in overrides.items() if k in known}
-    overrides.update(dict(getattr(settings, "policy_overrides", None) or {}))   # unknown names raise
-    cfg = PolicyConfig()
-    typed = {k: type(getattr(cfg, k))(v) for k, v in overrides.items() if hasattr(cfg, k)}
-    return cfg.with_overrides(**{**overrides, **typed})
 
 
 class LiveRuntime:
@@ -68,8 +52,7 @@ class LiveRuntime:
         self.adapter: Any = NoEngineAdapter(client, settings.upstream_url, key)
         self.executor = ActionExecutor(
             self.adapter, metrics, clock,
-            ExecutorLimits(queue_size=settings.action_queue_size, concurrency=settings.action_concurrency,
-                           max_inflight=settings.action_max_inflight, max_waiting=settings.action_max_waiting),
+            executor_limits(settings),
             load=lambda: (self.observer.inflight, self.scraper.waiting if self.scraper else 0),
             on_result=self._on_result,
         )
