@@ -29,6 +29,7 @@ Pure: frozen dataclasses in, numbers out.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 TOUCH = "touch"
@@ -131,6 +132,43 @@ def assess(p: Prospect, m: Market) -> Verdict:
     if p.near_eviction and resident > 0:
         saving += resident * p.probability * max(0.0, kept - survival(m.zone_tokens / 2.0, p.gap_s, m))
     spent = p.missing * m.reload_price
-    cost = (spent * min(1.0, max(0.0, m.utilisation)) + queueing(spent, m)
+    # engine time: in use by traffic (utilisation) it is taken from it; idle, only the share that
+    # is wasted (the demand does not come, or finds it evicted) is lost capacity
+    u = min(1.0, max(0.0, m.utilisation))
+    wasted = spent * (1.0 - p.probability * kept)
+    cost = (spent * u + wasted * (1.0 - u) + queueing(spent, m)
             + pollution(p.missing + (resident if p.near_eviction else 0.0), m))
     return Verdict(WARM, saving, cost)
+
+
+class RunningSet:
+    """Distinct prompt tokens of the client requests in flight (``Market.running_tokens``): what
+    the engine must hold at once. Requests of one agent share its anchor, so the sum of their prompt
+    sizes would overstate it; each block counts once while any running request holds it."""
+
+    __slots__ = ("_held", "tokens")
+
+    def __init__(self) -> None:
+        self._held: dict[int, list[int]] = {}      # block hash -> [holders, tokens]
+        self.tokens = 0
+
+    def add(self, hashes: Sequence[int], tokens: Sequence[int]) -> None:
+        held = self._held
+        for h, t in zip(hashes, tokens):
+            e = held.get(h)
+            if e is None:
+                held[h] = [1, t]
+                self.tokens += t
+            else:
+                e[0] += 1
+
+    def remove(self, hashes: Sequence[int]) -> None:
+        held = self._held
+        for h in hashes:
+            e = held.get(h)
+            if e is None:
+                continue
+            e[0] -= 1
+            if e[0] <= 0:
+                del held[h]
+                self.tokens -= e[1]

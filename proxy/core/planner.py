@@ -312,8 +312,9 @@ class Planner:
                 continue
             missing = 0.0 if full else float(sum(c.block_tokens[resident:]))
             if missing:
-                if (c.reason == REASON_HINT and not resident) or not c.warm_ok or busy:
-                    continue                    # sweeps protect what is there; warming is for predictions
+                if c.reason == REASON_HINT or not c.warm_ok or busy:
+                    continue                    # sweeps protect what is there (p_surv is a rank, not
+                                                # a probability of demand); warming is for predictions
                 if c.lead is not None and c.lead < max(cfg.min_lead_s, missing / cfg.prefill_tokens_per_s):
                     continue                    # demand predicted before a warm could finish
                 if max_warm and c.context and missing > max_warm:

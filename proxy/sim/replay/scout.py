@@ -20,6 +20,7 @@ import math
 
 from ...core import config as core_config
 from ...core.actions import Action
+from ...core.economics import RunningSet
 from ...core.policy import ScoutPolicy
 from ...core.survival import reachable_agents
 from ...core.view import EngineLoad, ResponseOutcome, view_from_blocks
@@ -98,8 +99,7 @@ class ScoutProxyPolicy(_ScoutBase):
         self.queue = EngineQueue(engines)
         self.executor = ReplayExecutor(executor_limits(self.settings), self._execute, self.sp.record_action_result)
         self._rid: dict[int, int] = {}
-        self._running: dict[int, int] = {}      # request index -> prompt tokens (the running set)
-        self._running_tokens = 0
+        self._running = RunningSet()            # distinct tokens of the requests in flight
         self.inflight = 0
         self.executed = 0
 
@@ -108,15 +108,14 @@ class ScoutProxyPolicy(_ScoutBase):
         obs = self.sp.observe_request(self._view(req), now)
         self._rid[i] = obs.request_id
         self.inflight += 1
-        self._running[i] = req.prompt_tokens
-        self._running_tokens += req.prompt_tokens
+        self._running.add(req.block_hashes, req.block_tokens)
         hit = self.pool.access(req.block_hashes, now)
         self.queue.push(now, self.cost.prefill_s(req.prompt_tokens, sum(req.block_tokens[:hit])))
         self._plan(now)
         return hit
 
     def on_response(self, i, req, hit_blocks, now):
-        self._running_tokens -= self._running.pop(i, 0)
+        self._running.remove(req.block_hashes)
         self._observe_response(i, req, hit_blocks, now)
         self._pump(now)
         self._plan(now)
@@ -127,7 +126,7 @@ class ScoutProxyPolicy(_ScoutBase):
     def _plan(self, now: float) -> None:
         q = self.queue
         load = EngineLoad(inflight=self.inflight, waiting=q.waiting(now), prefilling=q.prefilling(now),
-                          running_tokens=self._running_tokens, utilisation=q.utilisation(now))
+                          running_tokens=self._running.tokens, utilisation=q.utilisation(now))
         actions = self.sp.plan(now, load)
         if actions:
             self.executor.submit(actions, now)
