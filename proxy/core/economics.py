@@ -20,7 +20,8 @@ cache (``tail_reuse`` = such hits per inserted token); pushing ``n`` tokens in m
 point ``n`` tokens and loses that share of the hits of the ``min(n, zone)`` tokens at the tail.
 
 Rules that are not a weighing: a warm (prefill of missing tokens) only in slack — no client
-request waiting or prefilling — so no client prefill ever queues behind it; with the running set
+request waiting in the engine — so no client prefill queues behind it, and a warm whose demand
+time is unknown only when quiet (no client prefill running either: the cache is not turning over); with the running set
 alone larger than the cache nothing is done (``overflowing``). ``reload_price`` is the engine-token
 price of bringing one evicted token back: 1.0 = recompute; a host-memory tier sets its load price.
 Pure: frozen dataclasses in, numbers out.
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 
 TOUCH = "touch"
 WARM = "warm"
+WAIT = "wait"          # a warm that may pay, but not now: the engine is prefilling for clients
 NOTHING = ""
 
 
@@ -55,7 +57,16 @@ class Market:
 
     @property
     def slack(self) -> bool:
-        """No client prefill running or queued: a warm started now delays no one already here."""
+        """No client request queued in the engine: a warm started now runs after the requests
+        already there (an engine schedules running and earlier-waiting requests first) and can only
+        delay later arrivals, which ``queueing`` prices."""
+        return self.waiting <= 0
+
+    @property
+    def quiet(self) -> bool:
+        """Slack and no client prefill running: nothing is being inserted into the cache right now.
+        A warm whose demand time is unknown waits for this, or the traffic that is still arriving
+        evicts it again (its deepest blocks first) before the demand."""
         return self.waiting <= 0 and self.prefilling <= 0
 
     @property
@@ -72,11 +83,12 @@ class Prospect:
     near_eviction: bool           # resident, but in the tail zone
     probability: float            # P(the predicted request comes)
     gap_s: float | None           # seconds until it comes; None = unknown (about one cache lifetime)
+    imminent: bool = False        # it follows a request still running: soon, though not when exactly
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    kind: str                     # TOUCH, WARM or NOTHING
+    kind: str                     # TOUCH, WARM, WAIT (ask again in slack) or NOTHING
     saving: float                 # expected tokens saved
     cost: float                   # expected tokens spent (prefill, queueing, pollution)
 
@@ -86,9 +98,13 @@ class Verdict:
 
 
 def survival(distance_tokens: float, gap_s: float | None, m: Market) -> float:
-    """P(a block with ``distance_tokens`` of cache before eviction outlives ``gap_s``)."""
-    if m.capacity_tokens <= 0 or not m.insert_rate or m.insert_rate <= 0:
+    """P(a block with ``distance_tokens`` of cache before eviction outlives ``gap_s``). With no
+    measured turnover yet, a block just made most recent survives and one in the tail zone does
+    not (the shadow's own definition of "near eviction")."""
+    if m.capacity_tokens <= 0:
         return 1.0
+    if not m.insert_rate or m.insert_rate <= 0:
+        return 1.0 if distance_tokens >= m.capacity_tokens else 0.0
     if distance_tokens <= 0:
         return 0.0
     gap = gap_s if gap_s is not None else m.capacity_tokens / m.insert_rate
@@ -125,18 +141,14 @@ def assess(p: Prospect, m: Market) -> Verdict:
         saving = p.tokens * p.probability * max(0.0, kept - left)
         cost = m.touch_cost_tokens + queueing(m.touch_cost_tokens, m) + pollution(p.tokens, m)
         return Verdict(TOUCH, saving, cost)
-    if not m.slack:
-        return Verdict(NOTHING, 0.0, 0.0)           # never queue client prefill behind a warm
+    if not (m.slack if p.gap_s is not None or p.imminent else m.quiet):
+        return Verdict(WAIT, 0.0, 0.0)              # never queue client prefill behind a warm
     resident = max(0.0, p.tokens - p.missing)
     saving = p.missing * p.probability * kept
     if p.near_eviction and resident > 0:
         saving += resident * p.probability * max(0.0, kept - survival(m.zone_tokens / 2.0, p.gap_s, m))
     spent = p.missing * m.reload_price
-    # engine time: in use by traffic (utilisation) it is taken from it; idle, only the share that
-    # is wasted (the demand does not come, or finds it evicted) is lost capacity
-    u = min(1.0, max(0.0, m.utilisation))
-    wasted = spent * (1.0 - p.probability * kept)
-    cost = (spent * u + wasted * (1.0 - u) + queueing(spent, m)
+    cost = (spent * min(1.0, max(0.0, m.utilisation)) + queueing(spent, m)
             + pollution(p.missing + (resident if p.near_eviction else 0.0), m))
     return Verdict(WARM, saving, cost)
 

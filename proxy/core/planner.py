@@ -31,7 +31,7 @@ from .actions import (RETAIN, REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, RE
                       TOUCH, WARM, Action)
 from .agents import AgentRegistry, TenantState, agent_id_for
 from .config import PolicyConfig
-from .economics import NOTHING, Market, Prospect, assess
+from .economics import NOTHING, WAIT, Market, Prospect, assess
 from .residency import ResidencyShadow
 from .sessions import Session, SessionTracker
 from .survival import anchor_score, continuation_probability, reachable_agents
@@ -51,6 +51,8 @@ class _Candidate:
     lead: float | None          # seconds until the predicted demand; None = unknown (not imminent)
     warm_ok: bool = True        # False: only touch (planned while the session's request still runs)
     context: bool = False       # a session's whole context (not an agent anchor)
+    session: tuple[str, str] | None = None   # the session it was planned for (re-planned if it waits)
+    soon: bool = False          # the demand follows a request still running (its pause is too short)
 
 
 class Planner:
@@ -175,7 +177,7 @@ class Planner:
                     payload = {"context": s.context_payload, "assistant": s.assistant_payload}
                     out.append(_Candidate(p * sum(s.block_tokens), REASON_TOOL_RESUME, agent.tenant,
                                           agent_id_for(agent.tenant, s.hashes[-1]), s.hashes, s.block_tokens,
-                                          payload, p, lead, True, True))
+                                          payload, p, lead, True, True, s.key))
         tenant = agent.tenant
         g = gates.get(tenant)
         if g is None:
@@ -213,7 +215,8 @@ class Planner:
             reason = REASON_TRANSITION if rank == 0 else REASON_FANOUT
             score = anchor_score(p, now - nxt.last_seen, nxt.tokens, cfg.delta, cfg.age_lambda)
             out.append(_Candidate(score, reason, nxt.tenant, nxt.agent_id, nxt.anchor_hashes,
-                                  nxt.anchor_block_tokens, nxt.payload, p, lead, warm_ok))
+                                  nxt.anchor_block_tokens, nxt.payload, p, lead, warm_ok, False, s.key,
+                                  not paused))
 
     def _sweep_candidates(self, now: float, gates: dict[str, bool], out: list[_Candidate]) -> None:
         cfg = self.cfg
@@ -260,7 +263,7 @@ class Planner:
             payload = {"context": s.context_payload, "assistant": s.assistant_payload}
             scored.append(_Candidate(p * sum(s.block_tokens), REASON_TOOL_RESUME if tool else REASON_HINT,
                                      agent.tenant, agent_id_for(agent.tenant, s.hashes[-1]), s.hashes,
-                                     s.block_tokens, payload, p, lead, tool, True))
+                                     s.block_tokens, payload, p, lead, tool, True, s.key))
         scored.sort(key=lambda c: c.score, reverse=True)
         out.extend(scored[: cfg.sweep_top_n])
 
@@ -321,7 +324,12 @@ class Planner:
                     continue                    # one session's context: too much of the cache for one use
                 if c.lead is not None and life is not None and 0 < cfg.warm_lifetime_share * life < c.lead:
                     continue                    # it would be evicted again before the demand
-            v = assess(Prospect(total, missing, near or (bool(missing) and resident > 0), c.prob, c.lead), m)
+            v = assess(Prospect(total, missing, near or (bool(missing) and resident > 0), c.prob, c.lead,
+                                c.soon), m)
+            if v.kind == WAIT:
+                if c.session is not None and c.session in self.sessions.sessions:
+                    self.dirty[c.session] = None    # ask again at a tick when the engine has slack
+                continue
             if v.kind == NOTHING or v.net <= 0:
                 self.declined += 1
                 continue

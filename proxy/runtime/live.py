@@ -66,6 +66,7 @@ class LiveRuntime:
         self.executor.prefill = self.prefill
         self.budget: dict[str, Any] = {"source": "core default prefill_tokens_per_s"}
         self._prev_queries: float | None = None
+        self._prev_prefill: tuple[float, float] | None = None
         self.state_loaded: str | None = None
         self.lmcache = LmcacheClient(client, settings.lmcache_url) if settings.lmcache_url else None
         self._side_tasks: set[asyncio.Task] = set()
@@ -182,6 +183,14 @@ class LiveRuntime:
             self.policy.residency.on_engine_truth(**kwargs)
         if snap.prefill_seconds is not None and snap.prompt_tokens is not None:
             self.prefill.add_engine_totals(snap.prompt_tokens - (snap.prefix_hits or 0.0), snap.prefill_seconds)
+        if snap.prefill_seconds is not None:
+            # share of wall time the engine spent prefilling since the last scrape: the price of
+            # engine time a warm takes from traffic (core economics)
+            now = self.clock()
+            prev = self._prev_prefill
+            if prev is not None and now > prev[0] and snap.prefill_seconds >= prev[1]:
+                self.observer.utilisation = min(1.0, (snap.prefill_seconds - prev[1]) / (now - prev[0]))
+            self._prev_prefill = (now, snap.prefill_seconds)
         self._apply_prefill_rate()
 
     def _kv_events_usage(self, snap: EngineSnapshot) -> float | None:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from proxy.core.agents import agent_id_for
+from proxy.core.economics import RunningSet
 from proxy.core.fingerprint import view_from_openai
 from proxy.core.view import EngineLoad, RequestView, ResponseOutcome
 from proxy.engines.base import WarmResult
@@ -44,10 +45,11 @@ ANCHOR_REASONS = ("transition", "fanout", "hint")
 
 
 class _ReqState:
-    __slots__ = ("view", "observed", "tap", "status", "skip", "alone")
+    __slots__ = ("view", "observed", "tap", "status", "skip", "alone", "held")
 
     def __init__(self) -> None:
         self.alone = False
+        self.held = False               # its blocks are counted in the running set
         self.view: RequestView | None = None
         self.observed: Any = None
         self.tap: ResponseTap | None = None
@@ -69,6 +71,9 @@ class LivePolicyObserver:
         self.executor: Any = None             # set by LiveRuntime (submit(actions))
         self.engine_waiting: Callable[[], int] = lambda: 0
         self._inflight: dict[int, float] = {}
+        self._states: dict[int, _ReqState] = {}     # in flight: first token seen yet? (slack)
+        self.running = RunningSet()                 # distinct view tokens of the requests in flight
+        self.utilisation = 0.0                      # engine prefill busy share (LiveRuntime, scraped)
         self.deferred = 0                       # call_soon work scheduled but not yet run
         self.prefill: Any = None                # PrefillRate: streamed requests' computed tokens / TTFT
         self.token_ratio: float | None = None   # engine tokens per estimated view token (EWMA)
@@ -88,12 +93,35 @@ class LivePolicyObserver:
         return len(self._inflight)
 
     def load(self) -> EngineLoad:
-        return EngineLoad(inflight=len(self._inflight), waiting=int(self.engine_waiting() or 0))
+        """What the planner weighs actions against: client requests in flight, those still waiting
+        for their first token (a warm now would queue in front of them), the running set's
+        distinct tokens, the engine's queue and prefill utilisation."""
+        now = self.clock()
+        prefilling = sum(1 for rid, st in self._states.items() if self._prefilling(rid, st, now))
+        return EngineLoad(inflight=len(self._inflight), waiting=int(self.engine_waiting() or 0),
+                          prefilling=prefilling, running_tokens=self.running.tokens,
+                          utilisation=self.utilisation)
+
+    def _prefilling(self, rid: int, st: _ReqState, now: float) -> bool:
+        """Still in prefill: no first streamed token yet; unstreamed (no token to see), while its
+        uncached tokens at the measured prefill rate are not done."""
+        tap = st.tap
+        if tap is not None and tap.first_token_at is not None:
+            return False
+        if tap is not None and tap.stream:
+            return True
+        view, obs = st.view, st.observed
+        if view is None or obs is None:
+            return True                                 # not observed yet: just arrived
+        rate = self.policy.config.prefill_tokens_per_s
+        todo = max(0, view.total_tokens - int(obs.resident_tokens or 0))
+        return now < self._inflight.get(rid, now) + todo / max(1.0, rate)
 
     # -- hooks (request path) ------------------------------------------------------------------------
     def on_request(self, ctx: Any) -> None:
         self._inflight[ctx.request_id] = ctx.started
         st = _ReqState()
+        self._states[ctx.request_id] = st
         st.alone = len(self._inflight) == 1 and not getattr(self.executor, "sending", 0)
         ctx.state["cachescout"] = st
         self.counts["requests"] += 1
@@ -147,6 +175,7 @@ class LivePolicyObserver:
 
     def on_response_end(self, ctx: Any, error: str | None, now: float) -> None:
         self._inflight.pop(ctx.request_id, None)
+        self._states.pop(ctx.request_id, None)
         st = ctx.state.get("cachescout")
         if st is None or st.skip:
             return
@@ -193,6 +222,9 @@ class LivePolicyObserver:
             return
         st.view = view
         st.observed = self.policy.observe_request(view, ctx.started)
+        if not view.is_warmup and ctx.request_id in self._states:
+            self.running.add(view.block_hashes, view.block_tokens)
+            st.held = True
         self.counts["observed"] += 1
         if self.metrics is not None:
             if st.observed.predicted is not None:
@@ -206,6 +238,9 @@ class LivePolicyObserver:
             self.metrics.policy_observe_seconds.observe(spent)
 
     def _observe_response(self, ctx: Any, st: _ReqState, error: str | None, now: float) -> None:
+        if st.held and st.view is not None:
+            st.held = False
+            self.running.remove(st.view.block_hashes)
         if st.observed is None or st.view is None:
             return
         tap = st.tap
@@ -260,6 +295,10 @@ class LivePolicyObserver:
         for rid, started in list(self._inflight.items()):
             if now - started > STALE_INFLIGHT_S:   # a hook that never ended must not pause actions forever
                 del self._inflight[rid]
+                st = self._states.pop(rid, None)
+                if st is not None and st.held and st.view is not None:
+                    st.held = False
+                    self.running.remove(st.view.block_hashes)
         actions = self.policy.plan(now, self.load())
         return self.executor.submit(actions) if actions else 0
 

@@ -50,5 +50,7 @@ def executor_limits(settings: Any) -> ExecutorLimits:
 
 def _cast(default: Any, value: Any) -> Any:
     if isinstance(default, bool):
-        return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
+        if isinstance(value, (bool, int, float)):
+            return bool(value)
+        return str(value).lower() in ("1", "true", "yes", "on")
     return type(default)(value)
