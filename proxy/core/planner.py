@@ -76,6 +76,7 @@ class Planner:
         self.emitted: dict[str, int] = {}
         self.failed = 0
         self.declined = 0               # candidates the economics found not worth acting on
+        self.touch_prefill = float(config.touch_cost_tokens)   # measured tokens a touch prefills (EWMA)
         self.overflow_ticks = 0         # plan() calls skipped: the running set alone overflows the cache
 
     # --- gate ------------------------------------------------------------------------------------
@@ -102,10 +103,13 @@ class Planner:
             horizon = now - self.cfg.cooldown_s
             self.last_acted = {k: t for k, t in self.last_acted.items() if t >= horizon}
 
-    def finish(self, action: Action, ok: bool) -> tuple[int, ...] | None:
+    def finish(self, action: Action, ok: bool, computed_tokens: float | None = None) -> tuple[int, ...] | None:
         entry = self.inflight.pop((action.anchor_id, action.created), None)
         if not ok:
             self.failed += 1
+        elif action.kind == TOUCH and computed_tokens is not None:
+            # a touch of a prefix the shadow holds can still find its tail gone in the engine
+            self.touch_prefill = 0.8 * self.touch_prefill + 0.2 * max(0.0, float(computed_tokens))
         return entry[1] if entry else None
 
     # --- planning --------------------------------------------------------------------------------
@@ -275,7 +279,8 @@ class Planner:
                       tail_reuse=res.tail_reuse, prefill_tokens_per_s=cfg.prefill_tokens_per_s,
                       request_rate=res.request_rate, waiting=load.waiting, prefilling=load.prefilling,
                       utilisation=load.utilisation, running_tokens=float(load.running_tokens),
-                      reload_price=cfg.reload_price_per_token, touch_cost_tokens=float(cfg.touch_cost_tokens))
+                      reload_price=cfg.reload_price_per_token,
+                      touch_cost_tokens=max(float(cfg.touch_cost_tokens), self.touch_prefill))
 
     def _select(self, cands: list[_Candidate], now: float, slots: int, busy: bool = False,
                 market: Market | None = None) -> list[Action]:

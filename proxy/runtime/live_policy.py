@@ -304,7 +304,10 @@ class LivePolicyObserver:
 
     def on_action_result(self, action: Any, result: WarmResult, now: float) -> None:
         """Executor callback: report to the core, remember warmed prefixes for conversion."""
-        self.policy.record_action_result(action, bool(result.ok), now)
+        computed = None
+        if result.ok and result.prompt_tokens:      # engine tokens -> the views' token estimate
+            computed = result.computed_tokens / max(0.05, self.token_ratio or 1.0)
+        self.policy.record_action_result(action, bool(result.ok), now, computed)
         if result.ok and action.reason in ANCHOR_REASONS:
             self._anchor_priority[action.anchor_id] = (int(action.priority), now)
             self._anchor_priority.move_to_end(action.anchor_id)

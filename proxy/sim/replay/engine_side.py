@@ -68,16 +68,16 @@ class EngineQueue:
 
 class ReplayExecutor:
     """The live executor's rules over virtual time. `run(action, now)` executes an action on the
-    simulated engine and returns (ok, end time); `report(action, ok, now)` tells the core."""
+    simulated engine and returns (ok, end time, tokens it prefilled); `report(action, ok, now, computed_tokens)` tells the core."""
 
-    def __init__(self, limits: ExecutorLimits, run: Callable[[Action, float], tuple[bool, float]],
-                 report: Callable[[Action, bool, float], None]) -> None:
+    def __init__(self, limits: ExecutorLimits, run: Callable[[Action, float], tuple[bool, float, int]],
+                 report: Callable[..., None]) -> None:
         self.limits = limits
         self.run = run
         self.report = report
         self.queue: deque[Action] = deque()
         self.keys: set[tuple] = set()              # queued or running (dedupe)
-        self.running: list[tuple[float, int, Action, bool]] = []   # heap: (end, seq, action, ok)
+        self.running: list[tuple[float, int, Action, bool, int]] = []   # heap: (end, seq, action, ok, computed)
         self._seq = 0
         self.stats = {"submitted": 0, "deduped": 0, "ok": 0, "unsupported": 0, "dropped_stale": 0,
                       "dropped_busy": 0, "dropped_full": 0}
@@ -101,9 +101,9 @@ class ReplayExecutor:
         """Report finished actions, then start queued ones while a worker is free."""
         running = self.running
         while running and running[0][0] <= now:
-            end, _, a, ok = heapq.heappop(running)
+            end, _, a, ok, computed = heapq.heappop(running)
             self.keys.discard(action_key(a))
-            self.report(a, ok, end)
+            self.report(a, ok, end, computed)
         busy = inflight > self.limits.max_inflight or waiting > self.limits.max_waiting
         queue = self.queue
         while queue and len(running) < self.limits.concurrency:
@@ -117,13 +117,13 @@ class ReplayExecutor:
             if busy:
                 break                               # yield to traffic; retried at the next event
             queue.popleft()
-            ok, end = self.run(a, now)
+            ok, end, computed = self.run(a, now)
             self.stats["ok" if ok else "unsupported"] += 1
             self._seq += 1
-            heapq.heappush(running, (end, self._seq, a, ok))
+            heapq.heappush(running, (end, self._seq, a, ok, computed))
 
     def flush(self) -> None:
         """End of the stream: report everything still running."""
         while self.running:
-            end, _, a, ok = heapq.heappop(self.running)
-            self.report(a, ok, end)
+            end, _, a, ok, computed = heapq.heappop(self.running)
+            self.report(a, ok, end, computed)

@@ -132,17 +132,20 @@ class ScoutProxyPolicy(_ScoutBase):
             self.executor.submit(actions, now)
             self._pump(now)
 
-    def _execute(self, a: Action, now: float) -> tuple[bool, float]:
+    def _execute(self, a: Action, now: float) -> tuple[bool, float, int]:
         """One action on the simulated engine: its cache effect now, its job in the engine's FIFO;
         the core hears back when that job ends (as live, when the engine answered)."""
         jobs = len(self.rec.action_jobs)
+        toks = self._tokens_of(a)
+        before = self.pool.match_prefix(a.block_hashes)
         ok = execute_on_pool(self.pool, self.rec, self.cost, now, a.kind, a.reason, a.block_hashes,
-                             self._tokens_of(a), a.priority, honours_priority=self.eviction == "priority")
+                             toks, a.priority, honours_priority=self.eviction == "priority")
         self.executed += ok
         end = now
         if len(self.rec.action_jobs) > jobs:
             end = self.queue.push(now, self.rec.action_jobs[-1][1], client=False)
-        return ok, end
+        computed = sum(toks[before:self.pool.match_prefix(a.block_hashes)]) if ok and a.kind != "retain" else 0
+        return ok, end, computed
 
     def _tokens_of(self, a) -> tuple[int, ...]:
         """Per-block tokens of an action's chain (the action only carries the total)."""
