@@ -11,9 +11,10 @@ What is never learned from: the proxy's own warmups (they go straight to the ada
 the forwarder), client requests carrying the warmup header or `max_tokens <= 1` (the core's view
 marks them), non-200 responses' outcomes.
 
-Conversion accounting: every successful action is remembered by the last block hash of the prefix
-it warmed; when a later client request's chain contains that hash and the engine reports at least
-that many cached tokens, the action's tokens count as converted for its reason.
+Conversion accounting: the core attributes each request to the executed action (if any) that
+prepared its context or anchor within `conversion_window_s`; the engine's `cached_tokens` confirm
+it (at least CONVERSION_SHARE of the action's tokens), and the action's tokens count as converted
+for its reason. One rule for live and replay.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ log = logging.getLogger("cachescout.live_policy")
 
 OBSERVED_PATHS = ("/v1/chat/completions", "/v1/completions")
 WARMUP_HEADER = "x-cachescout-warmup"
-CONVERSION_WINDOW_S = 600.0
 CONVERSION_SHARE = 0.8          # cached >= 80% of the warmed prompt counts as converted
 MAX_ACTED = 4096
 STALE_INFLIGHT_S = 900.0
@@ -82,7 +82,6 @@ class LivePolicyObserver:
         self.rewrite_enabled = False
         self.extras_for: Callable[[float | None], dict] = lambda survival: {}
         self._anchor_priority: OrderedDict[str, tuple[int, float]] = OrderedDict()
-        self._acted: OrderedDict[int, tuple[str, int, float, str]] = OrderedDict()  # last hash -> (reason, tokens, at, tenant)
         self.counts = {"requests": 0, "observed": 0, "skipped": 0, "warmup_requests": 0, "responses": 0,
                        "errors": 0, "prompt_tokens": 0, "cached_tokens": 0, "converted_tokens": 0,
                        "deferred_observe_us": 0, "rewritten": 0}
@@ -255,7 +254,7 @@ class LivePolicyObserver:
                 assistant_payload=tap.assistant_message() if tap.finish_reason == "tool_calls" else None,
             )
             if not st.view.is_warmup and tap.prompt_tokens:
-                self._count_usage(st.view, tap.prompt_tokens, tap.cached_tokens or 0, now)
+                self._count_usage(st, tap.prompt_tokens, tap.cached_tokens or 0)
                 if self.prefill is not None and tap.stream and tap.first_token_at is not None:
                     self.prefill.add_request(tap.prompt_tokens - (tap.cached_tokens or 0),
                                              tap.first_token_at - ctx.started, alone=st.alone)
@@ -266,26 +265,24 @@ class LivePolicyObserver:
         self.policy.observe_response(st.observed.request_id, outcome, now)
         self.plan(self.clock())
 
-    def _count_usage(self, view: RequestView, prompt: int, cached: int, now: float) -> None:
+    def _count_usage(self, st: _ReqState, prompt: int, cached: int) -> None:
+        """Client usage, and conversion: the core attributes a request to the action that prepared
+        its context or anchor (one rule, one window: `conversion_window_s`); it counts as converted
+        when the engine confirms the hit (cached >= CONVERSION_SHARE of the action's tokens)."""
         self.counts["prompt_tokens"] += prompt
         self.counts["cached_tokens"] += cached
         if self.metrics is not None:
             self.metrics.prompt_tokens_total.inc(prompt)
             self.metrics.cached_prompt_tokens_total.inc(cached)
-        if not self._acted or cached <= 0:
+        obs = st.observed
+        reason = getattr(obs, "acted_reason", None)
+        if not reason or cached <= 0:
             return
-        for h in view.block_hashes:
-            entry = self._acted.get(h)
-            if entry is None:
-                continue
-            reason, tokens, at, tenant = entry
-            if tenant != view.tenant or now - at > CONVERSION_WINDOW_S:
-                continue
-            if cached >= CONVERSION_SHARE * tokens:
-                del self._acted[h]
-                self.counts["converted_tokens"] += tokens
-                if self.metrics is not None:
-                    self.metrics.converted_tokens_total.labels(reason).inc(tokens)
+        tokens = int(obs.acted_tokens * (self.token_ratio or 1.0))      # view -> engine tokens
+        if cached >= CONVERSION_SHARE * min(tokens, prompt):
+            self.counts["converted_tokens"] += tokens
+            if self.metrics is not None:
+                self.metrics.converted_tokens_total.labels(reason).inc(tokens)
 
     # -- planning and results -----------------------------------------------------------------------
     def plan(self, now: float) -> int:
@@ -313,12 +310,6 @@ class LivePolicyObserver:
             self._anchor_priority.move_to_end(action.anchor_id)
             while len(self._anchor_priority) > MAX_ACTED:
                 self._anchor_priority.popitem(last=False)
-        if result.ok and action.block_hashes:
-            tokens = result.prompt_tokens or action.tokens
-            self._acted[action.block_hashes[-1]] = (action.reason, int(tokens), now, action.tenant)
-            self._acted.move_to_end(action.block_hashes[-1])
-            while len(self._acted) > MAX_ACTED:
-                self._acted.popitem(last=False)
 
     def update_gauges(self) -> None:
         if self.metrics is None:
