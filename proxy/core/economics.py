@@ -54,6 +54,8 @@ class Market:
     running_tokens: float = 0.0          # prompt tokens of the client requests in flight
     reload_price: float = 1.0            # engine tokens per token to bring an evicted token back
     touch_cost_tokens: float = 16.0      # a touch: one recomputed block + one decode row
+    touch_hidden_tokens: float = 0.0     # measured: tokens a touch found missing after all (the
+                                         # shadow is coarse at the tail) and prefilled: a small warm
 
     @property
     def slack(self) -> bool:
@@ -138,8 +140,11 @@ def assess(p: Prospect, m: Market) -> Verdict:
         if not p.near_eviction:
             return Verdict(NOTHING, 0.0, 0.0)       # resident and safe: nothing to buy
         left = survival(m.zone_tokens / 2.0 if m.zone_tokens > 0 else cap / 8.0, p.gap_s, m)
-        saving = p.tokens * p.probability * max(0.0, kept - left)
-        cost = m.touch_cost_tokens + queueing(m.touch_cost_tokens, m) + pollution(p.tokens, m)
+        hidden = min(m.touch_hidden_tokens, p.tokens)    # re-made by the touch: saves like a warm
+        saving = (p.tokens - hidden) * p.probability * max(0.0, kept - left) + hidden * p.probability * kept
+        spent = m.touch_cost_tokens + hidden * m.reload_price
+        cost = (m.touch_cost_tokens + hidden * m.reload_price * min(1.0, max(0.0, m.utilisation))
+                + queueing(spent, m) + pollution(p.tokens, m))
         return Verdict(TOUCH, saving, cost)
     if not (m.slack if p.gap_s is not None or p.imminent else m.quiet):
         return Verdict(WAIT, 0.0, 0.0)              # never queue client prefill behind a warm

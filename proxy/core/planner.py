@@ -280,7 +280,8 @@ class Planner:
                       request_rate=res.request_rate, waiting=load.waiting, prefilling=load.prefilling,
                       utilisation=load.utilisation, running_tokens=float(load.running_tokens),
                       reload_price=cfg.reload_price_per_token,
-                      touch_cost_tokens=max(float(cfg.touch_cost_tokens), self.touch_prefill))
+                      touch_cost_tokens=float(cfg.touch_cost_tokens),
+                      touch_hidden_tokens=max(0.0, self.touch_prefill - cfg.touch_cost_tokens))
 
     def _select(self, cands: list[_Candidate], now: float, slots: int, busy: bool = False,
                 market: Market | None = None) -> list[Action]:
