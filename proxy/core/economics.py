@@ -53,6 +53,7 @@ class Market:
     utilisation: float = 0.0             # share of recent time the engine spent prefilling (0..1)
     running_tokens: float = 0.0          # prompt tokens of the client requests in flight
     reload_price: float = 1.0            # engine tokens per token to bring an evicted token back
+    idle_s: float | None = None          # seconds since the last client request arrived (None = never)
     touch_cost_tokens: float = 16.0      # a touch: one recomputed block + one decode row
     touch_hidden_tokens: float = 0.0     # measured: tokens a touch found missing after all (the
                                          # shadow is coarse at the tail) and prefilled: a small warm
@@ -66,10 +67,15 @@ class Market:
 
     @property
     def quiet(self) -> bool:
-        """Slack and no client prefill running: nothing is being inserted into the cache right now.
-        A warm whose demand time is unknown waits for this, or the traffic that is still arriving
+        """Slack, no client prefill running, and no arrival for twice the traffic's mean gap (a
+        Poisson stream has such a pause e^-2 of the time): the traffic has stopped inserting into
+        the cache. A warm whose demand time is unknown waits for this, or the traffic still arriving
         evicts it again (its deepest blocks first) before the demand."""
-        return self.waiting <= 0 and self.prefilling <= 0
+        if self.waiting > 0 or self.prefilling > 0:
+            return False
+        if self.idle_s is None or self.request_rate <= 0:
+            return True
+        return self.idle_s >= 2.0 / self.request_rate
 
     @property
     def overflowing(self) -> bool:

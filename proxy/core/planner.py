@@ -279,6 +279,8 @@ class Planner:
                       tail_reuse=res.tail_reuse, prefill_tokens_per_s=cfg.prefill_tokens_per_s,
                       request_rate=res.request_rate, waiting=load.waiting, prefilling=load.prefilling,
                       utilisation=load.utilisation, running_tokens=float(load.running_tokens),
+                      idle_s=None if res.last_forward_at is None or self._now is None
+                      else max(0.0, self._now - res.last_forward_at),
                       reload_price=cfg.reload_price_per_token,
                       touch_cost_tokens=float(cfg.touch_cost_tokens),
                       touch_hidden_tokens=max(0.0, self.touch_prefill - cfg.touch_cost_tokens))

@@ -70,6 +70,7 @@ class ResidencyShadow:
         self._rate_ins = 0
         self.evicted_tokens = 0
         self.request_rate = 0.0         # forwards per second (EWMA, same window as insert_rate)
+        self.last_forward_at: float | None = None
         self.tail_reuse = 0.0           # tokens hit in the tail zone per inserted token (EWMA): pollution
         self._zone_hits = self._rate_zh = self._forwards = self._rate_fw = 0
         self._shapes: dict[tuple[int, int, int], tuple] = {}   # (blocks, extra, stride) -> (positions, gather, segs)
@@ -81,6 +82,7 @@ class ResidencyShadow:
         if anchor_blocks is None:
             anchor_blocks = view.anchor_blocks
         self._forwards += 1
+        self.last_forward_at = now
         if self._rate_t is None:
             self._rate_t, self._rate_ins = now, self._inserted
         elif now - self._rate_t >= 1.0:

@@ -74,3 +74,11 @@ def test_running_set_counts_shared_blocks_once():
     r.remove([1, 2, 4])
     r.remove([9])
     assert r.tokens == 0
+
+
+def test_quiet_needs_a_pause_in_arrivals():
+    """An agent's first tool resume (no gap sample): warmed only once the traffic has paused for
+    twice its mean inter-arrival, not between two requests of a burst (item 4)."""
+    unknown = Prospect(2_000, 2_000, False, 0.9, None)
+    assert assess(unknown, market(request_rate=3.0, idle_s=0.2)).kind == WAIT
+    assert assess(unknown, market(request_rate=3.0, idle_s=0.7)).kind == WARM

@@ -196,7 +196,9 @@ def test_tool_resume_keeps_a_paused_session_context_without_the_gate(workload):
     w.step(0, "s", 1.0, finish="tool_calls")               # nothing learned: gate shut
     assert not w.policy.stats().gate_open
     w.junk(16 * 80, 2.0)
-    actions = w.policy.plan(2.5)
+    # no tool-gap sample yet: not while the traffic that evicted it may still be arriving ...
+    assert w.policy.plan(2.5) == []
+    actions = w.policy.plan(6.0)             # ... but once it paused for 2 mean inter-arrivals
     assert [(a.kind, a.reason) for a in actions] == [("warm", REASON_TOOL_RESUME)]
     a = actions[0]
     assert a.payload == {"context": {"session": "s"}, "assistant": None}
@@ -445,7 +447,7 @@ def test_session_context_warm_limited_to_a_share_of_the_cache(workload):
         w = workload(residency_capacity_tokens=16 * 60, warm_max_cache_share=share)
         w.step(0, "s", 1.0, finish="tool_calls")           # context: 9 blocks = 15% of the cache
         w.junk(16 * 80, 2.0)
-        return w.policy.plan(2.5)
+        return w.policy.plan(6.0)
     assert [a.kind for a in run(0.2)] == ["warm"]
     assert run(0.1) == []
 
