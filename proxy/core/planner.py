@@ -122,8 +122,8 @@ class Planner:
         slots = min(cfg.max_actions_per_tick, cfg.max_concurrent - len(self.inflight))
         if slots <= 0:
             return []
-        market = self.market(load)
-        if market.overflowing:
+        cap = self.residency.capacity_tokens
+        if 0 < cap <= load.running_tokens:                  # Market.overflowing, before building one
             self.dirty.clear()                          # the running set alone overflows the cache:
             self.fanout.clear()                         # anything kept now is evicted by it; observe only
             self.overflow_ticks += 1
@@ -150,7 +150,7 @@ class Planner:
             return []
         cands.sort(key=lambda c: c.score, reverse=True)
         busy = 0 < cfg.warm_max_inflight < load.inflight or load.waiting > cfg.warm_max_waiting
-        return self._select(cands, now, slots, busy, market)
+        return self._select(cands, now, slots, busy, self.market(load))
 
     def _gate(self, tenant: str, gates: dict[str, bool]) -> bool:
         g = gates.get(tenant)
