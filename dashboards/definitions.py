@@ -80,6 +80,19 @@ OVERVIEW = Dashboard(
                 unit="percentunit", min=0, max=1,
             ),
             Panel(
+                "Where the engine's prompt KV came from (host-memory tier)",
+                "With CPU KV offloading (vLLM --kv-offloading-size) an evicted prefix is loaded from host "
+                "memory instead of recomputed: prompt tokens per second by source (computed, GPU cache hit, "
+                "loaded). Empty on engines without a host tier.",
+                (
+                    Target(rate("vllm:prompt_tokens_by_source_total", "job, instance, source"),
+                           "{{source}} {{instance}}"),
+                    Target(rate("vllm:external_prefix_cache_hits_total", "job, instance"),
+                           "loaded from host memory {{instance}}"),
+                ),
+                unit="short",
+            ),
+            Panel(
                 "Hit ratio of agent requests: real vs predicted",
                 "Of the prompt tokens the agents sent through the proxy, what share did the engine serve "
                 "from cache (usage cached_tokens; warmups excluded), and does the proxy's residency "
@@ -249,6 +262,21 @@ POLICY = Dashboard(
             Panel("Policy errors",
                   "Is the policy failing? Exceptions caught and counted; clients never see them.",
                   (Target(rate("cachescout_policy_errors_total"), "errors"),), unit="ops"),
+        )),
+        # --- runtime hints (issue 16) ---
+        Row("Runtime hints", (
+            Panel("Hints by kind and outcome",
+                  "Which hints does the agent runtime send, and are they acted on, ignored (source standing "
+                  "too low, too many unchecked) or refused (directive from an unlisted source)?",
+                  (Target(rate("cachescout_hints_total", "kind, outcome"), "{{kind}} {{outcome}}"),), unit="ops"),
+            Panel("Hint source standing",
+                  "How far is each hint source trusted? Its calibrated standing (0..1) for facts and "
+                  "predictions; a lying source falls below the floors (0.25 facts, 0.5 predictions).",
+                  (Target("max by (source, class) (cachescout_hint_source_standing)", "{{source}} {{class}}"),),
+                  unit="percentunit", min=0, max=1),
+            Panel("Tokens released by session_ended",
+                  "How much context stops being protected because the runtime said its session ended?",
+                  (Target(rate("cachescout_hint_released_tokens_total"), "released tokens"),)),
         )),
     ),
 )

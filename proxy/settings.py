@@ -110,6 +110,9 @@ class Settings(BaseSettings):
     state_path: str | None = Field(None, description="file to save learned state at shutdown and load at start")
     kv_hints: bool = Field(False, description="opt-in: add vLLM kv_hints to forwarded requests")
     request_priority: bool = Field(False, description="opt-in: add SGLang priority to forwarded requests")
+    host_tier_tokens: int = Field(
+        0, ge=0, description="engine host-memory (CPU offload) tier size in tokens; 0 = from the engine's metrics "
+        "(vLLM kv_offloading_size and offload counters), none if it reports no tier")
     warmup_prefill_share: float | None = Field(
         None, gt=0, le=1, description="warmup budget as a share of the engine's measured prefill rate "
         "(PolicyConfig.warmup_share; None = core default)")
@@ -122,6 +125,18 @@ class Settings(BaseSettings):
             raise ValueError("must be one of auto, vllm, sglang, sim, none")
         return low
     # --- end policy and engine (live wiring) ---
+
+    # --- runtime hints (issue 16; docs/hints.md) ---
+    hints_enabled: bool = Field(
+        True, description="accept runtime hints: POST /v1/cachescout/hints and hint fields on forwarded requests")
+    hints_directive_sources: str = Field(
+        "", description="comma-separated hint source ids (see /debug/state -> hints) allowed to pin/retain")
+    hints_directive_cache_share: float = Field(
+        0.1, ge=0, le=1, description="all pins together may keep at most this share of the engine's cache")
+    hints_strip_fields: bool = Field(
+        False, description="forward bodies without agent_hints / agent_hint / nvext.agent_hints|cache_control")
+    hints_max_body_bytes: int = Field(65536, ge=256, description="largest hints request body accepted (413 above)")
+    # --- end runtime hints ---
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -62,6 +62,7 @@ class Planner:
         self.registry = registry
         self.sessions = sessions
         self.residency = residency
+        self.host_residency: ResidencyShadow | None = None   # the engine's host tier, when it has one
         self.dirty: dict[tuple[str, str], None] = {}
         self.fanout: dict[tuple[str, str], tuple] = {}   # session -> (agent, parent hashes, tokens, payload)
         self.bucket = config.warm_budget()[1]
@@ -78,6 +79,7 @@ class Planner:
         self.declined = 0               # candidates the economics found not worth acting on
         self.touch_prefill = float(config.touch_cost_tokens)   # measured tokens a touch prefills (EWMA)
         self.overflow_ticks = 0         # plan() calls skipped: the running set alone overflows the cache
+        self.hints: Any = None      # runtime hints (core.hint_actions.HintDriver): extra candidates
 
     # --- gate ------------------------------------------------------------------------------------
     def gate_open(self, ts: TenantState, now: float | None = None) -> bool:
@@ -143,6 +145,11 @@ class Planner:
                 cands.append(_Candidate(float(sum(toks)), REASON_FANOUT, agent.tenant, out_id, hashes,
                                         toks, payload, 1.0, None, False, True))
             self.fanout.clear()
+        if self.hints is not None:                       # runtime hints: facts and trusted predictions
+            for h in self.hints.candidates(now):
+                # a runtime hint carries its own timing (the driver defers far ones): imminent
+                cands.append(_Candidate(h.score, h.reason, h.tenant, h.anchor_id, h.hashes, h.block_tokens,
+                                        h.payload, h.prob, h.lead, h.warm_ok, h.context, None, True))
         if now - self._last_sweep >= cfg.sweep_interval_s:
             self._last_sweep = now
             self._sweep_candidates(now, gates, cands)
@@ -150,7 +157,10 @@ class Planner:
             return []
         cands.sort(key=lambda c: c.score, reverse=True)
         busy = 0 < cfg.warm_max_inflight < load.inflight or load.waiting > cfg.warm_max_waiting
-        return self._select(cands, now, slots, busy, self.market(load))
+        actions = self._select(cands, now, slots, busy, self.market(load))
+        if self.hints is not None and actions:
+            self.hints.note(actions)                     # a hint pays for one warm
+        return actions
 
     def _gate(self, tenant: str, gates: dict[str, bool]) -> bool:
         g = gates.get(tenant)
@@ -213,7 +223,7 @@ class Planner:
             if not paused and trigger == "auto":
                 # act now only if the pause after this response is too short for a warm then
                 gap = agent.gap_median
-                if gap is not None and gap >= max(cfg.min_lead_s, nxt.tokens / cfg.prefill_tokens_per_s):
+                if gap is not None and gap >= max(cfg.min_lead_s, cfg.reload_s(nxt.tokens)):
                     continue                    # planned again when the response ends
                 warm_ok = rank < cfg.warm_top_k
             reason = REASON_TRANSITION if rank == 0 else REASON_FANOUT
@@ -281,9 +291,21 @@ class Planner:
                       utilisation=load.utilisation, running_tokens=float(load.running_tokens),
                       idle_s=None if res.last_forward_at is None or self._now is None
                       else max(0.0, self._now - res.last_forward_at),
-                      reload_price=cfg.reload_price_per_token,
+                      reload_price=1.0,              # not in the host tier either: recomputed
                       touch_cost_tokens=float(cfg.touch_cost_tokens),
                       touch_hidden_tokens=max(0.0, self.touch_prefill - cfg.touch_cost_tokens))
+
+    def _host_prefetch(self, c: _Candidate, missing: float, busy: bool) -> bool:
+        """Load a host-resident prefix back now? Predictions (transition, tool resume) are loaded
+        so the load lands just before the predicted demand — lead >= load time, and no earlier than
+        `prefetch_window_s` before that (an early load only crowds the GPU); with no predicted time,
+        at once."""
+        if not c.warm_ok or busy:
+            return False
+        if c.lead is None:
+            return True
+        need = self.cfg.reload_s(missing)
+        return need <= c.lead <= need + self.cfg.prefetch_window_s
 
     def _select(self, cands: list[_Candidate], now: float, slots: int, busy: bool = False,
                 market: Market | None = None) -> list[Action]:
@@ -312,6 +334,18 @@ class Planner:
                 continue                        # found resident and safe recently; nothing moved since
             resident, full, near = res.verdict(c.hashes)
             total = float(sum(c.block_tokens))
+            host = self.host_residency
+            h_full, h_near = host.verdict(c.hashes)[1:] if host is not None and not full else (False, False)
+            if h_full:
+                # evicted from the GPU but in host memory: bringing it back is a load (a touch); a
+                # sweep hint touches it only when it nears eviction from host memory too (issue 15:
+                # the host tier's own timing rule, priced by the load, ahead of recompute decisions)
+                missing = float(sum(c.block_tokens[resident:]))
+                if not (h_near if c.reason == REASON_HINT else self._host_prefetch(c, missing, busy)):
+                    continue
+                priced.append((missing, cfg.reload_cost_tokens(missing), TOUCH, c))
+                seen.add(c.anchor_id)
+                continue
             if full and not near:
                 if retainable:
                     priced.append((float("inf"), 0.0, RETAIN, c))

@@ -27,10 +27,12 @@ from proxy.engines.base import EngineSnapshot, WarmResult, warm_spec
 from proxy.engines.lmcache import LmcacheClient
 from proxy.engines.select import NoEngineAdapter, build_adapter
 from proxy.runtime.executor import ActionExecutor
+from proxy.runtime.hint_inputs import build_hint_service
 from proxy.runtime.kv_events import KvEvent, KvEventSubscriber
 from proxy.runtime.live_policy import LivePolicyObserver
 from proxy.runtime.policy_config import executor_limits, policy_config
 from proxy.runtime.prefill import PrefillRate
+from proxy.runtime.reload_price import ReloadPrice
 from proxy.runtime.scraper import EngineScraper
 
 log = logging.getLogger("cachescout.live")
@@ -47,6 +49,11 @@ class LiveRuntime:
         self.policy = ScoutPolicy(self.config)
         self.observer = LivePolicyObserver(self.policy, metrics, clock, block_chars=self.config.block_chars,
                                            chars_per_token=self.config.chars_per_token)
+        self.hints = build_hint_service(settings, self.policy, metrics)     # runtime hints (issue 16)
+        self.observer.hints = self.hints
+        if self.hints is not None:
+            self.hints.after_submit = lambda: self.observer.plan(self.clock())
+        self.observer.strip_hint_fields = bool(getattr(settings, "hints_strip_fields", False))
         key = settings.engine_api_key.get_secret_value() if settings.engine_api_key is not None else None
         self._api_key = key
         self.adapter: Any = NoEngineAdapter(client, settings.upstream_url, key)
@@ -62,6 +69,7 @@ class LiveRuntime:
         self._tick: asyncio.Task | None = None
         self._capacity: int | None = None
         self.prefill = PrefillRate()
+        self.reload = ReloadPrice(int(getattr(settings, "host_tier_tokens", 0) or 0))
         self.observer.prefill = self.prefill
         self.executor.prefill = self.prefill
         self.budget: dict[str, Any] = {"source": "core default prefill_tokens_per_s"}
@@ -192,6 +200,32 @@ class LiveRuntime:
                 self.observer.utilisation = min(1.0, (snap.prefill_seconds - prev[1]) / (now - prev[0]))
             self._prev_prefill = (now, snap.prefill_seconds)
         self._apply_prefill_rate()
+        self._apply_reload_price(snap)
+
+    def _apply_reload_price(self, snap: EngineSnapshot) -> None:
+        """Engine truth about its host tier -> the core's reload price (a load, not a recompute) and a
+        shadow of the tier (its size in the views' tokens, like the GPU capacity above)."""
+        self.reload.add(snap)
+        over = self.reload.overrides()
+        cfg = self.policy.config
+        changed: dict[str, Any] = {}
+        rate = over.get("reload_tokens_per_s")
+        if rate and abs(rate - cfg.reload_tokens_per_s) > 0.1 * max(cfg.reload_tokens_per_s, 1.0):
+            changed["reload_tokens_per_s"] = rate
+        tokens = over.get("host_tier_tokens")
+        if tokens:
+            tokens = int(tokens / max(0.05, self.observer.token_ratio or 1.0))
+            if abs(tokens - cfg.host_tier_tokens) > 0.05 * max(cfg.host_tier_tokens, 1):
+                changed["host_tier_tokens"] = tokens
+        if not changed:
+            return
+        cfg = cfg.with_overrides(**changed)
+        self.policy.config = cfg
+        self.policy.planner.cfg = cfg
+        if "host_tier_tokens" in changed:
+            self.policy.set_host_tier(cfg.host_tier_tokens)
+        log.info("engine host tier: reload %.0f tokens/s, %d tokens modelled", cfg.reload_tokens_per_s,
+                 cfg.host_tier_tokens)
 
     def _kv_events_usage(self, snap: EngineSnapshot) -> float | None:
         """Share of the engine's blocks holding cached prefixes, counted from KV events (exact, unlike
@@ -254,6 +288,7 @@ class LiveRuntime:
         info["kv_events"] = self.kv_events.info() if self.kv_events is not None else None
         info["executor"] = dict(self.executor.stats)
         info["lmcache"] = self.lmcache.info() if self.lmcache is not None else None
+        info["host_tier"] = self.reload.info()
         info["warmup_budget"] = dict(self.budget)
         info["shadow_capacity_tokens"] = self._capacity
         return info
@@ -266,6 +301,8 @@ class LiveRuntime:
         out["recent_actions"] = list(self.executor.recent)[-20:]
         out["observer"] = dict(self.observer.counts, inflight=self.observer.inflight)
         out["state_loaded_from"] = self.state_loaded
+        if self.hints is not None:
+            out["hints"] = self.hints.driver.report()
         return out
 
 

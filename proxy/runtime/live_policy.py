@@ -31,6 +31,7 @@ from proxy.core.economics import RunningSet
 from proxy.core.fingerprint import view_from_openai
 from proxy.core.view import EngineLoad, RequestView, ResponseOutcome
 from proxy.engines.base import WarmResult
+from proxy.runtime.hint_inputs import request_hints, strip_fields
 from proxy.runtime.response_tap import ResponseTap
 
 log = logging.getLogger("cachescout.live_policy")
@@ -45,11 +46,12 @@ ANCHOR_REASONS = ("transition", "fanout", "hint")
 
 
 class _ReqState:
-    __slots__ = ("view", "observed", "tap", "status", "skip", "alone", "held")
+    __slots__ = ("view", "observed", "tap", "status", "skip", "alone", "held", "hints")
 
     def __init__(self) -> None:
         self.alone = False
         self.held = False               # its blocks are counted in the running set
+        self.hints: Any = None
         self.view: RequestView | None = None
         self.observed: Any = None
         self.tap: ResponseTap | None = None
@@ -82,6 +84,10 @@ class LivePolicyObserver:
         self.rewrite_enabled = False
         self.extras_for: Callable[[float | None], dict] = lambda survival: {}
         self._anchor_priority: OrderedDict[str, tuple[int, float]] = OrderedDict()
+        # Runtime hints (proxy.runtime.hint_inputs.HintService), set by LiveRuntime; strip_hint_fields:
+        # the operator asked to forward bodies without the engines' proposal fields.
+        self.hints: Any = None
+        self.strip_hint_fields = False
         self.counts = {"requests": 0, "observed": 0, "skipped": 0, "warmup_requests": 0, "responses": 0,
                        "errors": 0, "prompt_tokens": 0, "cached_tokens": 0, "converted_tokens": 0,
                        "deferred_observe_us": 0, "rewritten": 0}
@@ -137,10 +143,10 @@ class LivePolicyObserver:
         None (forward the original bytes) when off, unparsed, unknown agent or nothing to add. Builds
         the view now (the deferred observation reuses it), so enabling hints costs ~0.3 ms inline."""
         if not self.rewrite_enabled:
-            return None
+            return self._stripped(ctx) if self.strip_hint_fields else None
         st = ctx.state.get("cachescout")
         if st is None or st.skip or not isinstance(ctx.json, dict):
-            return None
+            return self._stripped(ctx) if self.strip_hint_fields else None
         view = view_from_openai(ctx.path, ctx.json, ctx.headers, block_chars=self.block_chars,
                                 chars_per_token=self.chars_per_token)
         st.view = view
@@ -155,9 +161,21 @@ class LivePolicyObserver:
         survival = hit[0] / 100.0 if hit is not None and now - hit[1] < HINT_TTL_S else None
         extras = self.extras_for(survival)
         if not extras:
-            return None
+            return self._stripped(ctx) if self.strip_hint_fields else None
         self.counts["rewritten"] += 1
-        return json.dumps({**ctx.json, **extras}, separators=(",", ":"), ensure_ascii=False).encode()
+        body = (strip_fields(ctx.json) if self.strip_hint_fields else None) or ctx.json
+        return json.dumps({**body, **extras}, separators=(",", ":"), ensure_ascii=False).encode()
+
+    def _stripped(self, ctx: Any) -> bytes | None:
+        """Opt-in (`hints_strip_fields`): the body without the engines' hint-proposal fields, for
+        engines that reject unknown fields; None (original bytes) when it carries none."""
+        if ctx.method != "POST" or not isinstance(ctx.json, dict):
+            return None
+        body = strip_fields(ctx.json)
+        if body is None:
+            return None
+        self.counts["stripped"] = self.counts.get("stripped", 0) + 1
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
     def on_response_start(self, ctx: Any, status: int, headers: Any, now: float) -> None:
         st = ctx.state.get("cachescout")
@@ -225,6 +243,11 @@ class LivePolicyObserver:
             self.running.add(view.block_hashes, view.block_tokens)
             st.held = True
         self.counts["observed"] += 1
+        hints = self.hints
+        if hints is not None and not view.is_warmup:
+            st.hints = request_hints(ctx.json, ctx.headers)
+            hints.on_request(st.hints, ctx.headers, view.tenant, st.observed.session_id, st.observed.agent_id,
+                             ctx.started)
         if self.metrics is not None:
             if st.observed.predicted is not None:
                 self.metrics.prediction_total.labels("hit" if st.observed.predicted else "miss").inc()
@@ -263,6 +286,8 @@ class LivePolicyObserver:
                     r = tap.prompt_tokens / est
                     self.token_ratio = r if self.token_ratio is None else 0.95 * self.token_ratio + 0.05 * r
         self.policy.observe_response(st.observed.request_id, outcome, now)
+        if st.hints is not None and self.hints is not None:
+            self.hints.on_response(st.hints, ctx.headers, st.observed.session_id, outcome.finish_reason, now)
         self.plan(self.clock())
 
     def _count_usage(self, st: _ReqState, prompt: int, cached: int) -> None:
@@ -314,6 +339,8 @@ class LivePolicyObserver:
     def update_gauges(self) -> None:
         if self.metrics is None:
             return
+        if self.hints is not None:
+            self.hints.update_gauges()
         # The core caches R between refreshes; asking before any transitions were learned would pin
         # R at 0 for the next refresh window, so gauges start once the gate could first open.
         if getattr(self.policy, "requests", 0) <= getattr(self.policy.config, "r_min_transitions", 0):

@@ -16,7 +16,8 @@ from proxy.runtime.executor import ExecutorLimits
 
 
 def policy_config(settings: Any, *, capacity_tokens: int | None = None,
-                  prefill_tokens_per_s: float | None = None, retain: bool | None = None) -> PolicyConfig:
+                  prefill_tokens_per_s: float | None = None, retain: bool | None = None,
+                  reload: tuple[float, float] | None = None, host_tier_tokens: int | None = None) -> PolicyConfig:
     """PolicyConfig from Settings: the executor-facing knobs, the operator's overrides, engine truth.
 
     `max_concurrent` (actions the planner may have unanswered) is twice the executor's workers so a
@@ -27,6 +28,12 @@ def policy_config(settings: Any, *, capacity_tokens: int | None = None,
                                  "max_engine_waiting": int(settings.action_max_waiting)}
     if settings.policy_r_min is not None:
         overrides["r_min"] = float(settings.policy_r_min)
+    if getattr(settings, "host_tier_tokens", 0):
+        overrides["host_tier_tokens"] = int(settings.host_tier_tokens)
+    if host_tier_tokens:
+        overrides["host_tier_tokens"] = int(host_tier_tokens)
+    if reload is not None:      # a host tier's load price: (tokens/s, latency s)
+        overrides["reload_tokens_per_s"], overrides["reload_latency_s"] = float(reload[0]), float(reload[1])
     if getattr(settings, "warmup_prefill_share", None) is not None:
         overrides["warmup_share"] = float(settings.warmup_prefill_share)
     if capacity_tokens is not None:

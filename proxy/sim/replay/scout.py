@@ -41,12 +41,15 @@ def default_settings(overrides: dict | None = None) -> Settings:
 
 
 def build_config(capacity_blocks: int, block_size: int, settings: Settings | None = None,
-                 retain: bool = False, prefill_tokens_per_s: float | None = None) -> core_config.PolicyConfig:
+                 retain: bool = False, prefill_tokens_per_s: float | None = None,
+                 reload: tuple[float, float] | None = None, host_tier_blocks: int = 0) -> core_config.PolicyConfig:
     """The planner's config for a replay: the live proxy's builder (`policy_config`), given the
-    engine truth the live proxy would learn: the cache's capacity and the prefill rate."""
+    engine truth the live proxy would learn: the cache's capacity, the prefill rate and, with a
+    host tier, its size and reload price (tokens/s, latency s)."""
     return policy_config(settings if settings is not None else default_settings(),
                          capacity_tokens=int(capacity_blocks) * int(block_size),
-                         prefill_tokens_per_s=prefill_tokens_per_s, retain=retain)
+                         prefill_tokens_per_s=prefill_tokens_per_s, retain=retain, reload=reload,
+                         host_tier_tokens=int(host_tier_blocks) * int(block_size) if host_tier_blocks else None)
 
 
 class _ScoutBase(ReplayPolicy):
@@ -93,8 +96,14 @@ class ScoutProxyPolicy(_ScoutBase):
         super().setup(requests, capacity_blocks, cost, rec)
         prio = self.eviction == "priority"
         engines = getattr(rec, "engines", 1)
+        reload, host = None, 0
+        tier = getattr(rec, "tier", None)
+        if tier is not None:                            # the engine has a host tier: reloads are loads
+            reload = (1.0 / cost.transfer_s(1), cost.offload_latency_s)
+            host = tier.stats()["capacity_blocks"]
         self.sp = ScoutPolicy(build_config(capacity_blocks, self.block_size, self.settings, retain=prio,
-                                           prefill_tokens_per_s=engines / cost.prefill_token_s))
+                                           prefill_tokens_per_s=engines / cost.prefill_token_s, reload=reload,
+                                           host_tier_blocks=host))
         self.pool = BlockPool(capacity_blocks, self.eviction, getattr(self, "retention_s", 300.0))
         self.queue = EngineQueue(engines)
         self.executor = ReplayExecutor(executor_limits(self.settings), self._execute, self.sp.record_action_result)
