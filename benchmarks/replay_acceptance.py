@@ -21,10 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from proxy.sim.cost_model import CostModel  # noqa: E402
-from proxy.sim.replay.runner import ReplaySettings, replay, resolve_capacity  # noqa: E402
-from proxy.sim.replay_cli import DEFAULT_WORKLOAD_CAPACITY, parse_overrides  # noqa: E402
-from proxy.sim.workloads import generate, preset  # noqa: E402
+from proxy.sim.cost_model import CostModel
+from proxy.sim.replay.runner import ReplaySettings, replay, resolve_capacity
+from proxy.sim.replay_cli import DEFAULT_WORKLOAD_CAPACITY, parse_overrides
+from proxy.sim.workloads import generate, preset
 
 POLICY = "scout-proxy"
 
@@ -70,7 +70,8 @@ def mean(xs):
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| workload | seed | cap | thr × LRU | (belady) | TTFT × LRU | turn × LRU | TTFT gap closed | hit lru→scout (belady) | net_saved_vs_lru_s | warm s | top spender |",
+    out = ["| workload | seed | cap | thr × LRU | (belady) | TTFT × LRU | turn × LRU | TTFT gap closed "
+           "| hit lru→scout (belady) | net_saved_vs_lru_s | warm s | top spender |",
            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         g = "-" if r["gap_closed"] is None else f"{100 * r['gap_closed']:.0f}%"
@@ -106,7 +107,8 @@ def main() -> int:
         print(table(ctrl_rows))
     thr = mean([r["thr_x"] for r in main_rows])
     gap = mean([r["gap_closed"] for r in main_rows])
-    print(f"\nmain cells: {len(main_rows)}; mean throughput × LRU {thr:.3f} (min {min(r['thr_x'] for r in main_rows):.3f}); "
+    low = min(r["thr_x"] for r in main_rows)
+    print(f"\nmain cells: {len(main_rows)}; mean throughput × LRU {thr:.3f} (min {low:.3f}); "
           f"mean TTFT gap closed {100 * gap:.1f}%; worst TTFT × LRU {max(r['ttft_x'] for r in main_rows):.4f}; "
           f"worst turn × LRU {max(r['turn_x'] for r in main_rows):.4f}; "
           f"net_saved_vs_lru_s < 0 in {sum(r['net_saved_vs_lru_s'] < 0 for r in main_rows)} cells")

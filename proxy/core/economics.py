@@ -177,7 +177,7 @@ class RunningSet:
 
     def add(self, hashes: Sequence[int], tokens: Sequence[int]) -> None:
         held = self._held
-        for h, t in zip(hashes, tokens):
+        for h, t in zip(hashes, tokens, strict=False):
             e = held.get(h)
             if e is None:
                 held[h] = [1, t]

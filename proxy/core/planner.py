@@ -27,8 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .actions import (RETAIN, REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, REASON_TRANSITION,
-                      TOUCH, WARM, Action)
+from .actions import REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, REASON_TRANSITION, RETAIN, TOUCH, Action
 from .agents import AgentRegistry, TenantState, agent_id_for
 from .config import PolicyConfig
 from .economics import NOTHING, WAIT, Market, Prospect, assess

@@ -48,8 +48,8 @@ def hop_distances(learner: TransitionLearner, sources: Iterable[int], max_hops: 
     return dist
 
 
-def reachable_agents(registry: "AgentRegistry", on_agent: Iterable[tuple[str, int]], max_hops: int,
-                     tau: float, admit: Callable[[str], bool] | None = None) -> Iterator[tuple["Agent", float]]:
+def reachable_agents(registry: AgentRegistry, on_agent: Iterable[tuple[str, int]], max_hops: int,
+                     tau: float, admit: Callable[[str], bool] | None = None) -> Iterator[tuple[Agent, float]]:
     """(agent, p_surv) for every agent within ``max_hops`` of a live session's current agent, per
     tenant (``on_agent``: (tenant, slot) of each session's current agent); ``admit`` filters tenants
     (the planner's gate). The one survival BFS: the planner's sweep and the replay's in-engine

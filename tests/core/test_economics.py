@@ -8,8 +8,8 @@ CAP = 10_000.0
 
 
 def market(**kw) -> Market:
-    base = dict(capacity_tokens=CAP, insert_rate=1_000.0, zone_tokens=CAP / 4, tail_reuse=0.0,
-                prefill_tokens_per_s=5_000.0, request_rate=1.0)
+    base: dict = {"capacity_tokens": CAP, "insert_rate": 1_000.0, "zone_tokens": CAP / 4, "tail_reuse": 0.0,
+                  "prefill_tokens_per_s": 5_000.0, "request_rate": 1.0}
     base.update(kw)
     return Market(**base)
 

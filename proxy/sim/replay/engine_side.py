@@ -68,7 +68,8 @@ class EngineQueue:
 
 class ReplayExecutor:
     """The live executor's rules over virtual time. `run(action, now)` executes an action on the
-    simulated engine and returns (ok, end time, tokens it prefilled); `report(action, ok, now, computed_tokens)` tells the core."""
+    simulated engine and returns (ok, end time, tokens it prefilled);
+    `report(action, ok, now, computed_tokens)` tells the core."""
 
     def __init__(self, limits: ExecutorLimits, run: Callable[[Action, float], tuple[bool, float, int]],
                  report: Callable[..., None]) -> None:
