@@ -24,6 +24,7 @@ be exempted with ``session_gated=False``); with a shut gate the planner does not
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +79,9 @@ class Planner:
         self.declined = 0               # candidates the economics found not worth acting on
         self.touch_prefill = float(config.touch_cost_tokens)   # measured tokens a touch prefills (EWMA)
         self.overflow_ticks = 0         # plan() calls skipped: the running set alone overflows the cache
+        # the one outside veto (runtime wiring): (reason, kind, now) -> may this action be emitted?
+        # Observe-only windows and throttled signals (branch i11b: core/yield_ledger.py) answer False.
+        self.action_gate: Callable[[str, str, float], bool] | None = None
         self.hints: Any = None      # runtime hints (core.hint_actions.HintDriver): extra candidates
 
     # --- gate ------------------------------------------------------------------------------------
@@ -382,6 +386,8 @@ class Planner:
             if len(actions) >= slots:
                 break
             if cost > self.bucket:
+                continue
+            if self.action_gate is not None and not self.action_gate(c.reason, kind, now):
                 continue
             self.bucket -= cost
             # session contexts get no engine priority unless asked: a priority outlives the pause
