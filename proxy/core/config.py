@@ -17,8 +17,11 @@ class PolicyConfig:
     chars_per_token: float = 4.0     # token estimate for text blocks
     # --- agent identity -------------------------------------------------------------------
     max_agents: int = 256            # registry cap over all tenants; least valuable evicted
-    fingerprint_blocks: int = 8      # N: blocks after the learned skip that identify a raw-prompt agent
-    max_skip_blocks: int = 32        # cap on the learned shared-template skip (paper fork: SKIP=28)
+    prefix_index_max_bytes: int = 16 << 20   # prefix index (agent discovery) memory cap; cold leaves evicted
+    min_sources_below_agent: int = 3  # sources a branch point below an existing agent needs to
+                                      # become an agent of its own (2 when no agent is above it)
+    first_sight_window: int = 64      # a system prompt followed by more of the prompt is an agent on
+                                      # first sight, dropped if not seen again within this many requests
     # --- sessions -------------------------------------------------------------------------
     max_sessions: int = 4096         # live session cap; oldest evicted first
     session_ttl_s: float = 1800.0    # a session idle this long is forgotten

@@ -19,6 +19,9 @@ from .sessions import Session, SessionTracker
 from .view import EngineLoad, RequestView, ResponseOutcome
 
 
+_SRC = 1 << 64
+
+
 class ScoutPolicy:
     def __init__(self, config: PolicyConfig | None = None) -> None:
         self.config = cfg = config or PolicyConfig()
@@ -56,15 +59,20 @@ class ScoutPolicy:
             return ObservedRequest(rid, None, view.session_id, None, hit)
         self.requests += 1
         agents = self.agents
-        agent = agents.identify(view, now)
+        sid = view.session_id
+        # an explicit session is the prefix index's source: an int (negative or above 2**64, never one
+        # of the index's own counters; ints keep its source tuples out of the GC's tracked containers;
+        # tenants have their own roots, so equal ids in two tenants never meet)
+        agent = agents.identify(view, now, hash(sid) | _SRC if sid else None)
         anchor_len = len(agent.anchor_hashes) if agent else 0
         hit = self.residency.on_forward(view, now, anchor_len if agent else None)
         if self.host_residency is not None:
             self.host_residency.on_forward(view, now, anchor_len if agent else None)
-        # blocks every request of the agent shares are never session boundaries: the marked anchor
-        # for chat views, the learned shared-template skip for raw/trace views
-        floor = view.anchor_blocks if view.anchor_blocks > 0 else agents.tenant(view.tenant).skip
-        session = self.sessions.resolve(view, now, floor)
+        # blocks every request of the agent shares are never session boundaries: its recurring
+        # prefix (while no agent is known: the view's marked anchor, or what other sources share).
+        # A parent whose whole prompt later became the agent's anchor still counts (floor - 1).
+        floor = anchor_len if agent is not None else max(view.anchor_blocks, agents.shared_depth)
+        session = self.sessions.resolve(view, now, max(floor - 1, agents.shared_depth) if agent else floor)
         predicted = None
         prev = session.agent
         if (agent is not None and prev is not None and agents.by_id.get(prev.agent_id) is prev   # alive

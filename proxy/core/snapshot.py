@@ -1,6 +1,8 @@
 """Versioned, bounded snapshot of the learned state (agents' identities, transitions, gaps).
 
-Only what was *learned* is saved: agent keys, use counts, decayed transition counts and gap
+Only what was *learned* is saved: agent keys and anchor lengths in blocks (the prefix index's
+agents: a restored agent gets its index node back when a request's chain has its key at that
+depth, so ids survive a restart), use counts, decayed transition counts and gap
 samples. Anchor hashes and payloads (prompt text) are not: they are large and private, and the
 next request from an agent refills them. Sessions and the residency shadow are transient and are
 not saved either. JSON-safe dicts; hashes as 16-hex strings; numbers rounded.
@@ -14,7 +16,7 @@ from typing import Any
 from .agents import AgentRegistry
 from .survival import median_gap
 
-VERSION = 1
+VERSION = 2
 KIND = "cachescout-policy"
 
 
@@ -28,11 +30,10 @@ def dump(registry: AgentRegistry) -> dict[str, Any]:
         if not ts.agents:
             continue
         agents = [[a.agent_id, f"{a.key:016x}", a.slot, a.tokens, a.uses, _r(a.last_seen),
-                   [_r(g) for g in a.gaps], [_r(g) for g in a.tool_gaps]]
+                   [_r(g) for g in a.gaps], [_r(g) for g in a.tool_gaps], a.anchor_len]
                   for a in sorted(ts.agents.values(), key=lambda a: a.slot)]
         learner = ts.learner
         tenants[name] = {
-            "skip": ts.skip,
             "agents": agents,
             "transitions": learner.export_counts(),
             "visits": learner.export_visits(),
@@ -57,8 +58,12 @@ def load(registry: AgentRegistry, data: dict[str, Any], max_bytes: int) -> None:
     registry.tenants.clear()
     for name, t in data.get("tenants", {}).items():
         ts = registry.tenant(str(name))
-        for agent_id, key_hex, slot, tokens, uses, last_seen, gaps, tool_gaps in t.get("agents", []):
+        for agent_id, key_hex, slot, tokens, uses, last_seen, gaps, tool_gaps, depth in t.get("agents", []):
             a = registry._create(ts, int(key_hex, 16), float(last_seen), agent_id=str(agent_id), slot=int(slot))
+            a.anchor_len = int(depth)
+            if a.anchor_len > 0:
+                ts.restored.setdefault(a.anchor_len, {})[a.key] = a
+                registry.restored_pending += 1
             a.tokens = int(tokens)
             a.uses = int(uses)
             a.gaps.extend(float(g) for g in gaps)

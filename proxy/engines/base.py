@@ -105,6 +105,7 @@ class WarmSpec:
     cache_salt: str | None = None
     key: str = ""                        # token-id cache key (tenant + last block hash)
     template: dict = field(default_factory=dict)   # chat_template / chat_template_kwargs of the traffic
+    continue_final: bool = False         # the anchor ends inside its last message: render it open
 
 
 def warm_spec(action: Any) -> WarmSpec | None:
@@ -146,6 +147,7 @@ def warm_spec(action: Any) -> WarmSpec | None:
         cache_salt=payload.get("cache_salt") or (tenant or None),
         key=f"{tenant}|{len(hashes)}|{key_tail}",
         template={k: payload[k] for k in TEMPLATE_FIELDS if payload.get(k) is not None},
+        continue_final=bool(payload.get("continue_final_message")) and not isinstance(assistant, dict),
     )
 
 

@@ -26,7 +26,6 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from proxy.core.agents import agent_id_for
 from proxy.core.economics import RunningSet
 from proxy.core.fingerprint import view_from_openai
 from proxy.core.view import EngineLoad, RequestView, ResponseOutcome
@@ -36,7 +35,7 @@ from proxy.runtime.response_tap import ResponseTap
 
 log = logging.getLogger("cachescout.live_policy")
 
-OBSERVED_PATHS = ("/v1/chat/completions", "/v1/completions")
+OBSERVED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages")
 WARMUP_HEADER = "x-cachescout-warmup"
 CONVERSION_SHARE = 0.8          # cached >= 80% of the warmed prompt counts as converted
 MAX_ACTED = 4096
@@ -152,11 +151,10 @@ class LivePolicyObserver:
         st.view = view
         if view is None or view.is_warmup or not view.block_hashes:
             return None
-        registry = self.policy.agents
-        n = registry.anchor_length(view, registry.tenant(view.tenant))
-        if n <= 0:
+        agent = self.policy.agents.lookup(view)
+        if agent is None:
             return None
-        hit = self._anchor_priority.get(agent_id_for(view.tenant, view.block_hashes[n - 1]))
+        hit = self._anchor_priority.get(agent.agent_id)
         now = self.clock()
         survival = hit[0] / 100.0 if hit is not None and now - hit[1] < HINT_TTL_S else None
         extras = self.extras_for(survival)

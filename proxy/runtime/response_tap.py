@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from proxy.runtime.api_outcomes import as_chat
+
 MAX_JSON_BYTES = 4 * 1024 * 1024      # larger non-stream bodies are not parsed (still forwarded)
 MAX_ASSISTANT_CHARS = 64 * 1024       # larger assistant turns are not kept for tool_resume
 
@@ -88,6 +90,8 @@ class ResponseTap:
     def _apply(self, obj: Any, now: float | None, *, stream: bool) -> None:
         if not isinstance(obj, dict):
             return
+        if "choices" not in obj and (converted := as_chat(obj)) is not None:   # /v1/responses, /v1/messages
+            obj, stream = converted, False
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self.prompt_tokens = _int(usage.get("prompt_tokens"), self.prompt_tokens)
