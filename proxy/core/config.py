@@ -50,7 +50,8 @@ class PolicyConfig:
     near_eviction_horizon_s: float = 0.0   # >0: or within what traffic inserts in this many seconds
     residency_stride: int = 0        # track every Nth block; 0 = auto (256 tokens / block size); 1 = exact
     residency_stride_tokens: int = 256  # auto stride target
-    residency_max_entries: int = 500_000  # memory bound on tracked blocks (~100 MB worst case)
+    residency_max_entries: int = 200_000  # memory bound on tracked blocks (~260 B each: ~52 MB; at the auto
+                                          # stride of 256 tokens that covers 51M tokens, more than any one engine)
     # --- planner --------------------------------------------------------------------------
     warmup_tokens_per_s: float = 0.0       # token-bucket refill for warm/touch cost; 0 = auto:
                                            # warmup_share x prefill_tokens_per_s (a fixed number that
@@ -107,7 +108,13 @@ class PolicyConfig:
                                      # contexts of finished sessions then crowd out live histories
     conversion_window_s: float = 300.0   # an executed action counts toward a request this long
     # --- snapshot -------------------------------------------------------------------------
-    snapshot_max_bytes: int = 25_000  # restore() refuses larger documents
+    snapshot_max_bytes: int = 2 * 1024 * 1024  # state file budget: max_agents agents and a full
+                                     # transition matrix fit (~1.7 MB at 256 agents); dump keeps the
+                                     # most valuable agents that fit, restore refuses larger documents
+    # --- memory budget (hardening, issue 13) ------------------------------------------------
+    session_max_bytes: int = 64 * 1024 * 1024   # sessions' hash chains + kept payloads, estimated;
+                                     # the least recently active sessions are dropped first
+    fanout_max_bytes: int = 16 * 1024 * 1024    # parked fan-out parents between two plan ticks
 
     def with_overrides(self, **overrides: Any) -> "PolicyConfig":
         """Copy with some fields replaced; unknown names raise (typos must not pass silently)."""

@@ -8,6 +8,7 @@ explicit ``now`` so the replay can run in virtual time; nothing here blocks or d
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Any
 
 from . import snapshot as _snapshot
 from .actions import Action, ObservedRequest, PolicyStats
@@ -15,7 +16,7 @@ from .agents import AgentRegistry
 from .config import PolicyConfig
 from .planner import Planner
 from .residency import ResidencyShadow
-from .sessions import Session, SessionTracker
+from .sessions import Session, SessionTracker, session_bytes
 from .view import EngineLoad, RequestView, ResponseOutcome
 
 
@@ -45,10 +46,15 @@ class ScoutPolicy:
         self.skipped_warmups = 0
         self.fanouts = 0                # fan-out parents detected
         self.tool_resumes = 0           # same-agent resumes after tool_calls (not learned as transitions)
+        self._dormant: dict[str, _snapshot.SavedTenant] = {}   # restored salted tenants not seen yet
+        self._fanout_bytes = 0          # parked fan-out parents since the planner last cleared them
+        self.fanout_dropped = 0         # fan-out parents not parked: over fanout_max_bytes
 
     # --- inputs ------------------------------------------------------------------------------------
-    def observe_request(self, view: RequestView, now: float) -> ObservedRequest:
-        """A request is being forwarded: feed the shadow; learn from it unless it is a warmup."""
+    def observe_request(self, view: RequestView, now: float, context_payload: Any = None) -> ObservedRequest:
+        """A request is being forwarded: feed the shadow; learn from it unless it is a warmup.
+        ``context_payload`` (optional) replaces ``view.context_payload`` as what the session keeps
+        (the live proxy passes the body bytes instead of the parsed copy, without rebuilding the view)."""
         self._next_id += 1
         rid = self._next_id
         if view.is_warmup or not view.block_hashes:
@@ -58,7 +64,10 @@ class ScoutPolicy:
             self.skipped_warmups += view.is_warmup
             return ObservedRequest(rid, None, view.session_id, None, hit)
         self.requests += 1
+        ctx_payload = view.context_payload if context_payload is None else context_payload
         agents = self.agents
+        if self._dormant and view.tenant not in agents.tenants:
+            self._adopt(view.tenant)
         sid = view.session_id
         # an explicit session is the prefix index's source: an int (negative or above 2**64, never one
         # of the index's own counters; ints keep its source tuples out of the GC's tracked containers;
@@ -88,8 +97,8 @@ class ScoutPolicy:
                 agents.record_gap(prev, now - session.last_end, session.finish)
         acted = self._conversion(agent, session, now) if self._acted else None
         if self.config.fanout_enabled:
-            self._detect_fanout(view, session, agent, floor)
-        self.sessions.record_request(session, view, agent, now, floor)
+            self._detect_fanout(view, session, agent, floor, now, ctx_payload)
+        self.sessions.record_request(session, view, agent, now, floor, ctx_payload)
         self._pending[rid] = session
         while len(self._pending) > 4 * self.config.max_sessions:
             self._pending.popitem(last=False)
@@ -105,14 +114,18 @@ class ScoutPolicy:
         return ObservedRequest(rid, agent.agent_id if agent else None, session.sid, predicted, hit,
                                acted[0] if acted else None, acted[1] if acted else 0)
 
-    def _detect_fanout(self, view: RequestView, session: Session, agent, floor: int) -> None:
+    def _detect_fanout(self, view: RequestView, session: Session, agent, floor: int, now: float,
+                       ctx_payload: Any = None) -> None:
         """Fan-out: a request of a session whose previous request is still running shares a parent
         prefix with it (parallel tool calls, map steps), or asks for n > 1 choices. The parent,
         beyond the agent's anchor, is what every sibling (and the join after them) reads: the
         planner keeps it (touch / retain, never a warm: the siblings are running on it)."""
         hashes = view.block_hashes
         k = 0
-        if session.inflight > 0 and session.hashes:
+        # still running, or (the live proxy learns a request once the engine accepted it, so a
+        # non-streamed sibling is observed after its predecessor ended) ended after this one began
+        running = session.inflight > 0 or (session.last_end is not None and session.last_end > now)
+        if running and session.hashes:
             prev = session.hashes
             m = min(len(prev), len(hashes))
             while k < m and prev[k] == hashes[k]:
@@ -120,9 +133,16 @@ class ScoutPolicy:
         elif view.n > 1:
             k = len(hashes)
         if k > floor and agent is not None:
+            if not self.planner.fanout:
+                self._fanout_bytes = 0              # the planner cleared what was parked
+            cost = session_bytes(k, ctx_payload)
+            if self._fanout_bytes + cost > self.config.fanout_max_bytes:
+                self.fanout_dropped += 1
+                return
+            self._fanout_bytes += cost
             self.fanouts += 1
             self.planner.fanout[session.key] = (agent, hashes[:k], view.block_tokens[:k],
-                                                {"context": view.context_payload, "assistant": None})
+                                                {"context": ctx_payload, "assistant": None})
 
     def _conversion(self, agent, session: Session, now: float) -> tuple[str, int] | None:
         """The executed action (if any) that prepared this request: its context, else its anchor."""
@@ -159,9 +179,11 @@ class ScoutPolicy:
     def plan(self, now: float, load: EngineLoad = EngineLoad()) -> list[Action]:
         return self.planner.plan(now, load)
 
-    def record_action_result(self, action: Action, ok: bool, now: float) -> None:
-        """The executor's verdict. ok=True means the engine ran it: the shadow now holds the blocks."""
-        block_tokens = self.planner.finish(action, ok)
+    def record_action_result(self, action: Action, ok: bool, now: float, computed_tokens: float | None = None) -> None:
+        """The executor's verdict. ok=True means the engine ran it: the shadow now holds the blocks.
+        ``computed_tokens`` (view tokens the engine prefilled for it, when known) calibrates what a
+        touch really costs: the shadow's verdict is coarse at the LRU tail."""
+        block_tokens = self.planner.finish(action, ok, computed_tokens)
         if ok and action.kind != "retain" and action.block_hashes:
             self._acted[(action.tenant, action.block_hashes[-1])] = (action.reason, action.tokens, now)
         if ok and action.kind != "retain" and action.block_hashes:
@@ -210,12 +232,19 @@ class ScoutPolicy:
 
     # --- persistence ---------------------------------------------------------------------------------
     def snapshot(self) -> dict:
-        return _snapshot.dump(self.agents)
+        cfg = self.config
+        return _snapshot.dump(self.agents, self._dormant, cfg.snapshot_max_bytes, cfg.age_lambda)
+
+    def _adopt(self, tenant: str) -> None:
+        """A restored salted tenant's traffic is back: install its learned state under its name."""
+        saved = self._dormant.pop(_snapshot.tenant_key(tenant), None) if tenant else None
+        if saved is not None:
+            _snapshot.apply_tenant(self.agents, tenant, saved)
 
     def restore(self, data: dict) -> None:
         """Load learned state (raises ValueError on a foreign/too-large/wrong-version document).
         Live sessions are dropped: they would point at agents that no longer exist."""
-        _snapshot.load(self.agents, data, self.config.snapshot_max_bytes)
+        self._dormant = _snapshot.load(self.agents, data, self.config)
         self.sessions = SessionTracker(self.config)
         self.agents.on_evict = self.sessions.forget_agent
         self.planner.sessions = self.sessions

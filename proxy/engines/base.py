@@ -123,6 +123,8 @@ def warm_spec(action: Any) -> WarmSpec | None:
     if not isinstance(payload, dict):
         return None
     assistant = payload.get("assistant")          # tool_resume: the assistant tool-call turn
+    if hasattr(payload.get("context"), "to_warm_dict"):   # a compact context (runtime/payload.py)
+        payload = {**payload, "context": payload["context"].to_warm_dict()}
     if isinstance(payload.get("context"), dict):  # tool_resume: {"context": full prompt, "assistant": turn}
         payload = payload["context"]
     messages = list(payload.get("messages") or ())
