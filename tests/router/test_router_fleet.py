@@ -3,15 +3,16 @@
 Each case runs the same multi-agent workload (two tenants, each with its own cache_salt) at the same
 time through a baseline fleet (router → engines) and a CacheScout fleet, and checks what the
 topology promises (docs/deploy.md, "More than one replica"):
-- sidecar per replica + consistent_hash: warmups land where the session's next request goes (at most
-  WRONG_REPLICA_SESSION of them on another replica) and the fleet's hit ratio is not lower;
+- sidecar per replica + consistent_hash: sessions spread over the replicas and warmups land where the
+  session's next request goes (at most WRONG_REPLICA_SESSION of them on another replica);
 - sidecar per replica + round_robin: the router sends the next request elsewhere about (N-1)/N of
   the time; the measurement must see it (this is the case the docs advise against);
 - CacheScout in front + kv_aware (KV events from the engines): warmups go through the router and
   later requests for the warmed prefix use the replica the warmup filled (USED_HERE_KV_FRONT);
 - every case: no client errors, and every warmup carries its own tenant's salt (its first block is
   one that tenant's traffic has).
-The workload is small (seconds per case); the figures for the docs come from benchmarks/router_fleet.py.
+The workload is small (seconds per case), too small for the hit ratio and TTFT it prints to be more
+than indicative; the figures for the docs (gain with vs without) come from benchmarks/router_fleet.py.
 """
 
 from __future__ import annotations
@@ -93,7 +94,6 @@ def test_sidecars_behind_consistent_hash_warm_where_the_session_goes():
     res = RESULTS["consistent_hash"] = run("consistent_hash", "sidecar")
     assert min(res["client_requests_per_replica"]) > 0, res["client_requests_per_replica"]  # sessions spread
     assert res["landing"]["wrong_replica_share"] <= WRONG_REPLICA_SESSION, res["landing"]
-    assert res["cachescout"]["hit_rate"] >= res["baseline"]["hit_rate"] - 0.01
 
 
 def test_round_robin_sends_the_next_request_elsewhere():
@@ -102,7 +102,7 @@ def test_round_robin_sends_the_next_request_elsewhere():
     the router gives to the other replica."""
     res = run("round_robin", "sidecar", need_warmups=False, baseline=False)
     land = res["landing"]
-    if land["warmups"]:
+    if land["warmups"] >= 10:          # a share of a handful of warmups says nothing
         assert land["wrong_replica_share"] >= 0.2, land
     if "consistent_hash" in RESULTS:
         assert mean_r(res) < mean_r(RESULTS["consistent_hash"]), (res["proxies"], RESULTS["consistent_hash"]["proxies"])
