@@ -24,6 +24,7 @@ be exempted with ``session_gated=False``); with a shut gate the planner does not
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +73,9 @@ class Planner:
         self._budget = (0.0, 0.0)
         self.emitted: dict[str, int] = {}
         self.failed = 0
+        # the one outside veto (runtime wiring): (reason, kind, now) -> may this action be emitted?
+        # Observe-only windows and throttled signals (core/yield_ledger.py) answer False.
+        self.action_gate: Callable[[str, str, float], bool] | None = None
 
     # --- gate ------------------------------------------------------------------------------------
     def gate_open(self, ts: TenantState, now: float | None = None) -> bool:
@@ -319,6 +323,8 @@ class Planner:
                     continue                    # it would be evicted again before the demand
                 kind, cost = WARM, missing
             if cost > self.bucket:
+                continue
+            if self.action_gate is not None and not self.action_gate(c.reason, kind, now):
                 continue
             self.bucket -= cost
             # session contexts get no engine priority unless asked: a priority outlives the pause

@@ -31,6 +31,7 @@ from proxy.runtime.kv_events import KvEvent, KvEventSubscriber
 from proxy.runtime.live_policy import LivePolicyObserver
 from proxy.runtime.prefill import PrefillRate
 from proxy.runtime.scraper import EngineScraper
+from proxy.runtime.switchback import SelfEvaluation, switchback_config, yield_config
 
 log = logging.getLogger("cachescout.live")
 
@@ -86,6 +87,12 @@ class LiveRuntime:
         self.state_loaded: str | None = None
         self.lmcache = LmcacheClient(client, settings.lmcache_url) if settings.lmcache_url else None
         self._side_tasks: set[asyncio.Task] = set()
+        # self-evaluation: switchback windows and per-signal yield veto actions through one planner hook
+        self.selfeval = SelfEvaluation(switchback_config(settings), yield_config(settings), metrics, clock,
+                                       seed=settings.switchback_seed,
+                                       turnover_s=lambda: self.policy.residency.lifetime_s())
+        self.policy.planner.action_gate = self.selfeval.gate
+        self.observer.selfeval = self.selfeval
 
     # -- lifecycle ------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -111,6 +118,7 @@ class LiveRuntime:
         if s.kv_events_endpoint:
             self.kv_events = KvEventSubscriber(s.kv_events_endpoint, on_event=self._on_kv_event)
             await self.kv_events.start()
+        self.selfeval.tick(self.clock())
         self._tick = asyncio.create_task(self._tick_loop(), name="cachescout-plan-tick")
 
     async def stop(self) -> None:
@@ -151,6 +159,7 @@ class LiveRuntime:
         while True:
             await asyncio.sleep(interval)
             try:
+                self.selfeval.tick(self.clock())
                 self.observer.plan(self.clock())
                 self.observer.update_gauges()
             except Exception:  # noqa: BLE001 - keep ticking; the forwarder is unaffected
@@ -274,6 +283,7 @@ class LiveRuntime:
         out["recent_actions"] = list(self.executor.recent)[-20:]
         out["observer"] = dict(self.observer.counts, inflight=self.observer.inflight)
         out["state_loaded_from"] = self.state_loaded
+        out["self_evaluation"] = self.selfeval.describe()
         return out
 
 

@@ -28,6 +28,7 @@ from typing import Any
 from proxy.core.agents import agent_id_for
 from proxy.core.fingerprint import view_from_openai
 from proxy.core.view import EngineLoad, RequestView, ResponseOutcome
+from proxy.core.yield_ledger import counterfactual_cached, remaining_life
 from proxy.engines.base import WarmResult
 from proxy.runtime.response_tap import ResponseTap
 
@@ -77,7 +78,10 @@ class LivePolicyObserver:
         self.rewrite_enabled = False
         self.extras_for: Callable[[float | None], dict] = lambda survival: {}
         self._anchor_priority: OrderedDict[str, tuple[int, float]] = OrderedDict()
-        self._acted: OrderedDict[int, tuple[str, int, float, str]] = OrderedDict()  # last hash -> (reason, tokens, at, tenant)
+        # last hash -> (reason, tokens, at, tenant, pre-cached tokens, remaining life, shadow inserted at)
+        self._acted: OrderedDict[int, tuple[str, int, float, str, int, float | None, int]] = OrderedDict()
+        self.selfeval: Any = None               # runtime.switchback.SelfEvaluation (LiveRuntime sets it)
+        self._last_request_at = float("-inf")   # when the latest client request started
         self.counts = {"requests": 0, "observed": 0, "skipped": 0, "warmup_requests": 0, "responses": 0,
                        "errors": 0, "prompt_tokens": 0, "cached_tokens": 0, "converted_tokens": 0,
                        "deferred_observe_us": 0, "rewritten": 0}
@@ -93,6 +97,7 @@ class LivePolicyObserver:
     # -- hooks (request path) ------------------------------------------------------------------------
     def on_request(self, ctx: Any) -> None:
         self._inflight[ctx.request_id] = ctx.started
+        self._last_request_at = ctx.started
         st = _ReqState()
         st.alone = len(self._inflight) == 1 and not getattr(self.executor, "sending", 0)
         ctx.state["cachescout"] = st
@@ -109,8 +114,8 @@ class LivePolicyObserver:
         (`priority` from the survival the planner last gave its anchor, or a `kv_hints` envelope).
         None (forward the original bytes) when off, unparsed, unknown agent or nothing to add. Builds
         the view now (the deferred observation reuses it), so enabling hints costs ~0.3 ms inline."""
-        if not self.rewrite_enabled:
-            return None
+        if not self.rewrite_enabled or (self.selfeval is not None and not self.selfeval.active()):
+            return None                         # off, or observe-only: forward the original bytes
         st = ctx.state.get("cachescout")
         if st is None or st.skip or not isinstance(ctx.json, dict):
             return None
@@ -221,6 +226,10 @@ class LivePolicyObserver:
             )
             if not st.view.is_warmup and tap.prompt_tokens:
                 self._count_usage(st.view, tap.prompt_tokens, tap.cached_tokens or 0, now)
+            if not st.view.is_warmup and self.selfeval is not None:
+                first = tap.first_token_at if tap.first_token_at is not None else now
+                self.selfeval.record_outcome(ctx.started, first - ctx.started, now - ctx.started,
+                                             tap.prompt_tokens or 0, tap.cached_tokens or 0)
                 if self.prefill is not None and tap.stream and tap.first_token_at is not None:
                     self.prefill.add_request(tap.prompt_tokens - (tap.cached_tokens or 0),
                                              tap.first_token_at - ctx.started, alone=st.alone)
@@ -243,7 +252,7 @@ class LivePolicyObserver:
             entry = self._acted.get(h)
             if entry is None:
                 continue
-            reason, tokens, at, tenant = entry
+            reason, tokens, at, tenant, pre_cached, life, inserted_at = entry
             if tenant != view.tenant or now - at > CONVERSION_WINDOW_S:
                 continue
             if cached >= CONVERSION_SHARE * tokens:
@@ -251,6 +260,10 @@ class LivePolicyObserver:
                 self.counts["converted_tokens"] += tokens
                 if self.metrics is not None:
                     self.metrics.converted_tokens_total.labels(reason).inc(tokens)
+                if self.selfeval is not None:   # yield: what the hit saved beyond the no-action case
+                    inserted = self.policy.residency.inserted_tokens
+                    cf = counterfactual_cached(pre_cached, life, inserted_at, inserted)
+                    self.selfeval.record_saved(reason, max(0, min(cached, tokens) - cf), now)
 
     # -- planning and results -----------------------------------------------------------------------
     def plan(self, now: float) -> int:
@@ -264,7 +277,23 @@ class LivePolicyObserver:
         return self.executor.submit(actions) if actions else 0
 
     def on_action_result(self, action: Any, result: WarmResult, now: float) -> None:
-        """Executor callback: report to the core, remember warmed prefixes for conversion."""
+        """Executor callback: report to the core, remember warmed prefixes for conversion (and, for
+        the yield ledger, what was already cached and how long the shadow gave it to live)."""
+        life: float | None = None
+        inserted_at = 0
+        if result.ok and action.block_hashes:
+            res = self.policy.residency          # before the core marks the blocks fresh
+            inserted_at = res.inserted_tokens
+            resident, full, near = res.verdict(action.block_hashes)
+            if resident and not full:
+                near = res.near_eviction(action.block_hashes[:resident])
+            life = remaining_life(res.capacity_tokens, res.zone_tokens(), near)
+            if self.selfeval is not None:
+                # no usage reported (some adapters): charge a warm its whole prefix, a touch nothing
+                spent = result.computed_tokens if result.prompt_tokens else (action.tokens if action.kind == "warm" else 0)
+                # contended: client requests in flight now, or one arrived since the action was planned
+                contended = bool(self._inflight) or self._last_request_at >= action.created
+                self.selfeval.record_spent(action.reason, spent, contended, now)
         self.policy.record_action_result(action, bool(result.ok), now)
         if result.ok and action.reason in ANCHOR_REASONS:
             self._anchor_priority[action.anchor_id] = (int(action.priority), now)
@@ -273,7 +302,8 @@ class LivePolicyObserver:
                 self._anchor_priority.popitem(last=False)
         if result.ok and action.block_hashes:
             tokens = result.prompt_tokens or action.tokens
-            self._acted[action.block_hashes[-1]] = (action.reason, int(tokens), now, action.tenant)
+            self._acted[action.block_hashes[-1]] = (action.reason, int(tokens), now, action.tenant,
+                                                    int(result.cached_tokens or 0), life, inserted_at)
             self._acted.move_to_end(action.block_hashes[-1])
             while len(self._acted) > MAX_ACTED:
                 self._acted.popitem(last=False)
