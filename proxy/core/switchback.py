@@ -17,8 +17,8 @@ The design, and why each part:
   next window's burn-in is over (its slow requests have finished by then; later ones are dropped
   and counted). Windows with fewer than ``min_window_requests`` counted requests are discarded.
 - **Fixed number of windows per decision**: the estimate is exported continuously, but the proxy
-  *acts* on it only when a batch of ``decision_windows`` usable windows is complete, looking at
-  each batch once, so each decision is a plain fixed-sample test at ``confidence`` (no peeking
+  *acts* on it only when a batch of ``decision_windows`` usable windows (and at least
+  ``MIN_ARM_WINDOWS`` of each arm) is complete, looking at each batch once, so each decision is a plain fixed-sample test at ``confidence`` (no peeking
   problem). Then: confidently harmful (the interval's lower end above ``harm_margin`` × off TTFT)
   -> observe-only for ``retry_s``, then a fresh experiment; confidently helpful (the upper end
   below 0) -> the control share drops to ``control_share_confident`` (the experiment's own cost);
@@ -39,6 +39,7 @@ from typing import Any
 from .window_stats import EffectEstimate, effect
 
 MODES = ("auto", "on", "off")
+MIN_ARM_WINDOWS = 3        # a decision needs this many usable windows of each arm
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +168,10 @@ class Switchback:
         if not usable:
             return
         self.batch.append(w)
-        if len(self.batch) >= self.config.decision_windows:
+        n_on = sum(1 for b in self.batch if b.on)
+        arms_ok = min(n_on, len(self.batch) - n_on) >= MIN_ARM_WINDOWS
+        # the stopping rule depends on window counts only, never on the outcomes: a fixed-size test
+        if len(self.batch) >= self.config.decision_windows and arms_ok:
             self._decide(now, events)
 
     # --- outcomes ---------------------------------------------------------------------------------
