@@ -180,7 +180,7 @@ class ProxyMetrics:
         )
         self.switchback_ttft_effect_seconds = Gauge(
             "cachescout_switchback_ttft_effect_seconds", "Load-adjusted TTFT effect of acting (on - off window "
-            "means), seconds; source=decision|running, bound=estimate|low|high", ("source", "bound"), registry=r,
+            "means), seconds (source: decision or running; bound: estimate, low or high)", ("source", "bound"), registry=r,
         )
         self.switchback_ttft_effect_ratio = Gauge(
             "cachescout_switchback_ttft_effect_ratio", "The TTFT effect relative to observe-only windows' mean "

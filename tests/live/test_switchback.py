@@ -71,7 +71,8 @@ def run_until(px, done, limit_s: float) -> dict:
     return px.call(px.live.selfeval.describe)
 
 
-def test_harmful_actions_end_observe_only_within_bounded_windows(http):
+def test_harmful_actions_end_observe_only_within_bounded_windows(http, caplog):
+    caplog.set_level("INFO", logger="cachescout.switchback")
     # ~1.2 prompts of cache: every request (and every warm) evicts what the next one needs
     with run_sim_server(sim_config(capacity_blocks=40, speed=1.0, cost=SLOW)) as sim:
         st = proxy_settings(sim.url, policy_overrides=EAGER, yield_throttle=False, switchback_start_after_s=3.0,
@@ -92,8 +93,7 @@ def test_harmful_actions_end_observe_only_within_bounded_windows(http):
                 ttft = est["ttft"]
                 assert sb["last_decision"]["verdict"] == "harmful" and 0 < ttft["low"] <= ttft["effect"] <= ttft["high"]
                 assert sb["policy_active"] is False and sb["retry_in_s"] > 500
-                # exported: /debug/state (above, through the real endpoint), the metrics, the log (logged
-                # at WARNING by runtime.switchback; asserted on in the unit of the log line below)
+                # exported: /debug/state (through the real endpoint), the metrics, the log
                 ds = debug_state(http, px)["switchback"]
                 assert ds["state"] == "observe_only"
                 text = http.get(px.url + "/metrics").text
@@ -102,6 +102,10 @@ def test_harmful_actions_end_observe_only_within_bounded_windows(http):
                 assert metric(text, "cachescout_switchback_decisions_total", verdict="harmful") == 1
                 low = metric(text, "cachescout_switchback_ttft_effect_seconds", source="decision", bound="low")
                 assert low == pytest.approx(ttft["low"])
+                said = [r.getMessage() for r in caplog.records if r.name == "cachescout.switchback"]
+                assert any("switchback decision: harmful; TTFT effect +" in m for m in said), said
+                assert any("observe-only for 600 s" in m and r.levelname == "WARNING"
+                           for r in caplog.records for m in [r.getMessage()])
                 # observe-only: still learning, no more actions
                 emitted = sum(px.live.policy.planner.emitted.values())
                 learned = px.live.policy.requests
