@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
@@ -159,6 +159,12 @@ class Settings(BaseSettings):
         if low not in ("auto", "on", "off"):
             raise ValueError("must be one of auto, on, off")
         return low
+
+    @model_validator(mode="after")
+    def _check_switchback_windows(self) -> "Settings":
+        if self.switchback_window_min_s > self.switchback_window_max_s:
+            raise ValueError("switchback_window_min_s must not exceed switchback_window_max_s")
+        return self
     # --- end self-evaluation ---
 
 

@@ -224,12 +224,12 @@ class LivePolicyObserver:
                 cached_tokens=tap.cached_tokens, output_tokens=tap.output_tokens,
                 assistant_payload=tap.assistant_message() if tap.finish_reason == "tool_calls" else None,
             )
-            if not st.view.is_warmup and tap.prompt_tokens:
-                self._count_usage(st.view, tap.prompt_tokens, tap.cached_tokens or 0, now)
-            if not st.view.is_warmup and self.selfeval is not None:
+            if not st.view.is_warmup and self.selfeval is not None:   # switchback: client-visible timing
                 first = tap.first_token_at if tap.first_token_at is not None else now
                 self.selfeval.record_outcome(ctx.started, first - ctx.started, now - ctx.started,
                                              tap.prompt_tokens or 0, tap.cached_tokens or 0)
+            if not st.view.is_warmup and tap.prompt_tokens:
+                self._count_usage(st.view, tap.prompt_tokens, tap.cached_tokens or 0, now)
                 if self.prefill is not None and tap.stream and tap.first_token_at is not None:
                     self.prefill.add_request(tap.prompt_tokens - (tap.cached_tokens or 0),
                                              tap.first_token_at - ctx.started, alone=st.alone)
