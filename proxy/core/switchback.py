@@ -197,14 +197,20 @@ class Switchback:
         if not ws:
             return None
         on = [w.on for w in ws]
-        cov = {"prompt_tokens_per_request": [w.prompt / w.n for w in ws],
-               "request_rate": [w.n / max(1e-9, w.end - w.burn_end) for w in ws]}
+        # Only covariates the policy cannot move: prompt tokens per request (the workload's content).
+        # Request rate is reported, not adjusted for: agent clients are closed loops (a session sends
+        # its next request when the last one answered), so a slower policy lowers the rate, and
+        # adjusting for it would absorb the very effect being measured. Likewise uncached tokens.
+        cov = {"prompt_tokens_per_request": [w.prompt / w.n for w in ws]}
         conf = self.config.confidence
         ttft = effect([w.ttft / w.n for w in ws], on, cov, conf)
         lat = effect([w.latency / w.n for w in ws], on, cov, conf)
         out: dict[str, Any] = {"windows_on": sum(on), "windows_off": len(ws) - sum(on),
                                "confidence": conf, "hit_ratio_on": _hit(ws, True),
-                               "hit_ratio_off": _hit(ws, False)}
+                               "hit_ratio_off": _hit(ws, False),
+                               "request_rate_on": _rate(ws, True), "request_rate_off": _rate(ws, False),
+                               "uncached_tokens_per_request_on": _uncached(ws, True),
+                               "uncached_tokens_per_request_off": _uncached(ws, False)}
         out["ttft"] = _plain(ttft)
         out["latency"] = _plain(lat)
         return out
@@ -256,6 +262,16 @@ class Switchback:
 def _hit(ws: list[Window], on: bool) -> float | None:
     prompt = sum(w.prompt for w in ws if w.on == on)
     return round(sum(w.cached for w in ws if w.on == on) / prompt, 4) if prompt else None
+
+
+def _rate(ws: list[Window], on: bool) -> float | None:
+    span = sum(w.end - w.burn_end for w in ws if w.on == on)
+    return round(sum(w.n for w in ws if w.on == on) / span, 4) if span > 0 else None
+
+
+def _uncached(ws: list[Window], on: bool) -> float | None:
+    n = sum(w.n for w in ws if w.on == on)
+    return round(sum(w.prompt - w.cached for w in ws if w.on == on) / n, 1) if n else None
 
 
 def _plain(e: EffectEstimate | None) -> dict[str, Any] | None:

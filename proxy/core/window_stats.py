@@ -7,8 +7,9 @@ Zhao 2023). Per-request intervals would be far too narrow.
 
 Why a regression: windows differ in traffic. ``effect`` fits, by ordinary least squares over the
 windows, ``y = a + effect·on + Σ b_k·(x_k − mean x_k)`` where ``on`` is the window's arm and the
-``x_k`` are load covariates that the policy does not change (prompt tokens per request, request
-rate). Covariates are dropped, last first, while there are too few windows to estimate them with
+``x_k`` are load covariates that the policy does not change (the switchback passes prompt tokens
+per request; request rate is not one for closed-loop agent clients, see ``switchback.estimate``).
+Covariates are dropped, last first, while there are too few windows to estimate them with
 at least 3 residual degrees of freedom, or when a covariate does not vary. Uncached tokens are not
 a covariate: they are how the policy acts on TTFT, and adjusting for them would remove the very
 effect being measured (they are reported per window instead).
