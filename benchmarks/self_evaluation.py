@@ -59,9 +59,12 @@ class InstantExecutor:
         self.sending = 0
 
     def submit(self, actions) -> int:
+        obs = self.observer
         for a in actions:
-            self.observer.on_action_result(a, WarmResult(ok=True, prompt_tokens=a.tokens, cached_tokens=a.tokens // 2),
-                                           self.observer.clock())
+            r = WarmResult(ok=True, prompt_tokens=a.tokens, cached_tokens=a.tokens // 2)
+            if obs.selfeval is not None:                  # as LiveRuntime._on_result does
+                obs.note_action(a, r, obs.clock())
+            obs.on_action_result(a, r, obs.clock())
         return len(actions)
 
 

@@ -168,6 +168,7 @@ class LiveRuntime:
                 log.debug("plan tick failed", exc_info=True)
 
     def _on_result(self, action: Any, result: WarmResult, now: float) -> None:
+        self.observer.note_action(action, result, now)          # yield: before the shadow moves
         self.observer.on_action_result(action, result, now)
         lm = self.lmcache
         if lm is None or not result.ok or lm.disabled or action.priority < lm.pin_min_priority:

@@ -78,10 +78,12 @@ class LivePolicyObserver:
         self.rewrite_enabled = False
         self.extras_for: Callable[[float | None], dict] = lambda survival: {}
         self._anchor_priority: OrderedDict[str, tuple[int, float]] = OrderedDict()
-        # last hash -> (reason, tokens, at, tenant, pre-cached tokens, remaining life, shadow inserted at)
-        self._acted: OrderedDict[int, tuple[str, int, float, str, int, float | None, int]] = OrderedDict()
+        self._acted: OrderedDict[int, tuple[str, int, float, str]] = OrderedDict()  # last hash -> (reason, tokens, at, tenant)
         self.selfeval: Any = None               # runtime.switchback.SelfEvaluation (LiveRuntime sets it)
         self._last_request_at = float("-inf")   # when the latest client request started
+        # (tenant, last hash of an executed action's prefix) -> (engine prompt tokens, already cached,
+        # remaining LRU life in shadow tokens, shadow inserted tokens then): the yield counterfactual
+        self._yield_info: OrderedDict[tuple[str, int], tuple[int, int, float | None, int]] = OrderedDict()
         self.counts = {"requests": 0, "observed": 0, "skipped": 0, "warmup_requests": 0, "responses": 0,
                        "errors": 0, "prompt_tokens": 0, "cached_tokens": 0, "converted_tokens": 0,
                        "deferred_observe_us": 0, "rewritten": 0}
@@ -228,6 +230,7 @@ class LivePolicyObserver:
                 first = tap.first_token_at if tap.first_token_at is not None else now
                 self.selfeval.record_outcome(ctx.started, first - ctx.started, now - ctx.started,
                                              tap.prompt_tokens or 0, tap.cached_tokens or 0)
+                self._credit_yield(st, tap.prompt_tokens or 0, tap.cached_tokens or 0, now)
             if not st.view.is_warmup and tap.prompt_tokens:
                 self._count_usage(st.view, tap.prompt_tokens, tap.cached_tokens or 0, now)
                 if self.prefill is not None and tap.stream and tap.first_token_at is not None:
@@ -252,7 +255,7 @@ class LivePolicyObserver:
             entry = self._acted.get(h)
             if entry is None:
                 continue
-            reason, tokens, at, tenant, pre_cached, life, inserted_at = entry
+            reason, tokens, at, tenant = entry
             if tenant != view.tenant or now - at > CONVERSION_WINDOW_S:
                 continue
             if cached >= CONVERSION_SHARE * tokens:
@@ -260,10 +263,6 @@ class LivePolicyObserver:
                 self.counts["converted_tokens"] += tokens
                 if self.metrics is not None:
                     self.metrics.converted_tokens_total.labels(reason).inc(tokens)
-                if self.selfeval is not None:   # yield: what the hit saved beyond the no-action case
-                    inserted = self.policy.residency.inserted_tokens
-                    cf = counterfactual_cached(pre_cached, life, inserted_at, inserted)
-                    self.selfeval.record_saved(reason, max(0, min(cached, tokens) - cf), now)
 
     # -- planning and results -----------------------------------------------------------------------
     def plan(self, now: float) -> int:
@@ -277,23 +276,7 @@ class LivePolicyObserver:
         return self.executor.submit(actions) if actions else 0
 
     def on_action_result(self, action: Any, result: WarmResult, now: float) -> None:
-        """Executor callback: report to the core, remember warmed prefixes for conversion (and, for
-        the yield ledger, what was already cached and how long the shadow gave it to live)."""
-        life: float | None = None
-        inserted_at = 0
-        if result.ok and action.block_hashes:
-            res = self.policy.residency          # before the core marks the blocks fresh
-            inserted_at = res.inserted_tokens
-            resident, full, near = res.verdict(action.block_hashes)
-            if resident and not full:
-                near = res.near_eviction(action.block_hashes[:resident])
-            life = remaining_life(res.capacity_tokens, res.zone_tokens(), near)
-            if self.selfeval is not None:
-                # no usage reported (some adapters): charge a warm its whole prefix, a touch nothing
-                spent = result.computed_tokens if result.prompt_tokens else (action.tokens if action.kind == "warm" else 0)
-                # contended: client requests in flight now, or one arrived since the action was planned
-                contended = bool(self._inflight) or self._last_request_at >= action.created
-                self.selfeval.record_spent(action.reason, spent, contended, now)
+        """Executor callback: report to the core, remember warmed prefixes for conversion."""
         self.policy.record_action_result(action, bool(result.ok), now)
         if result.ok and action.reason in ANCHOR_REASONS:
             self._anchor_priority[action.anchor_id] = (int(action.priority), now)
@@ -302,11 +285,56 @@ class LivePolicyObserver:
                 self._anchor_priority.popitem(last=False)
         if result.ok and action.block_hashes:
             tokens = result.prompt_tokens or action.tokens
-            self._acted[action.block_hashes[-1]] = (action.reason, int(tokens), now, action.tenant,
-                                                    int(result.cached_tokens or 0), life, inserted_at)
+            self._acted[action.block_hashes[-1]] = (action.reason, int(tokens), now, action.tenant)
             self._acted.move_to_end(action.block_hashes[-1])
             while len(self._acted) > MAX_ACTED:
                 self._acted.popitem(last=False)
+
+    # -- yield per signal (runtime/switchback.SelfEvaluation) ---------------------------------------
+    def note_action(self, action: Any, result: WarmResult, now: float) -> None:
+        """An executed action, before the core marks its blocks fresh (LiveRuntime calls this just
+        before `on_action_result`): charge its signal what the engine prefilled for it, and keep what
+        the yield counterfactual needs — what was already cached, and how long the shadow gave that
+        part to live."""
+        if self.selfeval is None or not result.ok or not action.block_hashes:
+            return
+        res = self.policy.residency
+        resident, full, near = res.verdict(action.block_hashes)
+        if resident and not full:
+            near = res.near_eviction(action.block_hashes[:resident])
+        life = remaining_life(res.capacity_tokens, res.zone_tokens(), near)
+        # no usage reported (some adapters): charge a warm its whole prefix, a touch nothing
+        spent = result.computed_tokens if result.prompt_tokens else (action.tokens if action.kind == "warm" else 0)
+        # contended: client requests in flight now, or one arrived since the action was planned
+        contended = bool(self._inflight) or self._last_request_at >= action.created
+        self.selfeval.record_spent(action.reason, spent, contended, now)
+        if action.kind == "retain":
+            return
+        key = (action.tenant, action.block_hashes[-1])
+        self._yield_info[key] = (int(result.prompt_tokens or 0), int(result.cached_tokens or 0), life,
+                                 res.inserted_tokens)
+        self._yield_info.move_to_end(key)
+        while len(self._yield_info) > MAX_ACTED:
+            self._yield_info.popitem(last=False)
+
+    def _credit_yield(self, st: _ReqState, prompt: int, cached: int, now: float) -> None:
+        """A client request the core attributed to an executed action (its context or anchor, within
+        `conversion_window_s`): when the engine confirms the hit, credit the signal what the hit saved
+        beyond the no-action counterfactual (core/yield_ledger.py)."""
+        obs, view = st.observed, st.view
+        reason = getattr(obs, "acted_reason", None)
+        h = getattr(obs, "acted_hash", None)
+        if not reason or h is None or view is None or cached <= 0:
+            return
+        info = self._yield_info.pop((view.tenant, h), None)
+        if info is None:
+            return
+        tokens, pre_cached, life, inserted_at = info
+        tokens = tokens or int(obs.acted_tokens * (self.token_ratio or 1.0))
+        if cached < CONVERSION_SHARE * min(tokens, prompt):
+            return
+        cf = counterfactual_cached(pre_cached, life, inserted_at, self.policy.residency.inserted_tokens)
+        self.selfeval.record_saved(reason, max(0, min(cached, tokens) - cf), now)
 
     def update_gauges(self) -> None:
         if self.metrics is None:
