@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install bench dashboards e2e-vllm replay sim clean
+.PHONY: demo demo-tiered test lint install bench dashboards e2e-vllm replay sim clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,11 +16,22 @@ install: $(STAMP)
 
 ## The main job: simulated engine + proxy + multi-agent workload, direct vs through the proxy.
 demo: $(STAMP)
-	$(VENV)/bin/cachescout demo
+	$(VENV)/bin/cachescout demo $(if $(TIERED),--tiered)
+
+## The same with a host-memory (CPU offload) tier of 4x the cache behind each engine (= make demo TIERED=1).
+demo-tiered: $(STAMP)
+	$(VENV)/bin/cachescout demo --tiered
 
 ## The test suite (no GPU, no network beyond loopback).
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+## Linter, formatter check and type checker (strict on the pure core), as CI runs them.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check proxy tests benchmarks dashboards
+	$(VENV)/bin/ruff format --check proxy tests benchmarks dashboards
+	$(VENV)/bin/mypy proxy
+	$(VENV)/bin/mypy --strict proxy/core
 
 bench: $(STAMP)
 	$(PY) benchmarks/overhead.py

@@ -80,6 +80,19 @@ OVERVIEW = Dashboard(
                 unit="percentunit", min=0, max=1,
             ),
             Panel(
+                "Where the engine's prompt KV came from (host-memory tier)",
+                "With CPU KV offloading (vLLM --kv-offloading-size) an evicted prefix is loaded from host "
+                "memory instead of recomputed: prompt tokens per second by source (computed, GPU cache hit, "
+                "loaded). Empty on engines without a host tier.",
+                (
+                    Target(rate("vllm:prompt_tokens_by_source_total", "job, instance, source"),
+                           "{{source}} {{instance}}"),
+                    Target(rate("vllm:external_prefix_cache_hits_total", "job, instance"),
+                           "loaded from host memory {{instance}}"),
+                ),
+                unit="short",
+            ),
+            Panel(
                 "Hit ratio of agent requests: real vs predicted",
                 "Of the prompt tokens the agents sent through the proxy, what share did the engine serve "
                 "from cache (usage cached_tokens; warmups excluded), and does the proxy's residency "

@@ -65,6 +65,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "identical engines, so machine load affects both alike)")
     parser.add_argument("--eviction", choices=("lru", "priority"), default="lru",
                         help="engine eviction: lru (vLLM) or priority (SGLang --radix-eviction-policy priority)")
+    parser.add_argument("--tiered", action="store_true",
+                        help="give the engines a host-memory (CPU offload) tier of 4x the cache (--cpu-blocks)")
+    parser.add_argument("--cpu-blocks", type=int, default=None,
+                        help="host-memory tier size in blocks (implies --tiered; default with --tiered: 4x --cache-blocks)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", dest="json_out", default=None, help="also write the figures to this JSON file")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -154,9 +158,11 @@ class DualProgress:
 
 def _engine_counters(url: str) -> dict[str, float]:
     text = httpx.get(url + "/metrics", timeout=10).text
-    out = {"queries": 0.0, "hits": 0.0}
+    out = {"queries": 0.0, "hits": 0.0, "loaded": 0.0}
     for line in text.splitlines():
-        if line.startswith("vllm:prefix_cache_queries_total"):
+        if line.startswith("vllm:external_prefix_cache_hits_total"):
+            out["loaded"] += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("vllm:prefix_cache_queries_total"):
             out["queries"] += float(line.rsplit(" ", 1)[1])
         elif line.startswith("vllm:prefix_cache_hits_total"):
             out["hits"] += float(line.rsplit(" ", 1)[1])
@@ -181,6 +187,7 @@ def summarise(res: WorkloadResult, before: dict, after: dict, warm: dict | None)
         "workload_hit_rate": cached / prompt if prompt else 0.0,
         "engine_hit_rate": (after["hits"] - before["hits"]) / dq if dq else 0.0,
         "engine_prompt_tokens": dq,
+        "engine_loaded_tokens": after.get("loaded", 0.0) - before.get("loaded", 0.0),
         "ttft_mean_s": statistics.fmean(ttfts) if ttfts else float("nan"),
         "ttft_p50_s": _pct(ttfts, 0.5), "ttft_p99_s": _pct(ttfts, 0.99),
         "turn_mean_s": statistics.fmean(res.turn_latencies) if res.turn_latencies else float("nan"),
@@ -211,6 +218,9 @@ def format_table(d: dict, p: dict) -> str:
         ("p50 TTFT", ms(d["ttft_p50_s"]), ms(p["ttft_p50_s"]), change(d["ttft_p50_s"], p["ttft_p50_s"])),
         ("p99 TTFT", ms(d["ttft_p99_s"]), ms(p["ttft_p99_s"]), change(d["ttft_p99_s"], p["ttft_p99_s"])),
         ("mean per-turn latency", ms(d["turn_mean_s"]), ms(p["turn_mean_s"]), change(d["turn_mean_s"], p["turn_mean_s"])),
+        *([("host-tier tokens loaded (engine)", f"{d.get('engine_loaded_tokens', 0):,.0f}",
+            f"{p.get('engine_loaded_tokens', 0):,.0f}", "")]
+          if d.get("engine_loaded_tokens") or p.get("engine_loaded_tokens") else []),
         ("client requests (tool resumes)", f"{d['requests']} ({d['tool_resumes']})",
          f"{p['requests']} ({p['tool_resumes']})", ""),
         ("client prompt tokens", f"{d['prompt_tokens']:,}", f"{p['prompt_tokens']:,}", ""),
@@ -242,9 +252,11 @@ def run(args: argparse.Namespace) -> int:
     show = not args.no_progress
     total = expected_requests(spec)
     model = "sim-llama-3.1-8b"
+    cpu_blocks = args.cpu_blocks if args.cpu_blocks is not None else (4 * args.cache_blocks if args.tiered else 0)
     print(f"cachescout demo: {spec.agents}-agent selector group chat, {spec.sessions} sessions "
           f"({spec.concurrency} at once, predictability {spec.predictability}); simulated engine with "
-          f"{args.cache_blocks} x 16-token cache blocks, prefill {args.prefill_tps:.0f} tok/s", file=sys.stderr)
+          f"{args.cache_blocks} x 16-token cache blocks, prefill {args.prefill_tps:.0f} tok/s"
+          + (f", host tier {cpu_blocks} blocks" if cpu_blocks else ""), file=sys.stderr)
     py = sys.executable
     admin = secrets.token_hex(16)
     auth = {"authorization": f"Bearer {admin}"}
@@ -253,7 +265,8 @@ def run(args: argparse.Namespace) -> int:
         return [py, "-m", "proxy.cli", "sim-engine", "--port", str(port), "--model", model,
                 "--capacity-blocks", str(args.cache_blocks), "--prefill-tokens-per-s", str(args.prefill_tps),
                 "--speed", str(args.speed), "--output-tokens", str(args.output_tokens), "--seed", str(args.seed),
-                "--tool-call-share", "0.5", "--eviction", args.eviction, "--log-level", "warning"]
+                "--tool-call-share", "0.5", "--eviction", args.eviction, "--log-level", "warning",
+                "--cpu-blocks", str(cpu_blocks)]
 
     def proxy_cmd(port: int, upstream: str) -> list[str]:
         cmd = [py, "-m", "proxy.cli", "serve", "--upstream", upstream, "--port", str(port), "--log-level", "warning",

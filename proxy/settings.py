@@ -110,6 +110,9 @@ class Settings(BaseSettings):
     state_path: str | None = Field(None, description="file to save learned state at shutdown and load at start")
     kv_hints: bool = Field(False, description="opt-in: add vLLM kv_hints to forwarded requests")
     request_priority: bool = Field(False, description="opt-in: add SGLang priority to forwarded requests")
+    host_tier_tokens: int = Field(
+        0, ge=0, description="engine host-memory (CPU offload) tier size in tokens; 0 = from the engine's metrics "
+        "(vLLM kv_offloading_size and offload counters), none if it reports no tier")
     warmup_prefill_share: float | None = Field(
         None, gt=0, le=1, description="warmup budget as a share of the engine's measured prefill rate "
         "(PolicyConfig.warmup_share; None = core default)")

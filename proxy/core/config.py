@@ -80,6 +80,14 @@ class PolicyConfig:
     prefill_tokens_per_s: float = 5000.0   # the engine's prefill rate: "can a warm finish before the
                                            # demand", and the auto warm budget (the live side measures
                                            # it; the replay passes its cost model's)
+    # the price of bringing an evicted anchor back (issue 15): with a host-memory tier (vLLM CPU
+    # offloading, LMCache) it is a load, without one a recompute at prefill_tokens_per_s
+    reload_tokens_per_s: float = 0.0     # host tier -> GPU load rate in tokens/s; 0 = no host tier
+    reload_latency_s: float = 0.0        # fixed cost of one load (the engine's async load step)
+    host_tier_tokens: int = 0            # host tier size; >0: a second residency shadow models it (what is
+                                         # evicted from the GPU but still in host memory comes back as a load)
+    prefetch_window_s: float = 1.0       # tool-resume prefetch with a host tier: start the load at most this
+                                         # long before it must start to land before the predicted resume
     sweep_interval_s: float = 1.0    # survival-ranked sweep over all anchors at most this often
     sweep_top_n: int = 8             # anchors (and paused sessions) examined per sweep
     sweep_sessions: int = 64         # most recent sessions a sweep checks for continuation (0 = off)
@@ -105,6 +113,22 @@ class PolicyConfig:
         if unknown:
             raise TypeError(f"unknown PolicyConfig fields: {sorted(unknown)}")
         return replace(self, **overrides)
+
+    def reload_s(self, tokens: float) -> float:
+        """Seconds to bring `tokens` evicted tokens back: a load where the engine has a host tier,
+        a recompute where not. The planner's lead-time test (the warm must land before the demand)."""
+        if tokens <= 0:
+            return 0.0
+        if self.reload_tokens_per_s > 0:
+            return self.reload_latency_s + tokens / self.reload_tokens_per_s
+        return tokens / self.prefill_tokens_per_s
+
+    def reload_cost_tokens(self, tokens: float) -> float:
+        """A warm's charge to the warmup budget, in prefill-token equivalents (engine seconds ×
+        prefill rate): `tokens` without a host tier, far less with one."""
+        if self.reload_tokens_per_s <= 0:
+            return float(tokens)
+        return self.reload_s(tokens) * self.prefill_tokens_per_s
 
     def warm_budget(self) -> tuple[float, float]:
         """(refill tokens/s, bucket size) after resolving the auto (0) settings."""

@@ -60,6 +60,7 @@ class Planner:
         self.registry = registry
         self.sessions = sessions
         self.residency = residency
+        self.host_residency: ResidencyShadow | None = None   # the engine's host tier, when it has one
         self.dirty: dict[tuple[str, str], None] = {}
         self.fanout: dict[tuple[str, str], tuple] = {}   # session -> (agent, parent hashes, tokens, payload)
         self.bucket = config.warm_budget()[1]
@@ -202,7 +203,7 @@ class Planner:
             if not paused and trigger == "auto":
                 # act now only if the pause after this response is too short for a warm then
                 gap = agent.gap_median
-                if gap is not None and gap >= max(cfg.min_lead_s, nxt.tokens / cfg.prefill_tokens_per_s):
+                if gap is not None and gap >= max(cfg.min_lead_s, cfg.reload_s(nxt.tokens)):
                     continue                    # planned again when the response ends
                 warm_ok = rank < cfg.warm_top_k
             reason = REASON_TRANSITION if rank == 0 else REASON_FANOUT
@@ -277,6 +278,18 @@ class Planner:
         scored.sort(key=lambda c: c.score, reverse=True)
         out.extend(scored[: cfg.sweep_top_n])
 
+    def _host_prefetch(self, c: _Candidate, missing: float, busy: bool) -> bool:
+        """Load a host-resident prefix back now? Predictions (transition, tool resume) are loaded
+        so the load lands just before the predicted demand — lead >= load time, and no earlier than
+        `prefetch_window_s` before that (an early load only crowds the GPU); with no predicted time,
+        at once."""
+        if not c.warm_ok or busy:
+            return False
+        if c.lead is None:
+            return True
+        need = self.cfg.reload_s(missing)
+        return need <= c.lead <= need + self.cfg.prefetch_window_s
+
     def _select(self, cands: list[_Candidate], now: float, slots: int, busy: bool = False) -> list[Action]:
         cfg = self.cfg
         res = self.residency
@@ -301,7 +314,16 @@ class Planner:
                     and not retainable):
                 continue                        # found resident and safe recently; nothing moved since
             resident, full, near = res.verdict(c.hashes)
-            if full:
+            host = self.host_residency
+            h_full, h_near = host.verdict(c.hashes)[1:] if host is not None and not full else (False, False)
+            if h_full:
+                # evicted from the GPU but in host memory: bringing it back is a load (a touch); a
+                # sweep hint touches it only when it nears eviction from host memory too
+                missing = float(sum(c.block_tokens[resident:]))
+                if not (h_near if c.reason == REASON_HINT else self._host_prefetch(c, missing, busy)):
+                    continue
+                kind, cost = TOUCH, cfg.reload_cost_tokens(missing)
+            elif full:
                 if near:
                     kind, cost = TOUCH, float(cfg.touch_cost_tokens)
                 elif retainable:
@@ -315,13 +337,13 @@ class Planner:
                 if (c.reason == REASON_HINT and not resident) or not c.warm_ok or busy:
                     continue                    # sweeps protect what is there; warming is for predictions
                 missing = float(sum(c.block_tokens[resident:]))
-                if c.lead is not None and c.lead < max(cfg.min_lead_s, missing / cfg.prefill_tokens_per_s):
-                    continue                    # demand predicted before a warm could finish
+                if c.lead is not None and c.lead < max(cfg.min_lead_s, cfg.reload_s(missing)):
+                    continue                    # demand predicted before the warm (a load with a host tier) lands
                 if max_warm and c.context and missing > max_warm:
                     continue                    # one session's context: too much of the cache for one use
                 if c.lead is not None and life is not None and 0 < cfg.warm_lifetime_share * life < c.lead:
                     continue                    # it would be evicted again before the demand
-                kind, cost = WARM, missing
+                kind, cost = WARM, cfg.reload_cost_tokens(missing)
             if cost > self.bucket:
                 continue
             if self.action_gate is not None and not self.action_gate(c.reason, kind, now):

@@ -28,7 +28,13 @@ class ScoutPolicy:
         self.agents = AgentRegistry(cfg)
         self.sessions = SessionTracker(cfg)
         self.agents.on_evict = self.sessions.forget_agent
+        # the engine's host-memory tier (write-through, its own LRU): a second shadow over the same stream
+        self.host_residency = (ResidencyShadow(cfg.host_tier_tokens, cfg.near_eviction_fraction, cfg.residency_stride,
+                                               cfg.residency_stride_tokens, cfg.residency_max_entries,
+                                               cfg.near_eviction_horizon_s)
+                               if cfg.host_tier_tokens > 0 else None)
         self.planner = Planner(cfg, self.agents, self.sessions, self.residency)
+        self.planner.host_residency = self.host_residency
         self._pending: OrderedDict[int, Session] = OrderedDict()
         self._acted: dict[tuple[str, int], tuple[str, int, float]] = {}   # (tenant, last hash) -> (reason, tokens, when)
         self._next_id = 0
@@ -44,6 +50,8 @@ class ScoutPolicy:
         rid = self._next_id
         if view.is_warmup or not view.block_hashes:
             hit = self.residency.on_forward(view, now)
+            if self.host_residency is not None:
+                self.host_residency.on_forward(view, now)
             self.skipped_warmups += view.is_warmup
             return ObservedRequest(rid, None, view.session_id, None, hit)
         self.requests += 1
@@ -51,6 +59,8 @@ class ScoutPolicy:
         agent = agents.identify(view, now)
         anchor_len = len(agent.anchor_hashes) if agent else 0
         hit = self.residency.on_forward(view, now, anchor_len if agent else None)
+        if self.host_residency is not None:
+            self.host_residency.on_forward(view, now, anchor_len if agent else None)
         # blocks every request of the agent shares are never session boundaries: the marked anchor
         # for chat views, the learned shared-template skip for raw/trace views
         floor = view.anchor_blocks if view.anchor_blocks > 0 else agents.tenant(view.tenant).skip
@@ -153,6 +163,19 @@ class ScoutPolicy:
                 block_tokens = (per,) * len(action.block_hashes)
             anchor = len(action.block_hashes) if action.reason != "tool_resume" else 0
             self.residency.touch(action.block_hashes, block_tokens, anchor)
+            if self.host_residency is not None:
+                self.host_residency.touch(action.block_hashes, block_tokens, anchor)
+
+    def set_host_tier(self, tokens: int) -> None:
+        """The engine turned out to keep evicted KV in host memory (or its size changed): model it."""
+        cfg = self.config
+        if self.host_residency is None:
+            self.host_residency = ResidencyShadow(int(tokens), cfg.near_eviction_fraction, cfg.residency_stride,
+                                                  cfg.residency_stride_tokens, cfg.residency_max_entries,
+                                                  cfg.near_eviction_horizon_s)
+        else:
+            self.host_residency.on_engine_truth(capacity_tokens=int(tokens))
+        self.planner.host_residency = self.host_residency
 
     def stats(self) -> PolicyStats:
         by_tenant: dict[str, float] = {}

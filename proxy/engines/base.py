@@ -22,9 +22,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
+from proxy.core import WARMUP_HEADER
+
 log = logging.getLogger("cachescout.engines")
 
-WARMUP_HEADER = "X-CacheScout-Warmup"
 TEMPLATE_FIELDS = ("chat_template", "chat_template_kwargs")
 
 # Capability names (shown at /debug/engine and in the start-up log).
@@ -69,6 +70,11 @@ class EngineSnapshot:
     block_size: int | None = None         # tokens per KV block (vLLM block_size, SGLang page_size)
     prompt_tokens: float | None = None    # cumulative prompt tokens of admitted requests
     prefill_seconds: float | None = None  # cumulative prefill time (vLLM request_prefill_time_seconds_sum)
+    # host-memory tier (vLLM CPU offloading / LMCache connector); None = the engine reports none
+    external_hits: float | None = None         # cumulative tokens loaded from it (external_prefix_cache_hits)
+    offload_load_bytes: float | None = None    # cumulative CPU->GPU bytes (kv_offload_total_bytes)
+    offload_load_seconds: float | None = None  # cumulative CPU->GPU transfer time (kv_offload_total_time)
+    host_tier_gib: float | None = None         # its size (cache_config_info kv_offloading_size, GiB)
     raw: dict[str, float] = field(default_factory=dict)
 
 
@@ -164,10 +170,6 @@ class TokenCache:
 
     def __len__(self) -> int:
         return len(self._d)
-
-
-class AdapterError(RuntimeError):
-    """An engine endpoint failed in a way that should disable the capability behind it."""
 
 
 class HttpEngineAdapter:

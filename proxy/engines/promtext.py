@@ -22,6 +22,17 @@ def sample_sums(text: str) -> dict[str, float]:
     return sums
 
 
+def label_sum(text: str, name: str, label: str, value: str) -> float | None:
+    """Sum of the samples named `name` whose `label` equals `value` (case-insensitive); None if none."""
+    total, seen = 0.0, False
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and str(s.labels.get(label, "")).lower() == value.lower():
+                total += float(s.value)
+                seen = True
+    return total if seen else None
+
+
 def first(sums: dict[str, float], *names: str) -> float | None:
     for n in names:
         if n in sums:

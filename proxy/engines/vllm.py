@@ -32,7 +32,7 @@ from proxy.engines.base import (
     usage_tokens,
     warm_spec,
 )
-from proxy.engines.promtext import first, info_labels, sample_sums
+from proxy.engines.promtext import first, info_labels, label_sum, sample_sums
 
 log = logging.getLogger("cachescout.engines.vllm")
 
@@ -191,7 +191,8 @@ class VllmAdapter(HttpEngineAdapter):
     def parse_metrics(self, text: str) -> EngineSnapshot:
         s = sample_sums(text)
         p = self.metric_prefix
-        blocks, block_size = _blocks(info_labels(text, f"{p}cache_config_info"))
+        info = info_labels(text, f"{p}cache_config_info")
+        blocks, block_size = _blocks(info)
         return EngineSnapshot(
             prefix_queries=first(s, f"{p}prefix_cache_queries_total", f"{p}gpu_prefix_cache_queries_total"),
             prefix_hits=first(s, f"{p}prefix_cache_hits_total", f"{p}gpu_prefix_cache_hits_total"),
@@ -202,6 +203,12 @@ class VllmAdapter(HttpEngineAdapter):
             capacity_blocks=blocks, block_size=block_size,
             prompt_tokens=first(s, f"{p}prompt_tokens_total"),
             prefill_seconds=first(s, f"{p}request_prefill_time_seconds_sum"),
+            external_hits=first(s, f"{p}external_prefix_cache_hits_total"),
+            offload_load_bytes=_either(first(s, f"{p}kv_offload_load_bytes_total"),
+                                       label_sum(text, f"{p}kv_offload_total_bytes_total", "transfer_type", "CPU_to_GPU")),
+            offload_load_seconds=_either(first(s, f"{p}kv_offload_load_time_total"),
+                                         label_sum(text, f"{p}kv_offload_total_time_total", "transfer_type", "CPU_to_GPU")),
+            host_tier_gib=_float(info.get("kv_offloading_size")),
             raw={k: v for k, v in s.items() if k.startswith(p) and "#" not in k and "_bucket" not in k},
         )
 
@@ -230,3 +237,16 @@ def _blocks(labels: dict[str, str]) -> tuple[int | None, int | None]:
         except (KeyError, ValueError, TypeError):
             continue
     return None, size
+
+
+def _float(value: str | None) -> float | None:
+    try:
+        v = float(value) if value not in (None, "", "None") else None
+    except (TypeError, ValueError):
+        return None
+    return v if v is not None and v > 0 else None
+
+
+def _either(new: float | None, deprecated: float | None) -> float | None:
+    """vLLM's flat offload counter (kv_offload_load_*) or, on older versions, the deprecated one."""
+    return new if new is not None else deprecated

@@ -4,7 +4,7 @@ The forwarder owns the bytes; an observer only sees them. Each hook is called sy
 request path, wrapped in try/except by the forwarder (a failing observer is counted in
 `cachescout_policy_errors_total` and otherwise ignored), so observers must be O(microseconds) and
 push anything heavier onto the executor queue. `NullObserver` is what runs when the policy is off
-or failed to start; `FanoutObserver` lets tests and extra tooling watch alongside the policy.
+or failed to start.
 
 One optional method is not part of the Protocol: `rewrite_body(ctx) -> bytes | None`. When an
 observer defines it, the forwarder calls it after `on_request` and forwards the returned bytes instead
@@ -15,7 +15,7 @@ forwarded byte for byte.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -61,33 +61,3 @@ class NullObserver:
 
     def on_response_end(self, ctx: RequestContext, error: str | None, now: float) -> None:
         return None
-
-
-class FanoutObserver:
-    """Calls several observers in order. One failing does not stop the others; the first error is re-raised
-    after all have run, so the forwarder still counts it."""
-
-    def __init__(self, observers: Sequence[RequestObserver]) -> None:
-        self.observers = tuple(observers)
-
-    def _each(self, name: str, *args: Any) -> None:
-        first: BaseException | None = None
-        for obs in self.observers:
-            try:
-                getattr(obs, name)(*args)
-            except Exception as exc:  # noqa: BLE001 - isolate observers from each other
-                first = first or exc
-        if first is not None:
-            raise first
-
-    def on_request(self, ctx: RequestContext) -> None:
-        self._each("on_request", ctx)
-
-    def on_response_start(self, ctx: RequestContext, status: int, headers: Mapping[str, str], now: float) -> None:
-        self._each("on_response_start", ctx, status, headers, now)
-
-    def on_response_chunk(self, ctx: RequestContext, chunk: bytes, now: float) -> None:
-        self._each("on_response_chunk", ctx, chunk, now)
-
-    def on_response_end(self, ctx: RequestContext, error: str | None, now: float) -> None:
-        self._each("on_response_end", ctx, error, now)

@@ -30,6 +30,7 @@ from proxy.runtime.executor import ActionExecutor, ExecutorLimits
 from proxy.runtime.kv_events import KvEvent, KvEventSubscriber
 from proxy.runtime.live_policy import LivePolicyObserver
 from proxy.runtime.prefill import PrefillRate
+from proxy.runtime.reload_price import ReloadPrice
 from proxy.runtime.scraper import EngineScraper
 from proxy.runtime.switchback import SelfEvaluation, switchback_config, yield_config
 
@@ -43,6 +44,8 @@ def policy_config(settings: Any) -> PolicyConfig:
                                  "max_engine_waiting": int(settings.action_max_waiting)}
     if settings.policy_r_min is not None:
         overrides["r_min"] = float(settings.policy_r_min)
+    if getattr(settings, "host_tier_tokens", 0):
+        overrides["host_tier_tokens"] = int(settings.host_tier_tokens)
     if getattr(settings, "warmup_prefill_share", None) is not None:
         overrides["warmup_share"] = float(settings.warmup_prefill_share)
     known = {f.name for f in dataclasses.fields(PolicyConfig)}
@@ -80,6 +83,7 @@ class LiveRuntime:
         self._tick: asyncio.Task | None = None
         self._capacity: int | None = None
         self.prefill = PrefillRate()
+        self.reload = ReloadPrice(int(getattr(settings, "host_tier_tokens", 0) or 0))
         self.observer.prefill = self.prefill
         self.executor.prefill = self.prefill
         self.budget: dict[str, Any] = {"source": "core default prefill_tokens_per_s"}
@@ -210,6 +214,32 @@ class LiveRuntime:
         if snap.prefill_seconds is not None and snap.prompt_tokens is not None:
             self.prefill.add_engine_totals(snap.prompt_tokens - (snap.prefix_hits or 0.0), snap.prefill_seconds)
         self._apply_prefill_rate()
+        self._apply_reload_price(snap)
+
+    def _apply_reload_price(self, snap: EngineSnapshot) -> None:
+        """Engine truth about its host tier -> the core's reload price (a load, not a recompute) and a
+        shadow of the tier (its size in the views' tokens, like the GPU capacity above)."""
+        self.reload.add(snap)
+        over = self.reload.overrides()
+        cfg = self.policy.config
+        changed: dict[str, Any] = {}
+        rate = over.get("reload_tokens_per_s")
+        if rate and abs(rate - cfg.reload_tokens_per_s) > 0.1 * max(cfg.reload_tokens_per_s, 1.0):
+            changed["reload_tokens_per_s"] = rate
+        tokens = over.get("host_tier_tokens")
+        if tokens:
+            tokens = int(tokens / max(0.05, self.observer.token_ratio or 1.0))
+            if abs(tokens - cfg.host_tier_tokens) > 0.05 * max(cfg.host_tier_tokens, 1):
+                changed["host_tier_tokens"] = tokens
+        if not changed:
+            return
+        cfg = cfg.with_overrides(**changed)
+        self.policy.config = cfg
+        self.policy.planner.cfg = cfg
+        if "host_tier_tokens" in changed:
+            self.policy.set_host_tier(cfg.host_tier_tokens)
+        log.info("engine host tier: reload %.0f tokens/s, %d tokens modelled", cfg.reload_tokens_per_s,
+                 cfg.host_tier_tokens)
 
     def _kv_events_usage(self, snap: EngineSnapshot) -> float | None:
         """Share of the engine's blocks holding cached prefixes, counted from KV events (exact, unlike
@@ -272,6 +302,7 @@ class LiveRuntime:
         info["kv_events"] = self.kv_events.info() if self.kv_events is not None else None
         info["executor"] = dict(self.executor.stats)
         info["lmcache"] = self.lmcache.info() if self.lmcache is not None else None
+        info["host_tier"] = self.reload.info()
         info["warmup_budget"] = dict(self.budget)
         info["shadow_capacity_tokens"] = self._capacity
         return info

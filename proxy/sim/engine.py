@@ -17,6 +17,14 @@ Model (vLLM v1 scheduler, simplified):
 Deviations from vLLM (documented in docs/sim-engine.md): decode blocks are reserved at admission
 (so there is no preemption), and blocks filled during decode become visible to other requests
 only when the request finishes.
+
+Host tier (`cpu_blocks > 0`, vLLM's native CPU offloading; see `host_tier.py`): at admission the
+blocks after the GPU hit that the host tier holds are loaded instead of prefilled. The request is
+admitted (its GPU slots allocated) but waits `CostModel.load_s` before its first prefill chunk, as a
+vLLM request waits in WAITING_FOR_REMOTE_KVS; other requests keep running meanwhile. Its
+`cached_tokens` counts GPU hits plus loaded tokens (vLLM's `num_cached_tokens`); `loaded_tokens`
+holds the loaded part. When a request finishes, its computed full blocks are written through to
+the host tier.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from dataclasses import dataclass, field
 from proxy.sim.block_hash import chain_hashes, extend_chain
 from proxy.sim.block_pool import BlockPool
 from proxy.sim.cost_model import CostModel
+from proxy.sim.host_tier import HostTier
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,10 +48,13 @@ class EngineConfig:
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 256
     cost: CostModel = field(default_factory=CostModel)
+    cpu_blocks: int = 0                   # host (CPU offload) tier size in blocks; 0 = no host tier
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.capacity_blocks <= 0:
             raise ValueError("block_size and capacity_blocks must be > 0")
+        if self.cpu_blocks < 0:
+            raise ValueError("cpu_blocks must be >= 0")
         if self.max_num_batched_tokens <= 0 or self.max_num_seqs <= 0:
             raise ValueError("max_num_batched_tokens and max_num_seqs must be > 0")
 
@@ -59,7 +71,9 @@ class EngineRequest:
     arrival: float = 0.0
     hashes: list[int] = field(default_factory=list)
     admitted_at: float | None = None
-    cached_tokens: int = 0
+    cached_tokens: int = 0                    # GPU hits + host-tier loads (vLLM num_cached_tokens)
+    loaded_tokens: int = 0                    # of which loaded from the host tier
+    ready_at: float | None = None             # host-tier load completes (no prefill before)
     computed: int = 0                         # prompt tokens with KV (cached + prefilled)
     generated: int = 0
     first_token_at: float | None = None
@@ -100,6 +114,10 @@ class SimEngine:
         self.running: list[EngineRequest] = []
         self.prompt_tokens_queried = 0        # vllm:prefix_cache_queries (tokens)
         self.prompt_tokens_hit = 0            # vllm:prefix_cache_hits (tokens)
+        self.host = HostTier(config.cpu_blocks) if config.cpu_blocks > 0 else None
+        self.external_queried = 0             # vllm:external_prefix_cache_queries (tokens)
+        self.external_hit = 0                 # vllm:external_prefix_cache_hits (tokens loaded)
+        self.offload = {"CPU_to_GPU": [0, 0.0], "GPU_to_CPU": [0, 0.0]}   # transfer type -> [bytes, seconds]
         self.steps = 0
         self.kv_events: list[tuple] | None = None       # vLLM-style KV events, when enabled
         self._kv_ctx: tuple[Sequence[int], Sequence[int]] | None = None
@@ -194,8 +212,11 @@ class SimEngine:
             if not r.prefilling and budget > 0:
                 decode.append(r)
                 budget -= 1
+        loading = []
         for r in self.running:
-            if r.prefilling and budget > 0:
+            if r.prefilling and r.ready_at is not None and r.ready_at > now:
+                loading.append(r)
+            elif r.prefilling and budget > 0:
                 n = min(r.prompt_len - r.computed, budget)
                 chunks.append((r, r.computed, n))
                 budget -= n
@@ -207,11 +228,16 @@ class SimEngine:
             self.waiting.popleft()
             self.running.append(r)
             admitted.append(r)
+            if r.ready_at is not None and r.ready_at > now:
+                loading.append(r)             # its KV is on the way from the host tier
+                continue
             n = min(r.prompt_len - r.computed, budget)
             chunks.append((r, r.computed, n))
             budget -= n
         if not decode and not chunks:
-            return StepResult(now, now, 0, 0, tuple(admitted), (), ())
+            # nothing to compute: wait for the first host-tier load to land (or for nothing)
+            end = min(r.ready_at for r in loading) if loading else now
+            return StepResult(now, end, 0, 0, tuple(admitted), (), ())
         end = now + cfg.cost.step_s([(s, n) for _, s, n in chunks], len(decode))
         emitted = list(decode)
         for r, _s, n in chunks:
@@ -256,10 +282,23 @@ class SimEngine:
         if hit is None:
             return False
         r.admitted_at = now
-        r.cached_tokens = hit * bs
-        r.computed = r.cached_tokens
         self.prompt_tokens_queried += r.prompt_len
-        self.prompt_tokens_hit += r.cached_tokens
+        self.prompt_tokens_hit += hit * bs
+        loaded = 0
+        if self.host is not None:
+            loaded = self.host.lookup(r.hashes, hit, (r.prompt_len - 1) // bs)
+            self.external_queried += r.prompt_len - hit * bs     # vLLM: num_tokens - local computed
+            if loaded:
+                self.host.load(r.hashes[hit:hit + loaded])
+                tokens = loaded * bs
+                cost = self.config.cost
+                self.external_hit += tokens
+                self.offload["CPU_to_GPU"][0] += cost.load_bytes(tokens)
+                self.offload["CPU_to_GPU"][1] += cost.transfer_s(tokens)
+                r.ready_at = now + cost.load_s(tokens)
+        r.loaded_tokens = loaded * bs
+        r.cached_tokens = (hit + loaded) * bs
+        r.computed = r.cached_tokens
         return True
 
     def _release(self, r: EngineRequest, now: float) -> None:
@@ -274,3 +313,10 @@ class SimEngine:
                 self._kv_ctx = (chain, seq)
         self.pool.free(r.req_id, now, tail_hashes=tail)
         self._kv_ctx = None
+        if self.host is not None:          # write-through of the blocks this request computed
+            chain = (list(r.hashes) + tail)[: kv_tokens // bs]
+            new = self.host.store(chain)
+            if new:
+                cost = self.config.cost
+                self.offload["GPU_to_CPU"][0] += cost.load_bytes(new * bs)
+                self.offload["GPU_to_CPU"][1] += cost.transfer_s(new * bs)

@@ -29,6 +29,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--capacity", default=None,
                    help="comma list: a share of the stream's unique blocks (0.05 or 5%%) or a block count "
                         f"(default {DEFAULT_WORKLOAD_CAPACITY} for workloads, {DEFAULT_TRACE_CAPACITY} for traces)")
+    p.add_argument("--cpu-capacity", default=None,
+                   help="host-memory (CPU offload) tier behind the GPU cache: 4x (of each GPU capacity), a share "
+                        "of the unique blocks (0.2 or 20%%) or a block count; default: no host tier")
+    p.add_argument("--offload-bandwidth-gbps", type=float, default=CostModel().offload_gbps,
+                   help="host tier: effective CPU->GPU bandwidth in Gb/s")
+    p.add_argument("--kv-bytes-per-token", type=int, default=CostModel().kv_bytes_per_token,
+                   help="KV bytes per token of the modelled model (host-tier load size)")
     p.add_argument("--policies", default=",".join(POLICIES),
                    help=f"comma list from {','.join(POLICIES)} (lru and belady always run)")
     p.add_argument("--seed", type=int, default=0, help="workload seed")
@@ -109,22 +116,31 @@ def run(args: argparse.Namespace) -> int:
         return 2
     settings = ReplaySettings(block_size=block_size, latency_budget_s=args.latency_budget, ttl_s=args.ttl,
                               scout_overrides=overrides, use_sessions=not args.no_session_ids,
-                              engines=args.engines, retention_s=args.retention_seconds, cost=CostModel())
+                              engines=args.engines, retention_s=args.retention_seconds,
+                              cost=CostModel(offload_gbps=args.offload_bandwidth_gbps,
+                                             kv_bytes_per_token=args.kv_bytes_per_token),
+                              cpu_capacity=args.cpu_capacity)
     t0 = time.perf_counter()
     results = replay(reqs, caps, policies, settings, progress=not args.no_progress)
     meta = {"title": args.workload or args.trace, "source": source,
             "settings": {"capacities": caps, "latency_budget_s": args.latency_budget, "ttl_s": args.ttl,
                          "engines": args.engines, "retention_s": args.retention_seconds,
                          "scout_overrides": overrides, "session_ids": not args.no_session_ids,
-                         "block_size": block_size, "seed": args.seed},
+                         "block_size": block_size, "seed": args.seed, "cpu_capacity": args.cpu_capacity,
+                         "offload_gbps": args.offload_bandwidth_gbps},
             "elapsed_s": round(time.perf_counter() - t0, 3)}
     from .replay.report import write_report
     paths = write_report(results, meta, args.out, with_plots=not args.no_plots)
     for row in results["capacities"]:
-        print(f"capacity {row['capacity_blocks']} blocks")
+        tier = row.get("cpu_capacity_blocks") or 0
+        print(f"capacity {row['capacity_blocks']} blocks" + (f", host tier {tier} blocks" if tier else ""))
         for name, s in row["policies"].items():
-            gap = s.get("gap_closed")
-            g = "" if gap is None or name in ("lru", "belady") else f"  gap closed {100 * gap:6.1f}%"
-            print(f"  {name:<22} hit {s['hit_rate']:.4f}  ttft {s['ttft_mean_s']:.4f}s{g}")
+            gap = s.get("ttft_gap_closed" if tier else "gap_closed")
+            what = "TTFT gap" if tier else "gap"
+            g = "" if gap is None or name in ("lru", "belady") else f"  {what} closed {100 * gap:6.1f}%"
+            load = f"  load {s['host_load_rate']:.4f}" if tier else ""
+            res = s.get("ttft_resume_mean_s")
+            r = f"  resume ttft {res:.4f}s" if res is not None else ""
+            print(f"  {name:<22} hit {s['hit_rate']:.4f}{load}  ttft {s['ttft_mean_s']:.4f}s{r}{g}")
     print(f"report: {paths['md']}")
     return 0

@@ -3,7 +3,9 @@
 Why: the demo, the tests and users without a GPU need an upstream whose prefix cache behaves like
 vLLM's and whose hit rate is ground truth. Routes: /v1/chat/completions, /v1/completions (text or
 token-id prompt), streaming or not; /v1/models, /tokenize, /detokenize, /reset_prefix_cache (vLLM),
-/flush_cache and /generate (SGLang), /health, /version, /metrics (its own registry, real engines' names).
+/flush_cache and /generate (SGLang), /health, /version, /metrics (its own registry, real engines' names),
+and with a host tier (`cpu_blocks > 0`) the LMCache controller's `/lookup` and `/pin` on it (token ids
+in, matched prefix tokens per instance out), so the proxy's LMCache client runs against the sim.
 
 `create_sim_app(config, clock=None)` builds an app; `app.state.sim` is the `SimService` (tests read
 the block pool through it).
@@ -21,6 +23,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from proxy.sim import openai_io as io
+from proxy.sim.block_hash import chain_hashes
 from proxy.sim.generation import plan_output
 from proxy.sim.service import Pending, SimConfig, SimService
 
@@ -189,6 +192,9 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
                               "completion_tokens": n_out, "cached_tokens": r.cached_tokens,
                               "finish_reason": {"type": out.finish_reason}}}
 
+    if sim.engine.host is not None:
+        _add_lmcache_routes(app, sim)
+
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
         return await completions(request, "chat")
@@ -198,6 +204,40 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
         return await completions(request, "completion")
 
     return app
+
+
+LMCACHE_INSTANCE = "sim-0"
+LMCACHE_LOCATION = "LocalCPUBackend"
+
+
+def _add_lmcache_routes(app: FastAPI, sim: SimService) -> None:
+    """LMCache controller shape: `POST /lookup {"tokens"}` -> {"event_id", "layout_info": {instance:
+    [location, matched_tokens]}}; `POST /pin {"tokens", "instance_id", "location"}` -> {"event_id",
+    "num_tokens"}. Tokens hash like the engine's blocks (no cache_salt: LMCache keys are unsalted),
+    and a match is the leading run of whole blocks resident in the host tier."""
+    host = sim.engine.host
+    bs = sim.config.block_size
+    events = iter(range(1, 1 << 62))
+
+    async def _tokens(request: Request) -> list[int]:
+        body = await _json(request)
+        toks = body.get("tokens") if isinstance(body, dict) else None
+        if not isinstance(toks, list) or not all(isinstance(t, int) for t in toks):
+            raise io.ApiError("'tokens' must be a list of token ids")
+        return toks
+
+    @app.post("/lookup")
+    async def lookup(request: Request):
+        hashes = chain_hashes(await _tokens(request), bs, None)
+        matched = host.match(hashes) * bs
+        return {"event_id": f"lookup-{next(events)}", "layout_info": {LMCACHE_INSTANCE: [LMCACHE_LOCATION, matched]}}
+
+    @app.post("/pin")
+    async def pin(request: Request):
+        hashes = chain_hashes(await _tokens(request), bs, None)
+        n = host.match(hashes)
+        host.pin(hashes[:n])
+        return {"event_id": f"pin-{next(events)}", "num_tokens": n * bs}
 
 
 async def _wait_done(p: Pending) -> int:

@@ -40,20 +40,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       help="omit usage.prompt_tokens_details (like vLLM without --enable-prompt-tokens-details)")
     a("--prefill-tokens-per-s", type=float, default=1.0 / _C.prefill_token_s, help="prefill throughput")
     a("--step-base-ms", type=float, default=_C.step_base_s * 1000, help="fixed cost of each forward step")
+    a("--cpu-blocks", type=int, default=_D.cpu_blocks,
+      help="host-memory (CPU offload) tier in blocks, like vLLM --kv-offloading-size; 0 = none (default)")
+    a("--offload-bandwidth-gbps", type=float, default=_C.offload_gbps,
+      help=f"host tier: effective CPU->GPU bandwidth in Gb/s (default {_C.offload_gbps:g})")
+    a("--offload-latency-ms", type=float, default=_C.offload_latency_s * 1000,
+      help=f"host tier: fixed cost of one load in ms (default {_C.offload_latency_s * 1000:g})")
+    a("--kv-bytes-per-token", type=int, default=_C.kv_bytes_per_token,
+      help=f"KV bytes per token of the modelled model (default {_C.kv_bytes_per_token}: Llama-3.1-8B bf16)")
     a("--kv-events-endpoint", default=None,
       help="publish vLLM-style KV events (ZMQ PUB + msgpack) on this endpoint, e.g. tcp://127.0.0.1:5557")
     a("--log-level", default="warning", help="uvicorn log level")
 
 
 def config_from_args(args: argparse.Namespace) -> SimConfig:
-    cost = CostModel(step_base_s=args.step_base_ms / 1000.0, prefill_token_s=1.0 / args.prefill_tokens_per_s)
+    cost = CostModel(step_base_s=args.step_base_ms / 1000.0, prefill_token_s=1.0 / args.prefill_tokens_per_s,
+                     kv_bytes_per_token=args.kv_bytes_per_token, offload_gbps=args.offload_bandwidth_gbps,
+                     offload_latency_s=args.offload_latency_ms / 1000.0)
     return SimConfig(model=args.model, block_size=args.block_size, capacity_blocks=args.capacity_blocks,
                      eviction=args.eviction, retention_seconds=args.retention_seconds,
                      max_model_len=args.max_model_len, max_num_batched_tokens=args.max_num_batched_tokens,
                      max_num_seqs=args.max_num_seqs, speed=args.speed, output_tokens=args.output_tokens,
                      output_jitter=args.output_jitter, tool_call_share=args.tool_call_share, seed=args.seed,
                      prompt_tokens_details=not args.no_prompt_tokens_details, cost=cost,
-                     kv_events_endpoint=args.kv_events_endpoint)
+                     kv_events_endpoint=args.kv_events_endpoint, cpu_blocks=args.cpu_blocks)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"cachescout sim-engine: {exc}")
         return 2
     print(f"cachescout sim-engine: model={config.model} capacity={config.capacity_blocks} blocks "
-          f"x {config.block_size} tokens, eviction={config.eviction}, speed={config.speed}, "
+          f"x {config.block_size} tokens, eviction={config.eviction}, host tier={config.cpu_blocks} blocks, "
+          f"speed={config.speed}, "
           f"listening on http://{args.host}:{args.port}", flush=True)
     try:
         app = create_sim_app(config)

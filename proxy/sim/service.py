@@ -53,6 +53,7 @@ class SimConfig:
     vocab_size: int = DEFAULT_VOCAB
     prompt_tokens_details: bool = True     # vLLM --enable-prompt-tokens-details
     kv_events_endpoint: str | None = None  # e.g. "tcp://127.0.0.1:5557": publish vLLM-style KV events
+    cpu_blocks: int = 0                    # host (CPU offload) tier in blocks; 0 = none (vLLM without offloading)
     cost: CostModel = field(default_factory=CostModel)
 
     def __post_init__(self) -> None:
@@ -70,7 +71,7 @@ class SimConfig:
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(self.block_size, self.capacity_blocks, self.eviction, self.retention_seconds,
-                            self.max_num_batched_tokens, self.max_num_seqs, self.cost)
+                            self.max_num_batched_tokens, self.max_num_seqs, self.cost, self.cpu_blocks)
 
     def with_(self, **kw) -> "SimConfig":
         return replace(self, **kw)

@@ -22,6 +22,8 @@ PROM_CONFIG = REPO_ROOT / "deploy" / "compose" / "prometheus.yml"
 SECRETISH = re.compile(r"TOKEN|PASSWORD|SECRET|API_KEY", re.I)
 REQUIRED_FLAGS = {
     "vllm": ("--enable-prefix-caching", "--enable-prompt-tokens-details", "--kv-events-config"),
+    "vllm-offload": ("--enable-prefix-caching", "--enable-prompt-tokens-details", "--kv-events-config",
+                     "--kv-offloading-size", "--kv-offloading-backend=native"),
     "sglang": ("--enable-metrics", "--enable-cache-report", "--enable-priority-scheduling",
                "--radix-eviction-policy=priority"),
 }
@@ -52,7 +54,7 @@ def _port(args: list[str], flag: str = "--port") -> str | None:
     return None
 
 
-@pytest.mark.parametrize("profiles", [[], ["vllm"], ["sglang"], ["vllm", "sglang"]])
+@pytest.mark.parametrize("profiles", [[], ["vllm"], ["sglang"], ["vllm", "sglang"], ["vllm-offload"]])
 def test_docker_compose_config_validates(profiles):
     exe = require_tool("docker-compose", "Debian package `docker-compose`; add it to .ci/run")
     args = [exe, "-f", str(COMPOSE)]
@@ -70,7 +72,8 @@ def test_default_profile_runs_the_simulated_engine_without_gpu(compose):
     assert _command(compose["services"]["sim-engine"])[0] == "sim-engine"
 
 
-@pytest.mark.parametrize("engine, proxy", [("sim-engine", "proxy"), ("vllm", "proxy-vllm"), ("sglang", "proxy-sglang")])
+@pytest.mark.parametrize("engine, proxy", [("sim-engine", "proxy"), ("vllm", "proxy-vllm"), ("sglang", "proxy-sglang"),
+                                           ("vllm-offload", "proxy-vllm-offload")])
 def test_each_proxy_points_at_its_own_engine(compose, engine, proxy):
     svc = compose["services"][proxy]
     env = svc["environment"]
@@ -81,7 +84,7 @@ def test_each_proxy_points_at_its_own_engine(compose, engine, proxy):
     assert all(p.startswith("127.0.0.1:") for p in svc["ports"]), "host ports bind loopback only"
 
 
-@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "vllm-offload"])
 def test_gpu_engines_have_the_adapter_flags(compose, engine):
     svc = compose["services"][engine]
     assert svc["profiles"] == [engine]
@@ -92,13 +95,15 @@ def test_gpu_engines_have_the_adapter_flags(compose, engine):
     assert devices[0]["capabilities"] == ["gpu"]
 
 
-def test_vllm_kv_events_match_the_proxy_subscription(compose):
-    args = _command(compose["services"]["vllm"])
+@pytest.mark.parametrize("engine", ["vllm", "vllm-offload"])
+def test_vllm_kv_events_match_the_proxy_subscription(compose, engine):
+    args = _command(compose["services"][engine])
     config = next(a.split("=", 1)[1] for a in args if a.startswith("--kv-events-config="))
     events = yaml.safe_load(config)  # JSON is YAML
     assert events["enable_kv_cache_events"] is True and events["publisher"] == "zmq"
     port = events["endpoint"].rsplit(":", 1)[1]
-    assert compose["services"]["proxy-vllm"]["environment"]["CACHESCOUT_KV_EVENTS_ENDPOINT"] == f"tcp://vllm:{port}"
+    env = compose["services"][f"proxy-{engine}"]["environment"]
+    assert env["CACHESCOUT_KV_EVENTS_ENDPOINT"] == f"tcp://{engine}:{port}"
 
 
 def test_no_secret_values_in_the_file(compose):
@@ -116,7 +121,7 @@ def test_prometheus_scrapes_every_proxy_and_engine(compose):
     for name, svc in compose["services"].items():
         if name.startswith("proxy"):
             assert f"{name}:9000" in targets
-        elif name in ("sim-engine", "vllm", "sglang"):
+        elif name in ("sim-engine", "vllm", "sglang", "vllm-offload"):
             port = _port(_command(svc)) or "8000"
             assert f"{name}:{port}" in targets
     assert "./deploy/compose/prometheus.yml:/etc/prometheus/prometheus.yml:ro" in compose["services"]["prometheus"]["volumes"]

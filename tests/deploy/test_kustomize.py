@@ -20,7 +20,7 @@ import yaml
 from tests.deploy.conftest import REPO_ROOT, require_tool
 from tests.deploy.test_compose import REQUIRED_FLAGS
 
-NATIVE = {"base": "sim", "overlays/vllm": "vllm", "overlays/sglang": "sglang"}
+NATIVE = {"base": "sim", "overlays/vllm": "vllm", "overlays/sglang": "sglang", "overlays/vllm-offload": "vllm"}
 PLAIN = {"overlays/vllm-plain-sidecar": "vllm", "overlays/sglang-plain-sidecar": "sglang"}
 ALL = {**NATIVE, **PLAIN}
 SERVICEMONITOR_INTERVAL = re.compile(r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?"
@@ -156,8 +156,9 @@ def test_proxy_points_at_the_engine_in_its_pod(path, engine):
     assert config["CACHESCOUT_PORT"] == str(proxy["ports"][0]["containerPort"])
     args = engine_container(spec).get("args", [])
     assert f"--port={engine_port}" in args or ["--port", str(engine_port)] in [args[i:i + 2] for i in range(len(args))]
-    for flag in REQUIRED_FLAGS.get(engine, ()):
-        assert any(a == flag or a.startswith(flag + "=") for a in args), f"{engine} lacks {flag}"
+    flags = REQUIRED_FLAGS.get("vllm-offload" if path.endswith("vllm-offload") else engine, ())
+    for flag in flags:
+        assert any(a == flag or a.startswith(flag + "=") for a in args), f"{path} lacks {flag}"
     if engine == "vllm":
         kv = next(a for a in args if a.startswith("--kv-events-config="))
         endpoint = yaml.safe_load(kv.split("=", 1)[1])["endpoint"]

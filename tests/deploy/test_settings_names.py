@@ -32,7 +32,8 @@ def test_compose_env_names():
     assert "CACHESCOUT_UPSTREAM_URL" in used and used <= KNOWN, used - KNOWN
 
 
-@pytest.mark.parametrize("path", ["base", "overlays/vllm", "overlays/sglang", "overlays/vllm-plain-sidecar"])
+@pytest.mark.parametrize("path", ["base", "overlays/vllm", "overlays/sglang", "overlays/vllm-plain-sidecar",
+                                  "overlays/vllm-offload"])
 def test_kubernetes_env_names(path):
     kubectl = require_tool("kubectl", "needed for `kubectl kustomize`")
     out = subprocess.run([kubectl, "kustomize", str(REPO_ROOT / "deploy" / path)], capture_output=True, text=True,
@@ -46,3 +47,30 @@ def test_kubernetes_env_names(path):
             for c in spec.get("initContainers", []) + spec["containers"]:
                 used |= {e["name"] for e in c.get("env", []) if e["name"].startswith("CACHESCOUT_")}
     assert "CACHESCOUT_UPSTREAM_URL" in used and used <= KNOWN, used - KNOWN
+
+
+def _docs_text() -> str:
+    return "\n".join(p.read_text() for p in sorted((REPO_ROOT / "docs").glob("*.md")))
+
+
+def test_every_setting_is_documented():
+    """Each Settings field has a --help description and is named in the docs (as `name` or
+    `CACHESCOUT_NAME`): a setting nobody can find is a setting nobody can use."""
+    docs = _docs_text()
+    missing = []
+    for name, field in Settings.model_fields.items():
+        env = f"CACHESCOUT_{name.upper()}"
+        if not (field.description or "").strip():
+            missing.append(f"{name}: no description")
+        if f"`{name}`" not in docs and env not in docs and f"_{name.upper()}`" not in docs:
+            missing.append(f"{name}: not in docs/*.md")
+    assert not missing, missing
+
+
+def test_every_policy_config_field_is_documented():
+    from dataclasses import fields
+
+    from proxy.core.config import PolicyConfig
+
+    docs = _docs_text()
+    assert [f.name for f in fields(PolicyConfig) if f"`{f.name}`" not in docs] == []

@@ -77,3 +77,18 @@ def test_cachescout_entry_point_dispatches_replay(tmp_path):
     rc = main(["replay", "--workload", "debate", "--sessions", "6", "--capacity", "200", "--policies", "lru",
                "--out", str(tmp_path / "r"), "--no-plots", "--no-progress"])
     assert rc == 0 and (tmp_path / "r" / "report.md").exists()
+
+
+def test_progress_without_tty_is_one_line_per_decile(capsys):
+    """Logs (CI, redirected stderr) get one line per 10% per phase, never `\\r` progress bars."""
+    from proxy.sim.replay.runner import _bar
+
+    show = _bar("lru @ 100", 1000, True)
+    assert show is not None
+    for i in range(1000):
+        show(i)
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    lines = err.splitlines()
+    assert len(lines) == 11 and lines[0].strip().endswith("0% (1/1000)")  # start + every 10%
+    assert lines[-1].endswith("100% (1000/1000)")

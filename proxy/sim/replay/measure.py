@@ -15,6 +15,10 @@ Bookkeeping is exact without eviction callbacks: an action leaves a pending mark
 made or kept resident. A real request that hits a marked block converts every pending mark on it;
 a request that misses a marked block (it was evicted) drops them; an action that re-inserts an
 absent block drops the stale marks first.
+
+With a host tier (`tier`, see `tiers.py`) each request's blocks split three ways: GPU hits (the
+policy's cache), host loads (after the GPU hit, found in the tier: charged `CostModel.load_s`) and
+recompute (prefilled). `hit_rate` stays the GPU tier's; `prefill_tokens` is the recompute.
 """
 
 from __future__ import annotations
@@ -59,6 +63,10 @@ class RunRecorder:
         self._marks: dict[int, list[tuple[str, float, int, float]]] = {}  # block -> [(reason, t, tokens, need s)]
         self.actions_by_kind: dict[str, int] = defaultdict(int)
         self.unsupported = 0
+        self.tier = None                              # host tier model (tiers.py) or None
+        self.load_tokens = np.zeros(n_requests, dtype=np.int64)
+        self.action_load_s = 0.0                      # host-tier load seconds of the actions (prefetches)
+        self.resume = np.zeros(n_requests, dtype=bool)   # request resumes a session paused on a tool call
 
     # ------------------------------------------------------------------ requests
     def request(self, i: int, t: float, hashes, tokens, hit: int) -> None:
@@ -69,6 +77,10 @@ class RunRecorder:
         self.prompt_tokens[i] = prompt
         self.blocks[i] = len(hashes)
         self.arrival[i] = t
+        if self.tier is not None:
+            n = self.tier.on_request(i, hashes, hit)
+            if n:
+                self.load_tokens[i] = sum(tokens[hit:hit + n])
         if self._marks:
             self._settle(t, hashes, tokens, hit)
 
@@ -116,9 +128,12 @@ class RunRecorder:
     # ------------------------------------------------------------------ summaries
     def summary(self, span_s: float, budget_s: float, lru: "RunRecorder | None" = None) -> dict:
         hit_tok = int(self.hit_tokens.sum())
+        load_tok = int(self.load_tokens.sum())
         prompt = int(self.prompt_tokens.sum())
         blocks = int(self.blocks.sum())
         ttft, turn = self.latencies()
+        by_req = self.ttft_by_request()
+        resumes = by_req[self.resume] if self.resume.any() else np.zeros(0)
         warm_s = sum(s.cost_s for s in self.signals.values())
         out = {
             "requests": len(self.hit_tokens),
@@ -126,7 +141,16 @@ class RunRecorder:
             "block_hit_rate": int(self.hit_blocks.sum()) / blocks if blocks else 0.0,
             "prompt_tokens": prompt,
             "hit_tokens": hit_tok,
-            "prefill_tokens": prompt - hit_tok,
+            "prefill_tokens": prompt - hit_tok - load_tok,
+            "gpu_hit_tokens": hit_tok,
+            "host_load_tokens": load_tok,
+            "recompute_tokens": prompt - hit_tok - load_tok,
+            "host_load_rate": load_tok / prompt if prompt else 0.0,
+            "load_s": float(self.load_s().sum()),
+            "action_load_s": self.action_load_s,
+            "resumes": int(len(resumes)),
+            "ttft_resume_mean_s": float(resumes.mean()) if len(resumes) else None,
+            "ttft_resume_p99_s": float(np.percentile(resumes, 99)) if len(resumes) else None,
             "prefill_s": self.prefill_s_total(),
             "warmup_tokens": sum(s.warm_tokens for s in self.signals.values()),
             "warmup_s": warm_s,
@@ -145,6 +169,8 @@ class RunRecorder:
             pollution_s = float(lost.sum()) * self.cost.prefill_token_s
             out["net_saved_vs_lru_s"] = float(lru.prefill_s_total() - self.prefill_s_total() - warm_s)
         out["pollution_s"] = pollution_s
+        if self.tier is not None:
+            out["host_tier"] = self.tier.stats()
         out["signals"] = self.signal_summary(pollution_s)
         return out
 
@@ -152,11 +178,26 @@ class RunRecorder:
         return float(self.request_service().sum())
 
     def request_service(self) -> np.ndarray:
-        """Each request's isolated prefill time given its hit (CostModel.prefill_s, vectorised)."""
+        """Each request's isolated prefill time given its hit and host-tier load (CostModel.prefill_s,
+        vectorised). Engine compute only: a load runs on the host link (see `_queue`)."""
         c = self.cost
-        n = (self.prompt_tokens - self.hit_tokens).astype(float)
-        cached = self.hit_tokens.astype(float)
+        n = (self.prompt_tokens - self.hit_tokens - self.load_tokens).astype(float)
+        cached = (self.hit_tokens + self.load_tokens).astype(float)
         return c.step_base_s + c.prefill_token_s * n + c.attn_token2_s * n * (cached + n / 2)
+
+    def load_s(self) -> np.ndarray:
+        """Each request's host-tier load time (CostModel.load_s, vectorised; 0 without a load)."""
+        c = self.cost
+        loads = self.load_tokens.astype(float)
+        return np.where(loads > 0, c.offload_latency_s + loads * c.kv_bytes_per_token * 8.0 / (c.offload_gbps * 1e9),
+                        0.0)
+
+    def ttft_by_request(self) -> np.ndarray:
+        """TTFT indexed by request (the queue orders jobs by arrival)."""
+        idx, ttft = self._queue()
+        out = np.zeros(len(self.arrival))
+        out[idx] = ttft
+        return out
 
     def signal_summary(self, pollution_s: float) -> dict:
         acted_all = sum(s.acted_tokens for s in self.signals.values())
@@ -184,30 +225,36 @@ class RunRecorder:
     # ------------------------------------------------------------------ latency
     def _queue(self, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
         """FIFO prefill queue over `engines` servers (real requests and warm jobs share it; the
-        servers share one cache, as a disaggregated KV pool does). Returns (request idx, TTFT)."""
+        servers share one cache, as a disaggregated KV pool does). Returns (request idx, TTFT).
+        A request with a host-tier load joins the queue when its load lands (vLLM loads
+        asynchronously: the request waits in WAITING_FOR_REMOTE_KVS, the batch runs on), so a load
+        adds to its own TTFT but occupies no prefill server."""
         if getattr(self, "_sorted_n", -1) != len(self.action_jobs):
-            real = zip(self.arrival.tolist(), self.request_service().tolist(), range(len(self.arrival)))
-            acts = ((t, s, -1) for t, s in self.action_jobs)
-            self._sorted = sorted([*real, *acts], key=lambda j: j[0])
+            real = zip(self.arrival.tolist(), self.request_service().tolist(), range(len(self.arrival)),
+                       self.load_s().tolist())
+            acts = ((t, s, -1, 0.0) for t, s in self.action_jobs)
+            self._sorted = sorted([*real, *acts], key=lambda j: j[0] + j[3])
             self._sorted_n = len(self.action_jobs)
         jobs = self._sorted
         idx: list[int] = []
         ttft: list[float] = []
         if self.engines == 1:
             free = 0.0
-            for t, service, i in jobs:
+            for t, service, i, delay in jobs:
                 t = t / scale
-                start = t if t > free else free
+                ready = t + delay
+                start = ready if ready > free else free
                 free = start + service
                 if i >= 0:
                     idx.append(i)
                     ttft.append(free - t)
         else:
             servers = [0.0] * self.engines           # a heap of the servers' free times
-            for t, service, i in jobs:
+            for t, service, i, delay in jobs:
                 t = t / scale
+                ready = t + delay
                 f = servers[0]
-                end = (t if t > f else f) + service
+                end = (ready if ready > f else f) + service
                 heapq.heapreplace(servers, end)
                 if i >= 0:
                     idx.append(i)

@@ -72,8 +72,14 @@ def execute_on_pool(pool: BlockPool, rec: RunRecorder, cost: CostModel, now: flo
     pool.access(hashes, now, priority if honours_priority else 0)
     after = pool.match_prefix(hashes)
     warmed = sum(tokens[before:after])
+    loaded = 0
+    if rec.tier is not None:                         # host tier: the evicted part is loaded, not prefilled
+        n = rec.tier.on_action(hashes, before, after)
+        loaded = sum(tokens[before:before + n])
+    warmed -= loaded
+    rec.action_load_s += cost.load_s(loaded)          # host link time, not engine compute (async load)
     # a fully cached touch still recomputes the last token and runs one decode row
-    service = cost.chunk_s(cached, max(warmed, 1)) + cost.decode_seq_s
+    service = cost.chunk_s(cached + loaded, max(warmed, 1)) + cost.decode_seq_s
     rec.action(now, kind, reason, hashes, tokens, before, after, cached, warmed, service)
     return True
 

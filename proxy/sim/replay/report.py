@@ -39,10 +39,23 @@ def _pct(x) -> str:
 
 
 def closing_note(results: dict) -> list[str]:
-    """Every policy's hit rate and the share of the LRU→Belady gap it closes, per capacity."""
+    """Every policy's hit rate and the share of the LRU→Belady gap it closes, per capacity (with a
+    host tier: mean TTFT, tool-resume TTFT and the share of the TTFT gap)."""
     lines = []
     for row in results["capacities"]:
         parts = []
+        if row.get("cpu_capacity_blocks"):
+            for name, s in row["policies"].items():
+                gap = s.get("ttft_gap_closed")
+                g = "" if name in ("lru", "belady") or gap is None else f", {_pct(gap)} of the TTFT gap"
+                res = s.get("ttft_resume_mean_s")
+                r = "" if res is None else f", tool resumes {res:.4f} s"
+                net = s.get("net_saved_vs_lru_s")
+                n = "" if net is None else f", net saved {net:.2f} s"
+                parts.append(f"{name} TTFT {s['ttft_mean_s']:.4f} s{r}{g}{n}")
+            lines.append(f"- capacity {row['capacity_blocks']} blocks + host tier {row['cpu_capacity_blocks']} "
+                         "blocks: " + "; ".join(parts) + ".")
+            continue
         for name, s in row["policies"].items():
             gap = s.get("gap_closed")
             g = "" if name in ("lru", "belady") or gap is None else f", {_pct(gap)} of the gap"
@@ -63,8 +76,19 @@ def markdown(results: dict, meta: dict) -> str:
     md.append("- settings: " + ", ".join(f"{k}={v}" for k, v in st.items()))
     md.append("")
     for row in results["capacities"]:
-        md.append(f"## Capacity {row['capacity_blocks']} blocks")
+        tier = row.get("cpu_capacity_blocks") or 0
+        md.append(f"## Capacity {row['capacity_blocks']} blocks" + (f" + host tier {tier} blocks" if tier else ""))
         md.append("")
+        if tier:
+            md.append("| policy | GPU hit tokens | host load tokens | recompute tokens | load s | TTFT mean s "
+                      "| TTFT gap closed | tool-resume TTFT mean s | resume gap closed | net saved vs LRU s |")
+            md.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+            for name, s in row["policies"].items():
+                md.append(f"| {name} | {s['gpu_hit_tokens']} | {s['host_load_tokens']} | {s['recompute_tokens']} "
+                          f"| {s['load_s']:.3f} | {s['ttft_mean_s']:.4f} | {_pct(s.get('ttft_gap_closed'))} "
+                          f"| {_f(s.get('ttft_resume_mean_s'))} | {_pct(s.get('ttft_resume_gap_closed'))} "
+                          f"| {_f(s.get('net_saved_vs_lru_s'), 3)} |")
+            md.append("")
         md.append("| policy | hit rate (tokens) | hit rate (blocks) | gap closed | prefill tokens | warmup tokens "
                   "| TTFT mean s | p50 s | p99 s | turn mean s | req/s @ budget | actions/req |")
         md.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")

@@ -7,6 +7,10 @@ responses skip the event heap entirely (that is what keeps `lru` fast).
 
 `lru` and `belady` always run (they define the gap every other policy is measured against), so a
 report can say what share of the LRU→Belady gap each policy closes.
+
+`cpu_capacity` puts a host-memory tier behind every policy's GPU cache (`tiers.py`): LRU and
+write-through for every policy, MIN for Belady; the report then adds GPU hits, host loads,
+recompute and the share of the LRU→Belady *TTFT* gap each policy closes.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from ..cost_model import CostModel
 from ..traces import ReplayRequest, unique_blocks
 from .measure import RunRecorder
 from .policies import BeladyPolicy, HistoryPolicy, LruPolicy, ReplayPolicy, TtlPolicy
+from .tiers import LruHostTier, MinHostTier, resolve_cpu_capacity
 
 POLICIES = ("lru", "history", "ttl", "scout-engine", "scout-proxy", "scout-proxy-priority", "belady")
 DECODE_BATCH = 16          # nominal running batch for the decode step of response timing
@@ -38,6 +43,7 @@ class ReplaySettings:
     engines: int = 1                 # parallel prefill servers in the TTFT queue (one shared cache)
     retention_s: float = 300.0       # priority engine: a block's priority decays after this idle time
     cost: CostModel = field(default_factory=CostModel)
+    cpu_capacity: str | None = None  # host tier: "4x" (of the GPU capacity), a share, or blocks; None = none
 
 
 def make_policy(name: str, s: ReplaySettings) -> ReplayPolicy:
@@ -71,11 +77,28 @@ def resolve_capacity(spec: float | int | str, requests: Sequence[ReplayRequest])
     return int(spec)
 
 
+def resume_mask(requests: Sequence[ReplayRequest]) -> np.ndarray:
+    """True for a request whose session's previous request ended in a tool call (a tool resume)."""
+    last: dict[str, str | None] = {}
+    out = np.zeros(len(requests), dtype=bool)
+    for i, r in enumerate(requests):
+        if r.session_id is None:
+            continue
+        out[i] = last.get(r.session_id) == "tool_calls"
+        last[r.session_id] = r.finish_reason
+    return out
+
+
 def run_policy(policy: ReplayPolicy, requests: Sequence[ReplayRequest], capacity: int,
-               cost: CostModel, progress: Callable[[int], None] | None = None, engines: int = 1) -> RunRecorder:
-    """One policy over the stream; returns its recorder."""
+               cost: CostModel, progress: Callable[[int], None] | None = None, engines: int = 1,
+               cpu_blocks: int = 0) -> RunRecorder:
+    """One policy over the stream (with a host tier of `cpu_blocks` behind it); returns its recorder."""
     outputs = np.fromiter((r.output_tokens for r in requests), dtype=np.int64, count=len(requests))
     rec = RunRecorder(cost, outputs, engines)
+    rec.resume = resume_mask(requests)
+    if cpu_blocks > 0:
+        rec.tier = (MinHostTier(cpu_blocks, [r.block_hashes for r in requests]) if isinstance(policy, BeladyPolicy)
+                    else LruHostTier(cpu_blocks))
     policy.setup(requests, capacity, cost, rec)
     tick = max(1, len(requests) // 50)
     if not policy.wants_responses:
@@ -99,7 +122,9 @@ def run_policy(policy: ReplayPolicy, requests: Sequence[ReplayRequest], capacity
         hit = policy.on_request(i, r, r.t)
         rec.request(i, r.t, r.block_hashes, r.block_tokens, hit)
         hits[i] = hit
-        end = r.t + cost.prefill_s(r.prompt_tokens, sum(r.block_tokens[:hit])) + r.output_tokens * step
+        cached = int(rec.hit_tokens[i] + rec.load_tokens[i])
+        end = (r.t + cost.load_s(int(rec.load_tokens[i])) + cost.prefill_s(r.prompt_tokens, cached)
+               + r.output_tokens * step)
         seq += 1
         heapq.heappush(pending, (end, seq, i))
         if progress is not None and i % tick == 0:
@@ -115,6 +140,17 @@ def run_policy(policy: ReplayPolicy, requests: Sequence[ReplayRequest], capacity
 def _bar(name: str, n: int, enabled: bool) -> Callable[[int], None] | None:
     if not enabled or n == 0:
         return None
+
+    if not sys.stderr.isatty():
+        # Logs (CI, `> file`): one line per 10% per phase, never carriage-return bars.
+        last = [-1]
+
+        def log_line(i: int) -> None:
+            decile = (10 * (i + 1)) // n
+            if decile > last[0]:
+                last[0] = decile
+                sys.stderr.write(f"  {name:<22} {10 * decile:3d}% ({i + 1}/{n})\n")
+        return log_line
 
     def show(i: int) -> None:
         done = int(30 * (i + 1) / n)
@@ -135,16 +171,18 @@ def replay(requests: Sequence[ReplayRequest], capacities: Sequence[int], policie
     out: dict = {"policies": names, "capacities": [], "span_s": span, "requests": len(requests),
                  "unique_blocks": unique_blocks(requests)}
     for cap in capacities:
-        row: dict = {"capacity_blocks": int(cap), "policies": {}}
+        cpu = resolve_cpu_capacity(s.cpu_capacity, int(cap), out["unique_blocks"])
+        row: dict = {"capacity_blocks": int(cap), "cpu_capacity_blocks": cpu, "policies": {}}
         recs: dict[str, RunRecorder] = {}
         for name in names:
             pol = make_policy(name, s)
             t0 = time.perf_counter()
             rec = run_policy(pol, requests, cap, s.cost, _bar(f"{name} @ {cap}", len(requests), progress),
-                             s.engines)
+                             s.engines, cpu)
             elapsed = time.perf_counter() - t0
             if progress:
-                sys.stderr.write(f"  {elapsed:.2f}s\n")
+                sys.stderr.write(f"  {elapsed:.2f}s\n" if sys.stderr.isatty()
+                                 else f"  {name} @ {cap}: done in {elapsed:.2f}s\n")
             recs[name] = rec
             summ = rec.summary(span, s.latency_budget_s, recs.get("lru") if name != "lru" else None)
             summ["replay_seconds"] = elapsed
@@ -159,6 +197,12 @@ def replay(requests: Sequence[ReplayRequest], capacities: Sequence[int], policie
             summ["gap_closed"] = gap_share(summ["hit_rate"], lru["hit_rate"], bel["hit_rate"])
             summ["gap_closed_blocks"] = gap_share(summ["block_hit_rate"], lru["block_hit_rate"],
                                                   bel["block_hit_rate"])
+            # TTFT: lower is better, so the gap runs from LRU's TTFT down to Belady's
+            summ["ttft_gap_closed"] = gap_share(-summ["ttft_mean_s"], -lru["ttft_mean_s"], -bel["ttft_mean_s"])
+            if None not in (summ.get("ttft_resume_mean_s"), lru.get("ttft_resume_mean_s"),
+                            bel.get("ttft_resume_mean_s")):
+                summ["ttft_resume_gap_closed"] = gap_share(-summ["ttft_resume_mean_s"], -lru["ttft_resume_mean_s"],
+                                                           -bel["ttft_resume_mean_s"])
         out["capacities"].append(row)
     return out
 

@@ -33,13 +33,18 @@ HISTORY = "__history__"          # scout-engine's group for non-anchor blocks (p
 
 
 def build_config(capacity_blocks: int, block_size: int, overrides: dict | None = None,
-                 retain: bool = False, prefill_tokens_per_s: float | None = None) -> core_config.PolicyConfig:
+                 retain: bool = False, prefill_tokens_per_s: float | None = None,
+                 reload: tuple[float, float] | None = None, host_tier_blocks: int = 0) -> core_config.PolicyConfig:
     """The planner's config for a replay: the residency shadow knows the engine's capacity and the
-    planner its prefill rate (the live proxy learns both from the engine's metrics or settings),
-    plus caller overrides."""
+    planner its prefill rate and, with a host tier, its reload price (tokens/s, latency s) — the
+    live proxy learns them from the engine's metrics or settings — plus caller overrides."""
     base = dict(residency_capacity_tokens=int(capacity_blocks) * int(block_size), retain_enabled=retain)
     if prefill_tokens_per_s:
         base["prefill_tokens_per_s"] = float(prefill_tokens_per_s)
+    if reload is not None:
+        base["reload_tokens_per_s"], base["reload_latency_s"] = float(reload[0]), float(reload[1])
+    if host_tier_blocks:
+        base["host_tier_tokens"] = int(host_tier_blocks) * int(block_size)
     cfg = core_config.PolicyConfig().with_overrides(**base)
     return cfg.with_overrides(**(overrides or {}))
 
@@ -87,8 +92,14 @@ class ScoutProxyPolicy(_ScoutBase):
         super().setup(requests, capacity_blocks, cost, rec)
         prio = self.eviction == "priority"
         engines = getattr(rec, "engines", 1)
+        reload, host = None, 0
+        tier = getattr(rec, "tier", None)
+        if tier is not None:                            # the engine has a host tier: reloads are loads
+            reload = (1.0 / cost.transfer_s(1), cost.offload_latency_s)
+            host = tier.stats()["capacity_blocks"]
         self.sp = ScoutPolicy(build_config(capacity_blocks, self.block_size, self.overrides, retain=prio,
-                                           prefill_tokens_per_s=engines / cost.prefill_token_s))
+                                           prefill_tokens_per_s=engines / cost.prefill_token_s, reload=reload,
+                                           host_tier_blocks=host))
         self.pool = BlockPool(capacity_blocks, self.eviction, getattr(self, "retention_s", 300.0))
         self.queue = EngineQueue(engines)
         self._rid: dict[int, int] = {}
