@@ -208,6 +208,13 @@ class ProxyMetrics:
                 self.switchback_windows_total.labels(arm, usable)
         for verdict in ("harmful", "helpful", "inconclusive"):
             self.switchback_decisions_total.labels(verdict)
+        # no estimate yet: NaN (Prometheus stores it, Grafana draws a gap) rather than a missing series
+        for source in ("decision", "running"):
+            for bound in ("estimate", "low", "high"):
+                self.switchback_ttft_effect_seconds.labels(source, bound).set(float("nan"))
+                self.switchback_ttft_effect_ratio.labels(source, bound).set(float("nan"))
+            for arm in ("on", "off"):
+                self.switchback_hit_ratio.labels(source, arm).set(float("nan"))
 
     # --- fast paths for the forwarder ---------------------------------------------------------
     def observe_request(self, route: str, status: int, duration_s: float) -> None:

@@ -23,6 +23,7 @@ from proxy.core.yield_ledger import YieldConfig, YieldLedger
 log = logging.getLogger("cachescout.switchback")
 
 BOUNDS = ("estimate", "low", "high")
+NAN = float("nan")
 
 
 def switchback_config(settings: Any) -> SwitchbackConfig:
@@ -135,7 +136,12 @@ class SelfEvaluation:
         cur = exp.estimate()
         for source, e in (("decision", est), ("running", cur)):
             t = (e or {}).get("ttft")
-            if t is None:
+            if t is None:                   # no estimate (yet, or the batch just started): NaN, not stale
+                for bound in BOUNDS:
+                    m.switchback_ttft_effect_seconds.labels(source, bound).set(NAN)
+                    m.switchback_ttft_effect_ratio.labels(source, bound).set(NAN)
+                for arm in ("on", "off"):
+                    m.switchback_hit_ratio.labels(source, arm).set(NAN)
                 continue
             for bound, key in zip(BOUNDS, ("effect", "low", "high")):
                 m.switchback_ttft_effect_seconds.labels(source, bound).set(t[key])
@@ -143,8 +149,7 @@ class SelfEvaluation:
                 m.switchback_ttft_effect_ratio.labels(source, bound).set(t[key])
             for arm in ("on", "off"):
                 hit = e.get(f"hit_ratio_{arm}")
-                if hit is not None:
-                    m.switchback_hit_ratio.labels(source, arm).set(hit)
+                m.switchback_hit_ratio.labels(source, arm).set(NAN if hit is None else hit)
 
     def _publish_yields(self, now: float) -> None:
         if self.metrics is None:
