@@ -28,6 +28,7 @@ from .conftest import ADMIN, agent_prompts, chat, proxy_settings, sim_config
 pytestmark = pytest.mark.sockets
 
 SLOW = CostModel(prefill_token_s=1.0 / 4000)       # a 500-token prefill takes ~125 ms
+HARM_COST = CostModel(prefill_token_s=1.0 / 2000)  # engine time well above Python's noise on a loaded box
 WINDOWS = dict(switchback="auto", switchback_window_min_s=1.0, switchback_window_max_s=2.0,
                switchback_burn_in_min_s=0.3, switchback_decision_windows=6, switchback_min_window_requests=2,
                switchback_retry_s=600.0, switchback_seed=11)
@@ -89,10 +90,10 @@ def test_harmful_actions_end_observe_only_within_bounded_windows(http, caplog):
     caplog.set_level("INFO", logger="cachescout.switchback")
     # The cache holds ~1.1 prompts: every request (and every warm) evicts what the next one needs, and a
     # warm plus a request do not fit at once, so the request after a warm waits for the warm's prefill.
-    # Measured on this setup, pinned on vs off: mean latency 0.355 s vs 0.256 s (+39%).
-    with run_sim_server(sim_config(capacity_blocks=44, speed=1.0, cost=SLOW)) as sim:
+    # Measured on this setup, pinned on vs off: mean latency 0.631 s vs 0.386 s (+63%, load average 8).
+    with run_sim_server(sim_config(capacity_blocks=44, speed=1.0, cost=HARM_COST)) as sim:
         st = proxy_settings(sim.url, policy_overrides=EAGER, yield_throttle=False, switchback_start_after_s=3.0,
-                            **dict(WINDOWS, switchback_window_min_s=2.0, switchback_window_max_s=3.0,
+                            **dict(WINDOWS, switchback_window_min_s=1.5, switchback_window_max_s=2.5,
                                    switchback_decision_windows=8))
         with run_proxy_server(st) as px:
             stop, threads = start_traffic(harmful_traffic, 1, px.url, time.monotonic() + 52)
