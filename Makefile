@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/overhead.py
 	$(PY) benchmarks/policy_core.py
 	$(PY) benchmarks/replay_speed.py
+	$(PY) benchmarks/hints_overhead.py
 
 ## Every policy side by side on a seeded multi-agent workload, in virtual time (report in replay-out/).
 replay: $(STAMP)

@@ -308,6 +308,21 @@ POLICY = Dashboard(
                    Target(rate("cachescout_switchback_windows_total", "arm, usable"),
                           "windows/s {{arm}} usable={{usable}}"))),
         )),
+        # --- runtime hints (issue 16) ---
+        Row("Runtime hints", (
+            Panel("Hints by kind and outcome",
+                  "Which hints does the agent runtime send, and are they acted on, ignored (source standing "
+                  "too low, too many unchecked) or refused (directive from an unlisted source)?",
+                  (Target(rate("cachescout_hints_total", "kind, outcome"), "{{kind}} {{outcome}}"),), unit="ops"),
+            Panel("Hint source standing",
+                  "How far is each hint source trusted? Its calibrated standing (0..1) for facts and "
+                  "predictions; a lying source falls below the floors (0.25 facts, 0.5 predictions).",
+                  (Target("max by (source, class) (cachescout_hint_source_standing)", "{{source}} {{class}}"),),
+                  unit="percentunit", min=0, max=1),
+            Panel("Tokens released by session_ended",
+                  "How much context stops being protected because the runtime said its session ended?",
+                  (Target(rate("cachescout_hint_released_tokens_total"), "released tokens"),)),
+        )),
     ),
 )
 

@@ -169,6 +169,17 @@ class Settings(BaseSettings):
             raise ValueError("switchback_window_min_s must not exceed switchback_window_max_s")
         return self
     # --- end self-evaluation ---
+    # --- runtime hints (issue 16; docs/hints.md) ---
+    hints_enabled: bool = Field(
+        True, description="accept runtime hints: POST /v1/cachescout/hints and hint fields on forwarded requests")
+    hints_directive_sources: str = Field(
+        "", description="comma-separated hint source ids (see /debug/state -> hints) allowed to pin/retain")
+    hints_directive_cache_share: float = Field(
+        0.1, ge=0, le=1, description="all pins together may keep at most this share of the engine's cache")
+    hints_strip_fields: bool = Field(
+        False, description="forward bodies without agent_hints / agent_hint / nvext.agent_hints|cache_control")
+    hints_max_body_bytes: int = Field(65536, ge=256, description="largest hints request body accepted (413 above)")
+    # --- end runtime hints ---
 
 
 def load_settings(**overrides: Any) -> Settings:

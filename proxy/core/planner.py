@@ -77,6 +77,7 @@ class Planner:
         # the one outside veto (runtime wiring): (reason, kind, now) -> may this action be emitted?
         # Observe-only windows and throttled signals (core/yield_ledger.py) answer False.
         self.action_gate: Callable[[str, str, float], bool] | None = None
+        self.hints: Any = None      # runtime hints (core.hint_actions.HintDriver): extra candidates
 
     # --- gate ------------------------------------------------------------------------------------
     def gate_open(self, ts: TenantState, now: float | None = None) -> bool:
@@ -133,6 +134,10 @@ class Planner:
                 cands.append(_Candidate(float(sum(toks)), REASON_FANOUT, agent.tenant, out_id, hashes,
                                         toks, payload, 1.0, None, False, True))
             self.fanout.clear()
+        if self.hints is not None:                       # runtime hints: facts and trusted predictions
+            for h in self.hints.candidates(now):
+                cands.append(_Candidate(h.score, h.reason, h.tenant, h.anchor_id, h.hashes, h.block_tokens,
+                                        h.payload, h.prob, h.lead, h.warm_ok, h.context))
         if now - self._last_sweep >= cfg.sweep_interval_s:
             self._last_sweep = now
             self._sweep_candidates(now, gates, cands)
@@ -140,7 +145,10 @@ class Planner:
             return []
         cands.sort(key=lambda c: c.score, reverse=True)
         busy = 0 < cfg.warm_max_inflight < load.inflight or load.waiting > cfg.warm_max_waiting
-        return self._select(cands, now, slots, busy)
+        actions = self._select(cands, now, slots, busy)
+        if self.hints is not None and actions:
+            self.hints.note(actions)                     # a hint pays for one warm
+        return actions
 
     def _gate(self, tenant: str, gates: dict[str, bool]) -> bool:
         g = gates.get(tenant)

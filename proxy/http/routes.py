@@ -1,10 +1,10 @@
 """Which paths the proxy answers itself, and which it forwards.
 
-The proxy owns only `/livez`, `/readyz`, `/metrics` and `/debug/*`. Everything else, in any method,
-goes to the engine: the OpenAI routes are listed explicitly (they are the contract, and their route
-label in metrics is their own path), and a catch-all forwards engine extras (`/tokenize`, `/health`,
-`/version`, `/docs` ...). The upstream's own `/metrics` is therefore not reachable through the proxy;
-scrape the engine directly.
+The proxy owns only `/livez`, `/readyz`, `/metrics`, `/debug/*` and `POST /v1/cachescout/hints`.
+Everything else, in any method, goes to the engine: the OpenAI routes are listed explicitly (they
+are the contract, and their route label in metrics is their own path), and a catch-all forwards
+engine extras (`/tokenize`, `/health`, `/version`, `/docs` ...). The upstream's own `/metrics` is
+therefore not reachable through the proxy; scrape the engine directly.
 
 `/debug/*` exposes learned state (agent ids, anchors), so it is admin-only: with no admin token
 configured it does not exist (404); otherwise `Authorization: Bearer <token>` or `X-Admin-Token`.
@@ -33,7 +33,8 @@ OPENAI_ROUTES: dict[str, list[str]] = {
     "/v1/models": ["GET"],
 }
 assert set(OPENAI_ROUTES) == set(KNOWN_ROUTES), "metric route labels and forwarded routes must agree"
-OWN_PATHS = ("/livez", "/readyz", "/metrics", "/debug/engine", "/debug/state")
+HINTS_PATH = "/v1/cachescout/hints"     # runtime hints (proxy/runtime/hint_inputs.py, docs/hints.md)
+OWN_PATHS = ("/livez", "/readyz", "/metrics", "/debug/engine", "/debug/state", HINTS_PATH)
 
 
 def _error(status: int, message: str, type_: str, code: str) -> Response:
@@ -83,6 +84,26 @@ def add_own_routes(app: FastAPI, probe: ReadinessProbe, admin_token: str | None)
         data: Any = live.engine_info() if what == "engine" else live.debug_state()
         return JSONResponse(data)
 
+    @app.post(HINTS_PATH, include_in_schema=False)
+    async def hints(request: Request) -> Response:
+        live = app.state.live
+        service = getattr(live, "hints", None) if live is not None else None
+        if service is None:
+            return _error(503, "runtime hints are not accepted (cache policy off or hints_enabled=false)",
+                          "service_unavailable", "hints_disabled")
+        raw = await _read_limited(request, service.max_body_bytes)
+        if raw is None:
+            return _error(413, f"hint body larger than {service.max_body_bytes} bytes", "invalid_request_error",
+                          "request_too_large")
+        try:
+            status, body = service.handle(raw, request.headers, live.clock())
+        except Exception:  # noqa: BLE001 - a hint bug must not become a 500 with a traceback
+            if app.state.metrics is not None:
+                app.state.metrics.policy_errors_total.inc()
+            return _error(500, "hint processing failed (counted in cachescout_policy_errors_total)",
+                          "server_error", "hint_error")
+        return JSONResponse(body, status_code=status)
+
     @app.get("/debug/engine", include_in_schema=False)
     async def debug_engine(request: Request) -> Response:
         return _debug(request, "engine")
@@ -90,6 +111,21 @@ def add_own_routes(app: FastAPI, probe: ReadinessProbe, admin_token: str | None)
     @app.get("/debug/state", include_in_schema=False)
     async def debug_state(request: Request) -> Response:
         return _debug(request, "state")
+
+
+async def _read_limited(request: Request, limit: int) -> bytes | None:
+    """The body, or None as soon as it exceeds ``limit`` bytes (memory stays bounded)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def add_forwarded_routes(app: FastAPI, forwarder: Forwarder) -> None:

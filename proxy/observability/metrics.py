@@ -28,6 +28,9 @@ UPSTREAM_ERROR_KINDS = ("connect", "timeout", "protocol", "other")
 ACTION_OUTCOMES = ("ok", "error", "dropped_stale", "dropped_busy", "dropped_full", "unsupported")
 ACTION_KINDS = ("touch", "warm", "retain")
 ACTION_REASONS = ("transition", "tool_resume", "fanout", "hint")
+HINT_KINDS = ("tool_started", "tool_finished", "fanout", "session_ended", "next_agent", "pin", "retain", "invalid")
+HINT_OUTCOMES = ("accepted", "ignored_standing", "ignored_unchecked", "refused", "invalid")
+HINT_SOURCE_LABELS = 16
 
 _ROUTE_SET = frozenset(KNOWN_ROUTES)
 
@@ -128,6 +131,22 @@ class ProxyMetrics:
             ("reason",), registry=r,
         )
 
+        # --- runtime hints (proxy/runtime/hint_inputs) -------------------------------------
+        # kind: one of HINT_KINDS (or "invalid"); outcome: HINT_OUTCOMES. source: a hash-prefixed id
+        # (never a key or a name), at most HINT_SOURCE_LABELS of them (the busiest), class: fact |
+        # prediction. Bounded: 8 x 5 + 16 x 2 series at most.
+        self.hints_total = Counter(
+            "cachescout_hints_total", "Runtime hints received, by kind and admission outcome",
+            ("kind", "outcome"), registry=r,
+        )
+        self.hint_source_standing = Gauge(
+            "cachescout_hint_source_standing", "Calibrated standing of a hint source (posterior mean), 0..1",
+            ("source", "class"), registry=r,
+        )
+        self.hint_released_tokens_total = Counter(
+            "cachescout_hint_released_tokens_total", "Context tokens released from protection by session_ended hints",
+            registry=r,
+        )
         # Pre-bound children: the forwarder's per-request label lookups become dict hits, and every
         # route/class series exists from the start (dashboards show 0, not "no data").
         routes = (*KNOWN_ROUTES, OTHER_ROUTE)
@@ -144,6 +163,9 @@ class ProxyMetrics:
                     self.actions_total.labels(kind, reason, outcome)
         for reason in ACTION_REASONS:
             self.converted_tokens_total.labels(reason)
+        for kind in HINT_KINDS:
+            for outcome in HINT_OUTCOMES:
+                self.hints_total.labels(kind, outcome)
         self._define_self_evaluation(r)
 
     # --- self-evaluation (proxy/runtime/switchback.py): yield per signal, switchback ----------

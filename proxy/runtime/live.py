@@ -27,6 +27,7 @@ from proxy.engines.base import EngineSnapshot, WarmResult, warm_spec
 from proxy.engines.lmcache import LmcacheClient
 from proxy.engines.select import NoEngineAdapter, build_adapter
 from proxy.runtime.executor import ActionExecutor, ExecutorLimits
+from proxy.runtime.hint_inputs import build_hint_service
 from proxy.runtime.kv_events import KvEvent, KvEventSubscriber
 from proxy.runtime.live_policy import LivePolicyObserver
 from proxy.runtime.prefill import PrefillRate
@@ -67,6 +68,11 @@ class LiveRuntime:
         self.policy = ScoutPolicy(self.config)
         self.observer = LivePolicyObserver(self.policy, metrics, clock, block_chars=self.config.block_chars,
                                            chars_per_token=self.config.chars_per_token)
+        self.hints = build_hint_service(settings, self.policy, metrics)     # runtime hints (issue 16)
+        self.observer.hints = self.hints
+        if self.hints is not None:
+            self.hints.after_submit = lambda: self.observer.plan(self.clock())
+        self.observer.strip_hint_fields = bool(getattr(settings, "hints_strip_fields", False))
         key = settings.engine_api_key.get_secret_value() if settings.engine_api_key is not None else None
         self._api_key = key
         self.adapter: Any = NoEngineAdapter(client, settings.upstream_url, key)
@@ -316,6 +322,8 @@ class LiveRuntime:
         out["observer"] = dict(self.observer.counts, inflight=self.observer.inflight)
         out["state_loaded_from"] = self.state_loaded
         out["self_evaluation"] = self.selfeval.describe()
+        if self.hints is not None:
+            out["hints"] = self.hints.driver.report()
         return out
 
 

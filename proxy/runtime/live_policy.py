@@ -30,6 +30,7 @@ from proxy.core.fingerprint import view_from_openai
 from proxy.core.view import EngineLoad, RequestView, ResponseOutcome
 from proxy.core.yield_ledger import counterfactual_cached, remaining_life
 from proxy.engines.base import WarmResult
+from proxy.runtime.hint_inputs import request_hints, strip_fields
 from proxy.runtime.response_tap import ResponseTap
 
 log = logging.getLogger("cachescout.live_policy")
@@ -45,10 +46,11 @@ ANCHOR_REASONS = ("transition", "fanout", "hint")
 
 
 class _ReqState:
-    __slots__ = ("view", "observed", "tap", "status", "skip", "alone")
+    __slots__ = ("view", "observed", "tap", "status", "skip", "alone", "hints")
 
     def __init__(self) -> None:
         self.alone = False
+        self.hints: Any = None
         self.view: RequestView | None = None
         self.observed: Any = None
         self.tap: ResponseTap | None = None
@@ -78,6 +80,10 @@ class LivePolicyObserver:
         self.rewrite_enabled = False
         self.extras_for: Callable[[float | None], dict] = lambda survival: {}
         self._anchor_priority: OrderedDict[str, tuple[int, float]] = OrderedDict()
+        # Runtime hints (proxy.runtime.hint_inputs.HintService), set by LiveRuntime; strip_hint_fields:
+        # the operator asked to forward bodies without the engines' proposal fields.
+        self.hints: Any = None
+        self.strip_hint_fields = False
         self._acted: OrderedDict[int, tuple[str, int, float, str]] = OrderedDict()  # last hash -> (reason, tokens, at, tenant)
         self.selfeval: Any = None               # runtime.switchback.SelfEvaluation (LiveRuntime sets it)
         self._last_request_at = float("-inf")   # when the latest client request started
@@ -117,10 +123,11 @@ class LivePolicyObserver:
         None (forward the original bytes) when off, unparsed, unknown agent or nothing to add. Builds
         the view now (the deferred observation reuses it), so enabling hints costs ~0.3 ms inline."""
         if not self.rewrite_enabled or (self.selfeval is not None and not self.selfeval.active()):
-            return None                         # off, or observe-only: forward the original bytes
+            # off, or observe-only (no engine hints from the policy): only hint-field stripping remains
+            return self._stripped(ctx) if self.strip_hint_fields else None
         st = ctx.state.get("cachescout")
         if st is None or st.skip or not isinstance(ctx.json, dict):
-            return None
+            return self._stripped(ctx) if self.strip_hint_fields else None
         view = view_from_openai(ctx.path, ctx.json, ctx.headers, block_chars=self.block_chars,
                                 chars_per_token=self.chars_per_token)
         st.view = view
@@ -135,9 +142,21 @@ class LivePolicyObserver:
         survival = hit[0] / 100.0 if hit is not None and now - hit[1] < HINT_TTL_S else None
         extras = self.extras_for(survival)
         if not extras:
-            return None
+            return self._stripped(ctx) if self.strip_hint_fields else None
         self.counts["rewritten"] += 1
-        return json.dumps({**ctx.json, **extras}, separators=(",", ":"), ensure_ascii=False).encode()
+        body = (strip_fields(ctx.json) if self.strip_hint_fields else None) or ctx.json
+        return json.dumps({**body, **extras}, separators=(",", ":"), ensure_ascii=False).encode()
+
+    def _stripped(self, ctx: Any) -> bytes | None:
+        """Opt-in (`hints_strip_fields`): the body without the engines' hint-proposal fields, for
+        engines that reject unknown fields; None (original bytes) when it carries none."""
+        if ctx.method != "POST" or not isinstance(ctx.json, dict):
+            return None
+        body = strip_fields(ctx.json)
+        if body is None:
+            return None
+        self.counts["stripped"] = self.counts.get("stripped", 0) + 1
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
     def on_response_start(self, ctx: Any, status: int, headers: Any, now: float) -> None:
         st = ctx.state.get("cachescout")
@@ -201,6 +220,11 @@ class LivePolicyObserver:
         st.view = view
         st.observed = self.policy.observe_request(view, ctx.started)
         self.counts["observed"] += 1
+        hints = self.hints
+        if hints is not None and not view.is_warmup:
+            st.hints = request_hints(ctx.json, ctx.headers)
+            hints.on_request(st.hints, ctx.headers, view.tenant, st.observed.session_id, st.observed.agent_id,
+                             ctx.started)
         if self.metrics is not None:
             if st.observed.predicted is not None:
                 self.metrics.prediction_total.labels("hit" if st.observed.predicted else "miss").inc()
@@ -241,6 +265,8 @@ class LivePolicyObserver:
                     r = tap.prompt_tokens / est
                     self.token_ratio = r if self.token_ratio is None else 0.95 * self.token_ratio + 0.05 * r
         self.policy.observe_response(st.observed.request_id, outcome, now)
+        if st.hints is not None and self.hints is not None:
+            self.hints.on_response(st.hints, ctx.headers, st.observed.session_id, outcome.finish_reason, now)
         self.plan(self.clock())
 
     def _count_usage(self, view: RequestView, prompt: int, cached: int, now: float) -> None:
@@ -339,6 +365,8 @@ class LivePolicyObserver:
     def update_gauges(self) -> None:
         if self.metrics is None:
             return
+        if self.hints is not None:
+            self.hints.update_gauges()
         # The core caches R between refreshes; asking before any transitions were learned would pin
         # R at 0 for the next refresh window, so gauges start once the gate could first open.
         if getattr(self.policy, "requests", 0) <= getattr(self.policy.config, "r_min_transitions", 0):

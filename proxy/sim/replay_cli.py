@@ -12,7 +12,7 @@ import sys
 import time
 
 from .cost_model import CostModel
-from .replay.runner import POLICIES, ReplaySettings, replay, resolve_capacity
+from .replay.runner import HINT_POLICIES, POLICIES, ReplaySettings, replay, resolve_capacity
 from .traces import FORMATS, load_trace
 from .workloads import PRESETS, describe, generate, preset
 
@@ -37,7 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-bytes-per-token", type=int, default=CostModel().kv_bytes_per_token,
                    help="KV bytes per token of the modelled model (host-tier load size)")
     p.add_argument("--policies", default=",".join(POLICIES),
-                   help=f"comma list from {','.join(POLICIES)} (lru and belady always run)")
+                   help=f"comma list from {','.join(POLICIES)} (lru and belady always run); opt-in, with a "
+                        f"runtime sending hints: {','.join(HINT_POLICIES)}")
     p.add_argument("--seed", type=int, default=0, help="workload seed")
     p.add_argument("--sessions", type=int, default=None, help="workload: number of sessions")
     p.add_argument("--predictability", type=float, default=None, help="workload: supervisor predictability")
@@ -102,9 +103,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         overrides = parse_overrides(args.scout_set)
         policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-        unknown = [p for p in policies if p not in POLICIES]
+        unknown = [p for p in policies if p not in POLICIES and p not in HINT_POLICIES]
         if unknown:
-            raise ValueError(f"unknown policies {unknown}; choose from {list(POLICIES)}")
+            raise ValueError(f"unknown policies {unknown}; choose from {list(POLICIES + HINT_POLICIES)}")
         reqs, block_size, source, default_caps = _stream(args)
         if not reqs:
             raise ValueError("the stream has no requests")

@@ -113,6 +113,10 @@ def run_workload(proxy_url: str, model: str) -> int:
     result = asyncio.run(drive(proxy_url, spec, model=model))
     assert result.records, "the workload sent no successful request"
     sent = len(result.records)
+    # one runtime hint, so the hint panels (kinds/outcomes, source standing) carry data
+    hint = httpx.post(f"{proxy_url}/v1/cachescout/hints", timeout=10.0,
+                      json={"hints": [{"type": "tool_started", "session_id": "prom-hint", "expected_duration_ms": 50}]})
+    assert hint.status_code == 200, hint.text
     time.sleep(1.0)  # let the planner act on the last turns before the agents return
     for agent in build_agents(spec):
         body: dict = {"model": model, "max_tokens": 4, "temperature": 0, "user": f"follow-up-{agent.name}",

@@ -98,6 +98,9 @@ def markdown(results: dict, meta: dict) -> str:
                       f"| {s['ttft_p50_s']:.4f} | {s['ttft_p99_s']:.4f} | {s['turn_mean_s']:.4f} "
                       f"| {s['throughput_at_budget_rps']:.2f} | {s['actions_per_request']:.3f} |")
         md.append("")
+        from .scout_hints import hint_report_lines  # tool-resume TTFT, hint calibration (issue 16)
+
+        md.extend(hint_report_lines(row))
         for name, s in row["policies"].items():
             if not s.get("signals"):
                 continue

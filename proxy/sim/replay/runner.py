@@ -30,6 +30,10 @@ from .policies import BeladyPolicy, HistoryPolicy, LruPolicy, ReplayPolicy, TtlP
 from .tiers import LruHostTier, MinHostTier, resolve_cpu_capacity
 
 POLICIES = ("lru", "history", "ttl", "scout-engine", "scout-proxy", "scout-proxy-priority", "belady")
+# scout-proxy with a runtime sending hints (truthful, noisy, lying; proxy/sim/replay/hint_stream.py):
+# opt-in by name, not in the default --policies list
+HINT_POLICIES = ("scout-proxy+hints", "scout-proxy+noisy-hints", "scout-proxy+all-hints", "scout-proxy+liar",
+                 "scout-proxy+hints+liar")
 DECODE_BATCH = 16          # nominal running batch for the decode step of response timing
 
 
@@ -60,6 +64,11 @@ def make_policy(name: str, s: ReplaySettings) -> ReplayPolicy:
         cls = {"scout-proxy": ScoutProxyPolicy, "scout-proxy-priority": ScoutProxyPriorityPolicy,
                "scout-engine": ScoutEnginePolicy}[name]
         pol = cls(s.scout_overrides, s.use_sessions, s.block_size)
+        pol.retention_s = s.retention_s
+        return pol
+    if name in HINT_POLICIES:
+        from .scout_hints import make_hint_policy
+        pol = make_hint_policy(name, s.scout_overrides, s.use_sessions, s.block_size)
         pol.retention_s = s.retention_s
         return pol
     raise ValueError(f"unknown policy {name!r}; choose from {POLICIES}")
@@ -165,8 +174,8 @@ def replay(requests: Sequence[ReplayRequest], capacities: Sequence[int], policie
     s = settings or ReplaySettings()
     names = list(dict.fromkeys(["lru", *policies, "belady"]))
     for n in names:
-        if n not in POLICIES:
-            raise ValueError(f"unknown policy {n!r}; choose from {POLICIES}")
+        if n not in POLICIES and n not in HINT_POLICIES:
+            raise ValueError(f"unknown policy {n!r}; choose from {POLICIES + HINT_POLICIES}")
     span = (requests[-1].t - requests[0].t) if requests else 0.0
     out: dict = {"policies": names, "capacities": [], "span_s": span, "requests": len(requests),
                  "unique_blocks": unique_blocks(requests)}
@@ -190,6 +199,9 @@ def replay(requests: Sequence[ReplayRequest], capacities: Sequence[int], policie
             summ["extra"] = pol.extra()
             summ["_leads"] = rec.lead_samples()
             summ["_ttft"] = rec.latencies(DECODE_BATCH)[0]
+            if any(r.finish_reason == "tool_calls" for r in requests):
+                from .scout_hints import resume_latency
+                summ.update(resume_latency(rec, requests))
             row["policies"][name] = summ
         lru = row["policies"]["lru"]
         bel = row["policies"]["belady"]

@@ -1,0 +1,382 @@
+"""Runtime hints at the edge: the `POST /v1/cachescout/hints` body, hint fields on forwarded
+requests, sources, limits, errors and metrics. The core (`proxy.core.hint_actions`) decides what a
+hint does; this module only reads and validates.
+
+Endpoint body (JSON, one object or a batch of at most ``MAX_BATCH``)::
+
+    {"hints": [
+      {"type": "tool_started", "session_id": "s1", "expected_duration_ms": 800},
+      {"type": "tool_finished", "session_id": "s1"},
+      {"type": "fanout", "session_id": "parent", "branches": 4, "branch_ids": ["b1", "b2"]},
+      {"type": "next_agent", "session_id": "s1", "agent": "coder", "probability": 0.8},
+      {"type": "session_ended", "session_id": "s1"},
+      {"type": "pin", "session_id": "s1", "ttl_s": 300}           # operator-listed sources only
+    ]}
+
+Unknown fields are ignored (newer senders work with older proxies). The source is the hash of the
+caller's API key (``Authorization: Bearer``), combined with ``X-CacheScout-Source`` when present;
+the header alone without a key. Errors are OpenAI-style: 400 (bad JSON / shape, nothing applied),
+403 (a directive from an unlisted source, nothing applied), 413 (body too large), 503 (policy off).
+
+Fields read from forwarded requests (the body is forwarded unchanged unless
+``hints_strip_fields``): agent identity from ``X-CacheScout-Agent``, ``metadata.agent`` /
+``metadata.agent_id`` / ``metadata.agent_name``, or ``agent_id`` inside the engines' proposal
+objects — SGLang's/vLLM's ``agent_hints`` (``agent_id``, ``expected_tool_duration_ms``,
+``reuse_hint``, ``cache_ttl_ms``, ``parent_step_id``/``children_step_ids``), vLLM's proposed
+``agent_hint``, and Dynamo's ``nvext.agent_hints`` with ``nvext.cache_control``
+(``{"type": "ephemeral", "ttl": "5m"}``). What they mean here: ``expected_tool_duration_ms`` →
+``tool_started`` when this response ends in ``tool_calls``; ``reuse_hint: "discard"`` →
+``session_ended`` after the response; ``children_step_ids`` → ``fanout``; a TTL → ``retain``
+(operator-listed sources only; otherwise counted as refused, the request itself is unaffected).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.core.hint_actions import Hint, HintDriver
+from proxy.core.hints import ACCEPTED, FACT, HINT_KINDS, PREDICTION, REFUSED, SESSION_ENDED, HintConfig, source_id
+
+HINTS_PATH = "/v1/cachescout/hints"
+SOURCE_HEADER = "x-cachescout-source"
+AGENT_HEADER = "x-cachescout-agent"
+MAX_BATCH = 64
+MAX_STR = 256
+MAX_BRANCH_IDS = 64
+PROPOSAL_KEYS = ("agent_hints", "agent_hint")  # top-level request fields (SGLang / vLLM proposals)
+_KIND_ALIASES = {"type", "kind", "event"}
+_TTL_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class HintError(ValueError):
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def _str(v: Any, name: str, required: bool = False) -> str | None:
+    if v is None:
+        if required:
+            raise HintError(f"'{name}' is required", name)
+        return None
+    if not isinstance(v, str) or not v or len(v) > MAX_STR:
+        raise HintError(f"'{name}' must be a non-empty string of at most {MAX_STR} characters", name)
+    return v
+
+
+def _num(v: Any, name: str, lo: float = 0.0, hi: float = 1e7) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
+        raise HintError(f"'{name}' must be a number in [{lo:g}, {hi:g}]", name)
+    return float(v)
+
+
+def parse_ttl(v: Any, name: str = "ttl") -> float | None:
+    """Seconds from a number or Dynamo/Anthropic shorthand ("300", "5m", "1h")."""
+    if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)):
+        return _num(v, name, 0.0, 86_400.0)
+    if isinstance(v, str) and v:
+        unit = _TTL_UNITS.get(v[-1])
+        try:
+            return float(v[:-1]) * unit if unit is not None else float(v)
+        except ValueError:
+            pass
+    raise HintError(f"'{name}' must be seconds or a shorthand like '5m' / '1h'", name)
+
+
+def parse_hint(obj: Any, where: str = "hint") -> Hint:
+    if not isinstance(obj, Mapping):
+        raise HintError(f"{where} must be an object", where)
+    kind = next((obj[k] for k in _KIND_ALIASES if k in obj), None)
+    if kind not in HINT_KINDS:
+        raise HintError(f"{where}.type must be one of {', '.join(HINT_KINDS)}", f"{where}.type")
+    sid = _str(
+        obj.get("session_id", obj.get("parent_session_id")),
+        f"{where}.session_id",
+        required=kind not in ("pin", "retain") or obj.get("agent") is None,
+    )
+    expected = _num(obj.get("expected_duration_s"), f"{where}.expected_duration_s")
+    ms = _num(obj.get("expected_duration_ms", obj.get("expected_tool_duration_ms")), f"{where}.expected_duration_ms")
+    if expected is None and ms is not None:
+        expected = ms / 1000.0
+    ids = obj.get("branch_ids", ())
+    if not isinstance(ids, (list, tuple)) or len(ids) > MAX_BRANCH_IDS:
+        raise HintError(f"{where}.branch_ids must be a list of at most {MAX_BRANCH_IDS} strings", f"{where}.branch_ids")
+    branch_ids = tuple(_str(b, f"{where}.branch_ids") for b in ids)
+    branches = _num(obj.get("branches"), f"{where}.branches", 0, 4096)
+    if kind == "fanout" and not branches and not branch_ids:
+        raise HintError(f"{where}: fanout needs 'branches' or 'branch_ids'", f"{where}.branches")
+    agent = _str(obj.get("agent", obj.get("agent_id")), f"{where}.agent", required=kind == "next_agent")
+    p = _num(obj.get("probability"), f"{where}.probability", 0.0, 1.0)
+    ttl = parse_ttl(obj.get("ttl_s", obj.get("ttl")), f"{where}.ttl_s")
+    return Hint(kind, sid, expected, int(branches or 0), branch_ids, agent, 1.0 if p is None else p, ttl)  # type: ignore[arg-type]
+
+
+def parse_batch(data: Any) -> list[Hint]:
+    items = data.get("hints") if isinstance(data, Mapping) and "hints" in data else data
+    if isinstance(items, Mapping):
+        items = [items]
+    if not isinstance(items, list) or not items:
+        raise HintError('body must be a hint object, a list of them, or {"hints": [...]}', "hints")
+    if len(items) > MAX_BATCH:
+        raise HintError(f"at most {MAX_BATCH} hints per request", "hints")
+    return [parse_hint(h, f"hints[{i}]") for i, h in enumerate(items)]
+
+
+def _bearer(headers: Mapping[str, str]) -> str | None:
+    auth = headers.get("authorization", "")
+    scheme, _, value = auth.partition(" ")
+    return value.strip() or None if scheme.lower() == "bearer" else None
+
+
+def source_of(headers: Mapping[str, str]) -> str:
+    src = headers.get(SOURCE_HEADER)
+    return source_id(_bearer(headers), src[:MAX_STR] if src else None)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHints:
+    """What a forwarded request says about itself (all optional)."""
+
+    agent: str | None = None
+    expected_tool_s: float | None = None  # → tool_started if the response ends in tool_calls
+    discard: bool = False  # → session_ended after the response
+    ttl_s: float | None = None  # → retain (directive)
+    children: tuple[str, ...] = ()  # → fanout
+
+
+def _proposals(body: Mapping) -> list[Mapping]:
+    out = [body[k] for k in PROPOSAL_KEYS if isinstance(body.get(k), Mapping)]
+    nv = body.get("nvext")
+    if isinstance(nv, Mapping) and isinstance(nv.get("agent_hints"), Mapping):
+        out.append(nv["agent_hints"])
+    return out
+
+
+def request_hints(body: Mapping, headers: Mapping[str, str]) -> RequestHints | None:
+    """None when the request carries none of the fields (the common case: a few dict lookups)."""
+    agent = headers.get(AGENT_HEADER)
+    meta = body.get("metadata")
+    props = _proposals(body) if ("agent_hints" in body or "agent_hint" in body or "nvext" in body) else []
+    if agent is None and isinstance(meta, Mapping):
+        agent = next((meta[k] for k in ("agent", "agent_id", "agent_name") if isinstance(meta.get(k), str)), None)
+    if not props and agent is None:
+        return None
+    expected = ttl = None
+    discard = False
+    children: tuple[str, ...] = ()
+    for p in props:
+        if agent is None and isinstance(p.get("agent_id"), str):
+            agent = p["agent_id"]
+        try:
+            ms = _num(p.get("expected_tool_duration_ms"), "expected_tool_duration_ms")
+            if ms is not None:
+                expected = ms / 1000.0
+            cttl = _num(p.get("cache_ttl_ms"), "cache_ttl_ms", 0, 86_400_000)
+            if cttl is not None:
+                ttl = cttl / 1000.0
+        except HintError:
+            pass  # a malformed proposal field is the engine's to judge
+        discard = discard or p.get("reuse_hint") == "discard"
+        kids = p.get("children_step_ids")
+        if isinstance(kids, list):
+            children = tuple(k for k in kids[:MAX_BRANCH_IDS] if isinstance(k, str) and 0 < len(k) <= MAX_STR)
+    nv = body.get("nvext")
+    cc = nv.get("cache_control") if isinstance(nv, Mapping) else None
+    if isinstance(cc, Mapping) and cc.get("ttl") is not None:
+        try:
+            ttl = parse_ttl(cc.get("ttl"))
+        except HintError:
+            pass
+    if isinstance(agent, str) and not 0 < len(agent) <= MAX_STR:
+        agent = None
+    return RequestHints(agent, expected, discard, ttl, children)
+
+
+def strip_fields(body: Mapping) -> dict | None:
+    """The body without the proposal fields (operator opt-in), or None when it has none."""
+    nv = body.get("nvext")
+    nv_has = isinstance(nv, Mapping) and ("agent_hints" in nv or "cache_control" in nv)
+    if not nv_has and not any(k in body for k in PROPOSAL_KEYS):
+        return None
+    out = {k: v for k, v in body.items() if k not in PROPOSAL_KEYS}
+    if nv_has and isinstance(nv, Mapping):
+        rest = {k: v for k, v in nv.items() if k not in ("agent_hints", "cache_control")}
+        if rest:
+            out["nvext"] = rest
+        else:
+            out.pop("nvext", None)
+    return out
+
+
+def hint_config(settings: Any) -> HintConfig:
+    sources = getattr(settings, "hints_directive_sources", None) or ()
+    if isinstance(sources, str):
+        sources = [s.strip() for s in sources.split(",") if s.strip()]
+    share = getattr(settings, "hints_directive_cache_share", None)
+    kw: dict[str, Any] = {"directive_sources": frozenset(sources)}
+    if share is not None:
+        kw["directive_cache_share"] = float(share)
+    return HintConfig(**kw)
+
+
+class HintService:
+    """The endpoint's logic and the observer's request-field hints, over one HintDriver."""
+
+    def __init__(self, driver: HintDriver, metrics: Any = None, max_body_bytes: int = 65536) -> None:
+        self.driver = driver
+        self.metrics = metrics
+        self.max_body_bytes = max_body_bytes
+        self.counts = {"batches": 0, "invalid": 0, "refused_batches": 0}
+        self.after_submit: Any = None  # LiveRuntime: plan at once, not on the next tick
+
+    def handle(self, raw: bytes, headers: Mapping[str, str], now: float) -> tuple[int, dict]:
+        """(status, JSON body) for one POST; applies nothing unless the whole batch is acceptable."""
+        if len(raw) > self.max_body_bytes:
+            return 413, _err(
+                f"hint body larger than {self.max_body_bytes} bytes", "invalid_request_error", "request_too_large"
+            )
+        try:
+            hints = parse_batch(json.loads(raw))
+        except (ValueError, RecursionError) as exc:
+            self.counts["invalid"] += 1
+            self._count("invalid", "invalid")
+            param = exc.param if isinstance(exc, HintError) else None
+            msg = str(exc) if isinstance(exc, HintError) else "body is not valid JSON"
+            return 400, _err(msg, "invalid_request_error", "invalid_hint", param)
+        source = source_of(headers)
+        refused = self.driver.refused(hints, source)
+        if refused:
+            self.counts["refused_batches"] += 1
+            for i in refused:
+                self.driver.trust.admit(source, hints[i].kind, now)
+                self._count(hints[i].kind, REFUSED)
+            return 403, _err(
+                f"hints[{refused[0]}]: directives (pin/retain) are accepted only from sources the "
+                f"operator lists in CACHESCOUT_HINTS_DIRECTIVE_SOURCES; this source is {source}",
+                "permission_error",
+                "directive_not_allowed",
+                f"hints[{refused[0]}].type",
+            )
+        self.counts["batches"] += 1
+        outcomes = self._submit(hints, source, now)
+        if self.after_submit is not None:
+            self.after_submit()
+        return 200, {
+            "object": "cachescout.hints",
+            "source": source,
+            "results": [
+                {"index": i, "type": h.kind, "outcome": o} for i, (h, o) in enumerate(zip(hints, outcomes, strict=True))
+            ],
+        }
+
+    def _submit(self, hints: list[Hint], source: str, now: float) -> list[str]:
+        before = self.driver.released_tokens
+        outcomes = self.driver.submit(hints, source, now)
+        for h, o in zip(hints, outcomes, strict=True):
+            self._count(h.kind, o)
+        released = self.driver.released_tokens - before
+        if released and self.metrics is not None:
+            self.metrics.hint_released_tokens_total.inc(released)
+        return outcomes
+
+    def _count(self, kind: str, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.hints_total.labels(kind, outcome).inc()
+
+    # -- request fields (called from the observer's deferred work) ------------------------------------
+    def on_request(
+        self,
+        req: RequestHints | None,
+        headers: Mapping[str, str],
+        tenant: str,
+        session_id: str | None,
+        agent_id: str | None,
+        now: float,
+    ) -> None:
+        d = self.driver
+        if req is None:
+            if d.watching:
+                d.observe(tenant, session_id, agent_id, None, now)
+            return
+        d.observe(tenant, session_id, agent_id, req.agent, now)
+        if session_id and (req.children or req.ttl_s is not None):
+            hints = []
+            if req.children:
+                hints.append(Hint("fanout", session_id, branches=len(req.children), branch_ids=req.children))
+            if req.ttl_s is not None:
+                hints.append(Hint("retain", session_id, ttl_s=req.ttl_s))
+            source = source_of(headers)
+            allowed = [h for h in hints if not d.refused([h], source)]
+            for h in hints:
+                if h not in allowed:
+                    d.trust.admit(source, h.kind, now)
+                    self._count(h.kind, REFUSED)
+            if allowed:
+                self._submit(allowed, source, now)
+
+    def on_response(
+        self,
+        req: RequestHints | None,
+        headers: Mapping[str, str],
+        session_id: str | None,
+        finish: str | None,
+        now: float,
+    ) -> None:
+        if req is None or not session_id:
+            return
+        hints = []
+        if req.expected_tool_s is not None and finish == "tool_calls":
+            hints.append(Hint("tool_started", session_id, expected_s=req.expected_tool_s))
+        if req.discard:
+            hints.append(Hint(SESSION_ENDED, session_id))
+        if hints:
+            self._submit(hints, source_of(headers), now)
+
+    def update_gauges(self, top: int = 16) -> None:
+        m = self.metrics
+        if m is None:
+            return
+        srcs = self.driver.trust.sources
+        if not srcs:
+            return
+        busiest = sorted(srcs.values(), key=lambda r: -sum(t.hints for t in r.kinds.values()))[:top]
+        m.hint_source_standing.clear()
+        for rec in busiest:
+            label = rec.sid[:9]
+            m.hint_source_standing.labels(label, FACT).set(rec.standing(FACT))
+            m.hint_source_standing.labels(label, PREDICTION).set(rec.standing(PREDICTION))
+
+
+def _err(message: str, type_: str, code: str, param: str | None = None) -> dict:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+__all__ = [
+    "ACCEPTED",
+    "HINTS_PATH",
+    "HintError",
+    "HintService",
+    "RequestHints",
+    "hint_config",
+    "parse_batch",
+    "parse_hint",
+    "request_hints",
+    "source_of",
+    "strip_fields",
+]
+
+
+def build_hint_service(settings: Any, policy: Any, metrics: Any = None) -> HintService | None:
+    """The live proxy's hint service (None when ``hints_enabled`` is off). The driver attaches
+    itself to the planner only when the first hint arrives, so a proxy that never receives one
+    plans exactly as before."""
+    if not getattr(settings, "hints_enabled", True):
+        return None
+    driver = HintDriver(policy, hint_config(settings))
+    return HintService(driver, metrics, int(getattr(settings, "hints_max_body_bytes", 65536)))
