@@ -18,7 +18,8 @@ are driven with the same traffic in the same process, interleaved run by run:
 - **after_pinned_on**: the same with the switchback pinned on: every action is planned, executed
   and accounted for by the yield ledger (the switchback's per-request recording is then a no-op).
 
-Traffic (virtual time, 3 ms per request): 8 chat agents of the demo workload in a noisy pipeline over 64 sessions, ~1.2k-token
+Traffic (virtual time, 3 ms per request): 8 chat agents of the demo workload in a noisy pipeline
+over 64 sessions, ~1.2k-token
 prompts, a residency capacity that evicts anchors so the planner warms. Per-thread CPU time; the
 median and the best (minimum) over repeats of the per-request mean are reported, and each
 variant's ratio to before.
@@ -36,17 +37,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from prometheus_client import CollectorRegistry  # noqa: E402
+from prometheus_client import CollectorRegistry
 
-from proxy.core import PolicyConfig, ScoutPolicy  # noqa: E402
-from proxy.core.switchback import SwitchbackConfig  # noqa: E402
-from proxy.core.yield_ledger import YieldConfig  # noqa: E402
-from proxy.demo_workload import DemoSpec, build_agents  # noqa: E402
-from proxy.engines.base import WarmResult  # noqa: E402
-from proxy.http.observer import RequestContext  # noqa: E402
-from proxy.observability.metrics import ProxyMetrics  # noqa: E402
-from proxy.runtime.live_policy import LivePolicyObserver  # noqa: E402
-from proxy.runtime.switchback import SelfEvaluation  # noqa: E402
+from proxy.core import PolicyConfig, ScoutPolicy
+from proxy.core.switchback import SwitchbackConfig
+from proxy.core.yield_ledger import YieldConfig
+from proxy.demo_workload import DemoSpec, build_agents
+from proxy.engines.base import WarmResult
+from proxy.http.observer import RequestContext
+from proxy.observability.metrics import ProxyMetrics
+from proxy.runtime.live_policy import LivePolicyObserver
+from proxy.runtime.switchback import SelfEvaluation
 
 JSON_HEADERS = {"content-type": "application/json"}
 
@@ -77,7 +78,8 @@ def build(variant: str, clock) -> LivePolicyObserver:
     ex.observer = obs
     obs.executor = ex
     if variant != "before":
-        sb = SwitchbackConfig(mode="on" if variant == "after_pinned_on" else "auto", window_min_s=1.0, window_max_s=2.0, burn_in_min_s=0.2, decision_windows=6,
+        sb = SwitchbackConfig(mode="on" if variant == "after_pinned_on" else "auto", window_min_s=1.0,
+                              window_max_s=2.0, burn_in_min_s=0.2, decision_windows=6,
                               min_window_requests=2, start_after_s=0.0)
         se = SelfEvaluation(sb, YieldConfig(), metrics, clock, seed=1, turnover_s=policy.residency.lifetime_s)
         policy.planner.action_gate = se.gate
@@ -159,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                       "median_us_per_request": {k: round(v * 1e6, 1) for k, v in med.items()},
                       "ratio_vs_before": {k: round(v / med["before"], 3) for k, v in med.items() if k != "before"},
                       "best_us_per_request": {k: round(v * 1e6, 1) for k, v in best.items()},
-                      "best_ratio_vs_before": {k: round(v / best["before"], 3) for k, v in best.items() if k != "before"},
+                      "best_ratio_vs_before": {k: round(v / best["before"], 3) for k, v in best.items()
+                                               if k != "before"},
                       "runs_us": {k: [round(v * 1e6, 1) for v in vs] for k, vs in results.items()},
                       "after_run": extra}, indent=1))
     return 0

@@ -18,7 +18,8 @@ The design, and why each part:
   and counted). Windows with fewer than ``min_window_requests`` counted requests are discarded.
 - **Fixed number of windows per decision**: the estimate is exported continuously, but the proxy
   *acts* on it only when a batch of ``decision_windows`` usable windows (and at least
-  ``MIN_ARM_WINDOWS`` of each arm) is complete, looking at each batch once, so each decision is a plain fixed-sample test at ``confidence`` (no peeking
+  ``MIN_ARM_WINDOWS`` of each arm) is complete, looking at each batch once, so each decision is a
+  plain fixed-sample test at ``confidence`` (no peeking
   problem). Then: confidently harmful (the interval's lower end above ``harm_margin`` × off TTFT)
   -> observe-only for ``retry_s``, then a fresh experiment; confidently helpful (the upper end
   below 0) -> the control share drops to ``control_share_confident`` (the experiment's own cost);
@@ -116,9 +117,9 @@ class Switchback:
         return st in ("pinned_on", "starting")
 
     # --- time -------------------------------------------------------------------------------------
-    def tick(self, now: float, turnover_s: float | None = None) -> list[tuple[str, dict]]:
+    def tick(self, now: float, turnover_s: float | None = None) -> list[tuple[str, dict[str, Any]]]:
         """Advance the schedule; returns events ("window", "decision", "observe_only", "resume")."""
-        events: list[tuple[str, dict]] = []
+        events: list[tuple[str, dict[str, Any]]] = []
         cfg = self.config
         if self.state == "starting" and now - self.started >= cfg.start_after_s:
             self.state = "experiment"
@@ -158,7 +159,7 @@ class Switchback:
         self._next_index += 1
         return w
 
-    def _close(self, w: Window | None, now: float, events: list[tuple[str, dict]]) -> None:
+    def _close(self, w: Window | None, now: float, events: list[tuple[str, dict[str, Any]]]) -> None:
         if w is None:
             return
         usable = w.n >= self.config.min_window_requests
@@ -215,7 +216,7 @@ class Switchback:
         out["latency"] = _plain(lat)
         return out
 
-    def _decide(self, now: float, events: list[tuple[str, dict]]) -> None:
+    def _decide(self, now: float, events: list[tuple[str, dict[str, Any]]]) -> None:
         cfg = self.config
         est = self.estimate()
         self.batch = []

@@ -20,9 +20,9 @@ Pure Python on purpose: a handful of windows, a 4×4 system; no numpy on this pa
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Sequence
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +72,7 @@ def t_quantile(p: float, df: int) -> float:
 def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
     """Gauss-Jordan with partial pivoting; None when singular."""
     n = len(b)
-    m = [row[:] + [b[i]] for i, row in enumerate(a)]
+    m = [[*row, b[i]] for i, row in enumerate(a)]
     for col in range(n):
         piv = max(range(col, n), key=lambda r: abs(m[r][col]))
         if abs(m[piv][col]) < 1e-12:
@@ -94,7 +94,7 @@ def _inverse_entry(a: list[list[float]], i: int) -> float | None:
     return None if col is None else col[i]
 
 
-def effect(y: Sequence[float], on: Sequence[bool], covariates: dict[str, Sequence[float]] | None = None,
+def effect(y: Sequence[float], on: Sequence[bool], covariates: Mapping[str, Sequence[float]] | None = None,
            confidence: float = 0.9) -> EffectEstimate | None:
     """Load-adjusted on − off effect over windows; None until each arm has two windows."""
     n = len(y)
@@ -104,8 +104,8 @@ def effect(y: Sequence[float], on: Sequence[bool], covariates: dict[str, Sequenc
         return None
     names = [k for k, xs in (covariates or {}).items()
              if len(xs) == n and max(xs) - min(xs) > 1e-9 * max(1.0, abs(max(xs)))]
-    off_mean = sum(v for v, z in zip(y, on) if not z) / n_off
-    on_mean = sum(v for v, z in zip(y, on) if z) / n_on
+    off_mean = sum(v for v, z in zip(y, on, strict=True) if not z) / n_off
+    on_mean = sum(v for v, z in zip(y, on, strict=True) if z) / n_on
     while True:
         p = 2 + len(names)
         if n - p >= 3 or not names:

@@ -35,8 +35,8 @@ cost the engine nothing and are never throttled.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 RETAIN_KIND = "retain"
 
@@ -88,7 +88,7 @@ def remaining_life(capacity_tokens: int, zone_tokens: float, near_eviction: bool
 
 
 class _Signal:
-    __slots__ = ("saved", "spent", "at", "actions", "conversions", "held_back", "explored")
+    __slots__ = ("actions", "at", "conversions", "explored", "held_back", "saved", "spent")
 
     def __init__(self) -> None:
         self.saved = 0.0

@@ -143,12 +143,12 @@ class SelfEvaluation:
                 for arm in ("on", "off"):
                     m.switchback_hit_ratio.labels(source, arm).set(NAN)
                 continue
-            for bound, key in zip(BOUNDS, ("effect", "low", "high")):
+            for bound, key in zip(BOUNDS, ("effect", "low", "high"), strict=True):
                 m.switchback_ttft_effect_seconds.labels(source, bound).set(t[key])
-            for bound, key in zip(BOUNDS, ("relative", "relative_low", "relative_high")):
+            for bound, key in zip(BOUNDS, ("relative", "relative_low", "relative_high"), strict=True):
                 m.switchback_ttft_effect_ratio.labels(source, bound).set(t[key])
             for arm in ("on", "off"):
-                hit = e.get(f"hit_ratio_{arm}")
+                hit = (e or {}).get(f"hit_ratio_{arm}")
                 m.switchback_hit_ratio.labels(source, arm).set(NAN if hit is None else hit)
 
     def _publish_yields(self, now: float) -> None:

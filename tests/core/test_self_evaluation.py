@@ -44,7 +44,7 @@ def test_load_adjustment_removes_a_confounded_load_difference():
     rng = random.Random(3)
     load = [1000, 1100, 900, 1050, 1900, 2100, 2000, 1800, 950, 2050, 1000, 1950]
     on = [False, False, False, False, True, True, True, True, False, True, False, True]
-    y = [0.1 + 0.0001 * x - 0.05 * z + rng.gauss(0, 0.002) for x, z in zip(load, on)]
+    y = [0.1 + 0.0001 * x - 0.05 * z + rng.gauss(0, 0.002) for x, z in zip(load, on, strict=True)]
     raw = effect(y, on)                                   # no covariates: load makes "on" look harmful
     adj = effect(y, on, {"prompt_tokens_per_request": load})
     assert raw.effect > 0.03 and raw.low > 0
@@ -92,7 +92,7 @@ def test_schedule_is_randomised_blocks_with_burn_in():
         lengths.append(win.end - win.start)
         arms.append(win.on)
         burns.append(win.burn_end - win.start)
-    assert all(10 <= x <= 20 for x in lengths) and len(set(round(x, 6) for x in lengths)) == 20
+    assert all(10 <= x <= 20 for x in lengths) and len({round(x, 6) for x in lengths}) == 20
     assert all(sum(arms[i:i + 2]) == 1 for i in range(0, 20, 2))
     assert arms != [True, False] * 10 and arms != [False, True] * 10          # not a fixed alternation
     assert all(b == 3.0 for b in burns)                                       # one turnover (> min 2 s)

@@ -29,9 +29,9 @@ pytestmark = pytest.mark.sockets
 
 SLOW = CostModel(prefill_token_s=1.0 / 4000)       # a 500-token prefill takes ~125 ms
 HARM_COST = CostModel(prefill_token_s=1.0 / 2000)  # engine time well above Python's noise on a loaded box
-WINDOWS = dict(switchback="auto", switchback_window_min_s=1.0, switchback_window_max_s=2.0,
-               switchback_burn_in_min_s=0.3, switchback_decision_windows=6, switchback_min_window_requests=2,
-               switchback_retry_s=600.0, switchback_seed=11)
+WINDOWS = {"switchback": "auto", "switchback_window_min_s": 1.0, "switchback_window_max_s": 2.0,
+           "switchback_burn_in_min_s": 0.3, "switchback_decision_windows": 6, "switchback_min_window_requests": 2,
+           "switchback_retry_s": 600.0, "switchback_seed": 11}
 # warm eagerly; the gate opens after 6 learned transitions (not 20) so the experiment starts in seconds
 EAGER = {"cooldown_s": 0.0, "action_ttl_s": 5.0, "warmup_tokens_per_s": 1e6, "warm_max_waiting": 100,
          "warm_lifetime_share": 0.0, "min_lead_s": 0.0, "warm_max_cache_share": 0.0, "r_min_transitions": 6}
@@ -64,7 +64,8 @@ def harmful_traffic(url: str, stop: threading.Event, deadline: float, tid: int =
             time.sleep(0.03)
             chat(http, url, HARM_PROMPTS[ab], [{"role": "user", "content": f"job {tid} {s} step {k}"}], f"ab{tid}-{s}")
             time.sleep(0.03)
-            chat(http, url, HARM_PROMPTS["C"], [{"role": "user", "content": f"other {tid} {s} step {k}"}], f"c{tid}-{s}")
+            chat(http, url, HARM_PROMPTS["C"], [{"role": "user", "content": f"other {tid} {s} step {k}"}],
+                 f"c{tid}-{s}")
             k += 1
 
 
@@ -197,7 +198,7 @@ def test_negative_yield_throttles_the_signal(http):
                     t.join(20)
             throttled = {r: s for r, s in d["signals"].items() if s["throttled"]}
             assert throttled, d["signals"]
-            for reason, s in throttled.items():
+            for s in throttled.values():
                 assert s["yield_tokens"] < 0 and s["spent_tokens"] >= 1500 and s["held_back"] > 0
             text = http.get(px.url + "/metrics").text
             reason = next(iter(throttled))
