@@ -1,14 +1,17 @@
 """Self-evaluation on real sockets: the proxy, the simulated engine (real prefill time), short
 switchback windows (seconds, via settings).
 
-- Actions that hurt: a cache that holds about one prompt, two interleaved sessions, and a policy
-  told to warm eagerly. Each warm runs alongside the other session's request (its prefill delays
-  that request's TTFT) and is evicted by it before the predicted request arrives. The proxy must
-  end observe-only by itself within a bounded number of windows, and say so.
-- Actions that help: the 3-agent workflow of test_acceptance (the cache holds ~2 anchors, so plain
-  LRU always evicts the next agent's anchor; the proxy re-warms it in the pause). It must stay on.
-- Yield: in the harmful setup with the switchback pinned on, the transition signal's realised
-  yield goes negative and the signal is throttled (its held-back actions counted).
+- Actions that hurt: the 3-agent workflow, a cache of ~2 anchors, and an engine on which every
+  warmup also evicts the whole cache (the engine adapter is wrapped so each warm is followed by a
+  junk prefill larger than the cache, as on an engine whose cache is far too small for what the
+  warmups bring in). What a warm prepared is gone before its request, and the junk prefill delays
+  the next request. The proxy must end observe-only by itself within a bounded number of windows,
+  and say so. The harm is made below the planner on purpose: a planner that knows better would
+  decline an obviously wasteful warm, and the switchback exists for the harm its model misses.
+- Actions that help: the same workflow with the plain engine, pauses between turns (the proxy
+  re-warms the next agent's anchor in them). It must stay on.
+- Yield: in the harmful setup with the switchback pinned on, the signal's realised yield goes
+  negative and it is throttled (its held-back actions counted).
 """
 
 from __future__ import annotations
@@ -23,20 +26,19 @@ from proxy.runtime.testing import run_proxy_server
 from proxy.sim.cost_model import CostModel
 from proxy.sim.testing import run_sim_server
 
-from .conftest import ADMIN, agent_prompts, chat, proxy_settings, sim_config
+from .conftest import ADMIN, MODEL, agent_prompts, chat, proxy_settings, sim_config
 
 pytestmark = pytest.mark.sockets
 
 SLOW = CostModel(prefill_token_s=1.0 / 4000)       # a 500-token prefill takes ~125 ms
-HARM_COST = CostModel(prefill_token_s=1.0 / 2000)  # engine time well above Python's noise on a loaded box
 WINDOWS = {"switchback": "auto", "switchback_window_min_s": 1.0, "switchback_window_max_s": 2.0,
            "switchback_burn_in_min_s": 0.3, "switchback_decision_windows": 6, "switchback_min_window_requests": 2,
            "switchback_retry_s": 600.0, "switchback_seed": 11}
-# warm eagerly; the gate opens after 6 learned transitions (not 20) so the experiment starts in seconds
-EAGER = {"cooldown_s": 0.0, "action_ttl_s": 5.0, "warmup_tokens_per_s": 1e6, "warm_max_waiting": 100,
-         "warm_lifetime_share": 0.0, "min_lead_s": 0.0, "warm_max_cache_share": 0.0, "r_min_transitions": 6}
+# budgets out of the way (the sim's timings are what these tests are about); the gate opens after 6
+# learned transitions (not 20) so the experiment starts within seconds
+FAST = {"cooldown_s": 0.0, "action_ttl_s": 5.0, "warmup_tokens_per_s": 1e6, "warm_max_waiting": 100,
+        "warm_lifetime_share": 0.0, "r_min_transitions": 6}
 PROMPTS = agent_prompts(3, 150)
-HARM_PROMPTS = agent_prompts(3, 200)              # ~600 tokens each; the harmful cache holds about one
 
 
 def debug_state(http: httpx.Client, px) -> dict:
@@ -54,19 +56,37 @@ def metric(text: str, name: str, **labels) -> float:
 
 
 def harmful_traffic(url: str, stop: threading.Event, deadline: float, tid: int = 0) -> None:
-    """Sessions alternate A→B (a workflow) and C (one agent), one request at a time, 30 ms apart (the
-    orchestrator's gap: the warm planned at a response's end reaches the engine before the next request)."""
-    k = 0
+    """The 3-agent workflow, one request at a time, 0.25 s apart (the agent's pause between turns:
+    slack in which the proxy warms the next agent's anchor)."""
+    s = 0
     with httpx.Client(timeout=20) as http:
         while not stop.is_set() and time.monotonic() < deadline:
-            s = k // 8
-            ab = "AB"[k % 2]
-            time.sleep(0.03)
-            chat(http, url, HARM_PROMPTS[ab], [{"role": "user", "content": f"job {tid} {s} step {k}"}], f"ab{tid}-{s}")
-            time.sleep(0.03)
-            chat(http, url, HARM_PROMPTS["C"], [{"role": "user", "content": f"other {tid} {s} step {k}"}],
-                 f"c{tid}-{s}")
-            k += 1
+            hist = [{"role": "user", "content": f"task {tid}-{s}: " + " ".join(f"w{s}x{k}" for k in range(30))}]
+            for step in range(6):
+                time.sleep(0.25)
+                agent = "ABC"[step % 3]
+                j = chat(http, url, PROMPTS[agent], hist, f"x{tid}-{s}")
+                hist.append({"role": "user", "content": f"{agent}: {j['choices'][0]['message']['content']}"})
+            s += 1
+
+
+def evicting_warms(px, engine_url: str, junk_words: int = 440, rounds: int = 2) -> None:
+    """Wrap the proxy's engine adapter: after each warmup, `rounds` unique junk prefills of ~85% of the
+    cache each (440 words ≈ 870 sim tokens of the 1024 a 64-block cache holds; ~0.45 s of engine time)."""
+    adapter = px.live.executor.adapter
+    warm = adapter.warm
+    count = [0]
+
+    async def warm_then_evict(action):
+        result = await warm(action)
+        for _ in range(rounds):
+            count[0] += 1
+            junk = f"{count[0]} " + " ".join(f"junk{count[0]}x{k}" for k in range(junk_words))
+            await adapter.client.post(engine_url + "/v1/completions", json={"model": MODEL, "prompt": junk,
+                                                                            "max_tokens": 1})
+        return result
+
+    adapter.warm = warm_then_evict
 
 
 def start_traffic(target, n: int, *args) -> tuple[threading.Event, list[threading.Thread]]:
@@ -89,22 +109,19 @@ def run_until(px, done, limit_s: float) -> dict:
 
 def test_harmful_actions_end_observe_only_within_bounded_windows(http, caplog):
     caplog.set_level("INFO", logger="cachescout.switchback")
-    # The cache holds ~1.1 prompts: every request (and every warm) evicts what the next one needs, and a
-    # warm plus a request do not fit at once, so the request after a warm waits for the warm's prefill.
-    # Measured on this setup, pinned on vs off: mean latency 0.631 s vs 0.386 s (+63%, load average 8).
-    with run_sim_server(sim_config(capacity_blocks=44, speed=1.0, cost=HARM_COST)) as sim:
-        st = proxy_settings(sim.url, policy_overrides=EAGER, yield_throttle=False, switchback_start_after_s=3.0,
-                            **dict(WINDOWS, switchback_window_min_s=1.5, switchback_window_max_s=2.5,
-                                   switchback_decision_windows=8))
+    with run_sim_server(sim_config(capacity_blocks=64, speed=1.0, cost=SLOW)) as sim:
+        st = proxy_settings(sim.url, policy_overrides=FAST, yield_throttle=False, switchback_start_after_s=3.0,
+                            **dict(WINDOWS, switchback_window_min_s=1.5, switchback_window_max_s=2.5))
         with run_proxy_server(st) as px:
+            px.call(lambda: evicting_warms(px, sim.url))
             stop, threads = start_traffic(harmful_traffic, 1, px.url, time.monotonic() + 52)
             try:
                 d = run_until(px, lambda d: d["switchback"]["state"] == "observe_only", 48.0)
                 sb = d["switchback"]
                 assert sb["state"] == "observe_only", sb
-                # bounded: at most three decision batches of eight usable windows each
-                assert sb["decisions"]["harmful"] == 1 and sum(sb["decisions"].values()) <= 3
-                assert sb["windows"]["on"] + sb["windows"]["off"] <= 3 * 8 + 2
+                # bounded: at most four decision batches of six usable windows each
+                assert sb["decisions"]["harmful"] == 1 and sum(sb["decisions"].values()) <= 4
+                assert sb["windows"]["on"] + sb["windows"]["off"] <= 4 * 6 + 2
                 est = sb["last_decision"]["estimate"]
                 ttft = est["ttft"]
                 assert sb["last_decision"]["verdict"] == "harmful" and 0 < ttft["low"] <= ttft["effect"] <= ttft["high"]
@@ -149,10 +166,7 @@ def helpful_workflow(http: httpx.Client, px, stop: threading.Event, deadline: fl
 
 def test_helpful_actions_stay_on_and_the_effect_is_exported(http):
     with run_sim_server(sim_config(capacity_blocks=64, speed=1.0, cost=SLOW)) as sim:
-        # the gate opens after 6 learned transitions (not 20) so the experiment starts in seconds
-        fast = {"cooldown_s": 0.0, "action_ttl_s": 5.0, "warmup_tokens_per_s": 1e6, "warm_max_waiting": 100,
-                "warm_lifetime_share": 0.0, "r_min_transitions": 6}
-        st = proxy_settings(sim.url, policy_overrides=fast, switchback_start_after_s=3.0,
+        st = proxy_settings(sim.url, policy_overrides=FAST, switchback_start_after_s=3.0,
                             **dict(WINDOWS, switchback_window_min_s=2.0, switchback_window_max_s=3.0))
         with run_proxy_server(st) as px:
             stop = threading.Event()
@@ -184,14 +198,15 @@ def test_helpful_actions_stay_on_and_the_effect_is_exported(http):
 
 
 def test_negative_yield_throttles_the_signal(http):
-    with run_sim_server(sim_config(capacity_blocks=44, speed=1.0, cost=SLOW)) as sim:
-        st = proxy_settings(sim.url, policy_overrides=EAGER, switchback="on", yield_min_evidence_tokens=1500,
-                            yield_explore_interval_s=5.0)
+    with run_sim_server(sim_config(capacity_blocks=64, speed=1.0, cost=SLOW)) as sim:
+        st = proxy_settings(sim.url, policy_overrides=FAST, switchback="on", yield_min_evidence_tokens=600,
+                            yield_explore_interval_s=30.0)
         with run_proxy_server(st) as px:
-            stop, threads = start_traffic(harmful_traffic, 1, px.url, time.monotonic() + 30)
+            px.call(lambda: evicting_warms(px, sim.url))
+            stop, threads = start_traffic(harmful_traffic, 1, px.url, time.monotonic() + 34)
             try:
                 d = run_until(px, lambda d: any(s["throttled"] and s["held_back"] > 0
-                                                for s in d["signals"].values()), 25.0)
+                                                for s in d["signals"].values()), 30.0)
             finally:
                 stop.set()
                 for t in threads:
@@ -199,9 +214,9 @@ def test_negative_yield_throttles_the_signal(http):
             throttled = {r: s for r, s in d["signals"].items() if s["throttled"]}
             assert throttled, d["signals"]
             for s in throttled.values():
-                assert s["yield_tokens"] < 0 and s["spent_tokens"] >= 1500 and s["held_back"] > 0
+                assert s["yield_tokens"] < 0 and s["spent_tokens"] >= 600
+            reason = next(r for r, s in throttled.items() if s["held_back"] > 0)
             text = http.get(px.url + "/metrics").text
-            reason = next(iter(throttled))
             assert metric(text, "cachescout_signal_throttled", reason=reason) == 1
             assert metric(text, "cachescout_signal_held_back_total", reason=reason) > 0
             assert d["switchback"]["state"] == "pinned_on"
