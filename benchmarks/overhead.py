@@ -174,6 +174,9 @@ def main() -> int:
     parser.add_argument("--scale", type=float, default=1.0, help="multiply request counts (default 2000/800/480)")
     parser.add_argument("--only", default="", help="comma list of target names to include (direct is always run)")
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
+    parser.add_argument("--baseline", type=Path, help="a checkout of the code to compare with (e.g. "
+                        "`git archive main | tar -x -C /tmp/base`): its cachescout[aiohttp] and "
+                        "cachescout[policy] run as baseline[...] rows, interleaved with this tree's")
     args = parser.parse_args()
 
     py = sys.executable
@@ -190,6 +193,9 @@ def main() -> int:
                                            "--log-level", "warning", "--upstream-transport", "httpx"]),
         ("minimal", [py, str(ROOT / "benchmarks" / "minimal_passthrough.py")]),
     ]
+    if args.baseline is not None:
+        base = {n: c for n, c in specs if n in ("cachescout[aiohttp]", "cachescout[policy]")}
+        specs += [(n.replace("cachescout", "baseline"), c) for n, c in base.items()]
     wanted = {w.strip() for w in args.only.split(",") if w.strip()}
     procs: list[subprocess.Popen] = []
     try:
@@ -201,12 +207,15 @@ def main() -> int:
                 continue
             port = free_port()
             extra = ["--upstream", up_url, "--port", str(port)]
-            proc = subprocess.Popen(cmd + extra, cwd=ROOT, stdout=subprocess.DEVNULL)
+            where, env = ROOT, None
+            if name.startswith("baseline"):
+                where, env = args.baseline, {**os.environ, "PYTHONPATH": str(args.baseline)}
+            proc = subprocess.Popen(cmd + extra, cwd=where, env=env, stdout=subprocess.DEVNULL)
             procs.append(proc)
             targets.append(Target(name, f"http://127.0.0.1:{port}", proc))
         time.sleep(0.5)
         for t in targets:
-            wait_up(t.url + ("/livez" if t.name.startswith("cachescout") else "/v1/models"))
+            wait_up(t.url + ("/livez" if t.name.startswith(("cachescout", "baseline")) else "/v1/models"))
         try:
             import uvloop
             uvloop.install()

@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/policy_core.py [--agents 64] [--sessions 1000] [--requests 20000]
                                                [--repeat 3] [--wall] [--history-blocks 256]
     .venv/bin/python benchmarks/policy_core.py --bytecodes    # deterministic work count instead
+    .venv/bin/python benchmarks/policy_core.py --index-memory 100000   # prefix index memory bound
 
 Workload: one tenant, ``--agents`` agents whose anchors are 24 blocks of 16 tokens; each of
 ``--sessions`` live sessions follows a noisy pipeline over all agents (next = current + 1 with
@@ -183,6 +184,33 @@ def snapshot_size(n_agents: int, seed: int) -> dict:
             "transitions_kept": len(snap["tenants"][""]["transitions"])}
 
 
+def index_memory(n_prompts: int, seed: int = 0, max_bytes: int = 16 << 20) -> dict:
+    """The prefix index under ``n_prompts`` distinct prompts (a shared 4-block template, then 8..600
+    random blocks: one-off tails): its accounted bytes stay under the cap, cold leaves are evicted,
+    and tracemalloc's figure for everything the registry holds is printed next to the estimate."""
+    import tracemalloc
+
+    from proxy.core.agents import AgentRegistry
+    rng = random.Random(seed)
+    reg = AgentRegistry(PolicyConfig(prefix_index_max_bytes=max_bytes))
+    template = [(1 << 50) + b for b in range(4)]
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    peak_bytes = 0
+    next_id = 1 << 60
+    for i in range(n_prompts):
+        k = rng.randint(8, 600)
+        ids = template + list(range(next_id, next_id + k))
+        next_id += k
+        reg.identify(view_from_blocks("", ids, BLOCK_TOKENS, session_id=f"s{i}"), float(i))
+        peak_bytes = max(peak_bytes, reg.index.bytes)
+    traced = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    return {"prompts": n_prompts, "cap_bytes": max_bytes, "accounted_bytes": reg.index.bytes,
+            "accounted_peak_bytes": peak_bytes, "traced_bytes": traced, "nodes": reg.index.nodes,
+            "evicted": reg.index.evicted, "agents": len(reg)}
+
+
 def chat_view_cost(n: int = 2000) -> dict:
     body = {"model": "m", "messages": [{"role": "system", "content": "You are a careful planner. " * 60},
                                        {"role": "user", "content": "Solve: " + "x" * 2000}],
@@ -207,7 +235,12 @@ def main() -> int:
     ap.add_argument("--history-blocks", type=int, default=256, help="cap on a session's history blocks")
     ap.add_argument("--bytecodes", action="store_true",
                     help="only count bytecodes per observe+plan (deterministic; slow: traced)")
+    ap.add_argument("--index-memory", type=int, default=0, metavar="N",
+                    help="only measure the prefix index's memory under N distinct prompts")
     args = ap.parse_args()
+    if args.index_memory:
+        print(json.dumps({"index_memory": index_memory(args.index_memory, args.seed)}, indent=2))
+        return 0
     if args.bytecodes:
         print(json.dumps({"bytecodes_observe_plan": bytecodes_per_request(args.agents, args.sessions, args.seed,
                                                                           history_blocks=args.history_blocks)},

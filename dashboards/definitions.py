@@ -262,6 +262,15 @@ POLICY = Dashboard(
             Panel("Policy errors",
                   "Is the policy failing? Exceptions caught and counted; clients never see them.",
                   (Target(rate("cachescout_policy_errors_total"), "errors"),), unit="ops"),
+            Panel("Requests not learned from",
+                  "Which client requests did the policy skip: rejected by the engine (non-2xx), auth not "
+                  "in the allow-list, body too large to read, parse worker full?",
+                  (Target(rate("cachescout_policy_skipped_total", "reason"), "{{reason}}"),), unit="ops"),
+            Panel("Memory budget",
+                  "Is the policy within its byte budgets? Kept bytes by store, and drops per second "
+                  "made to stay within them (oldest sessions first).",
+                  (Target("max by (store) (cachescout_kept_bytes)", "kept {{store}}"),
+                   Target(rate("cachescout_memory_drops_total", "store"), "drops {{store}}")), unit="bytes"),
         )),
         # --- self-evaluation (issue 11): does acting pay on this traffic? --------------------------
         Row("Self-evaluation", (

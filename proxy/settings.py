@@ -169,6 +169,38 @@ class Settings(BaseSettings):
             raise ValueError("switchback_window_min_s must not exceed switchback_window_max_s")
         return self
     # --- end self-evaluation ---
+    # --- hardening (issue 13): client-facing server limits, upstream header limits, policy bounds ---
+    server_max_connections: int = Field(
+        4096, ge=1, description="open client connections at most (one more gets 503 and is closed); "
+        "clamped to the fd limit minus max_connections minus 64")
+    server_max_request_line_bytes: int = Field(16 * 1024, ge=256, description="request line (method + URL) "
+                                               "at most this many bytes, 414 above (nginx: 8 KiB buffers)")
+    server_max_header_bytes: int = Field(64 * 1024, ge=1024, description="request header block at most this "
+                                         "many bytes, 431 above (Envoy: 60 KiB)")
+    server_max_headers: int = Field(100, ge=8, description="request header fields at most, 431 above (Envoy: 100)")
+    server_header_timeout_s: float = Field(30.0, gt=0, description="seconds a client has to send a request's "
+                                           "header block (slowloris / silent connections get 408 and close)")
+    server_keep_alive_s: float = Field(60.0, gt=0, description="idle seconds before a client keep-alive "
+                                       "connection is closed (uvicorn timeout_keep_alive)")
+    upstream_max_header_line_bytes: int = Field(
+        64 * 1024, ge=8190, description="longest engine response status/header line accepted (aiohttp "
+        "max_line_size/max_field_size; aiohttp's own default 8190 turned valid replies into 502)")
+    upstream_max_headers: int = Field(1024, ge=128, description="engine response header fields accepted "
+                                      "(aiohttp max_headers; its default 128)")
+    policy_max_body_bytes: int = Field(4 * 1024 * 1024, ge=0, description="request bodies over this are "
+                                       "forwarded but not read by the policy (counted, reason body_too_large)")
+    policy_inline_parse_bytes: int = Field(256 * 1024, ge=0, description="request bodies up to this are "
+                                           "parsed on the event loop; larger ones on a worker thread")
+    policy_offload_queue: int = Field(8, ge=1, description="large bodies waiting for the parse worker; "
+                                      "more are not learned from (counted, reason offload_full)")
+    policy_tap_max_bytes: int = Field(32 * 1024 * 1024, ge=0, description="bytes all response readers "
+                                      "together may buffer (JSON bodies, pending SSE lines); over it a "
+                                      "response is not read (counted)")
+    policy_client_auth_sha256: list[str] = Field(
+        default_factory=list, description="optional allow-list: sha256 hex digests of the exact "
+        "Authorization (or x-api-key) header values whose traffic may drive actions; empty = every "
+        "client the engine accepts")
+    # --- end hardening ---
     # --- runtime hints (issue 16; docs/hints.md) ---
     hints_enabled: bool = Field(
         True, description="accept runtime hints: POST /v1/cachescout/hints and hint fields on forwarded requests")

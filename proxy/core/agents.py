@@ -1,10 +1,16 @@
-"""Agent identity: an agent is a recurring fixed context (model + tools + system prompt).
+"""Agent identity: an agent is the prefix its calls re-send, wherever it ends.
 
-For chat views the fingerprint module marks the anchor (``anchor_blocks``). For raw prompts and
-engine block ids (``anchor_blocks == 0``) the registry learns, per tenant, how many leading blocks
-every request shares (chat-template boilerplate, a common system block) and skips them, like the
-paper's fork (SKIP blocks, then N fingerprint blocks). Because hashes are chained, the hash of the
-anchor's last block identifies the whole anchor, so that one int is the agent's key.
+Discovery is the prefix index's (``prefix_index.py``: the deepest prefix that requests from
+several distinct sources reach and branch after, or end at; its docstring has the rules, the
+stability rule and what block granularity does to early variables). This registry gives each
+promoted node an ``Agent``: a stable id (a function of tenant and the node's last hash), a slot
+in the tenant's transition chain, the anchor (exactly the recurring blocks, so touches and warms
+cover what is reused and nothing of the variable tail) and the payload that rebuilds those
+tokens. Requests that reach no agent yet (first calls, one-off prompts) have none: they are
+forwarded and shadowed, but not learned as transitions.
+
+The same code path serves the live proxy (canonical chat/Responses/Messages views) and the replay
+(engine block ids): both hand chained hashes to ``identify``.
 
 The registry is bounded (``max_agents`` over all tenants); when full, the agent with the lowest
 value uses·e^(−λ·age) is evicted and its transition row/column are forgotten.
@@ -21,6 +27,7 @@ import xxhash
 
 from .config import PolicyConfig
 from .fingerprint import truncate_payload
+from .prefix_index import Node, PrefixIndex
 from .survival import median_gap
 from .transitions import TransitionLearner
 from .view import RequestView
@@ -43,6 +50,9 @@ class Agent:
     gap_median: float | None = None                   # medians, kept current by record_gap
     tool_gap_median: float | None = None
     forgotten: bool = False                           # evicted (sessions drop it lazily)
+    node: Any = None                                  # its prefix-index node (None: restored, not yet seen)
+    repeats: int = 0                                  # requests that were whole-prompt repeats
+    anchor_len: int = 0                               # blocks in the anchor (known before its hashes on restore)
 
 
 def agent_id_for(tenant: str, key: int) -> str:
@@ -50,7 +60,7 @@ def agent_id_for(tenant: str, key: int) -> str:
 
 
 class TenantState:
-    """One tenant's agents, learned skip and transition chain."""
+    """One tenant's agents (by key and slot) and transition chain."""
 
     def __init__(self, tenant: str, config: PolicyConfig) -> None:
         self.tenant = tenant
@@ -58,27 +68,9 @@ class TenantState:
         self.by_slot: dict[int, Agent] = {}
         self.free_slots: list[int] = []
         self.next_slot = 0
-        self.common: tuple[int, ...] | None = None  # longest prefix shared by every raw-prompt request
-        self.seen_raw = 0
+        self.restored: dict[int, dict[int, Agent]] = {}   # anchor blocks -> key -> agent (snapshot, unseen)
         self.max_anchor_tokens = 0                  # largest anchor seen (bounds any warm's size)
         self.learner = TransitionLearner(config.epsilon, config.decay_half_life, config.r_refresh_steps)
-
-    @property
-    def skip(self) -> int:
-        return len(self.common) if self.common is not None and self.seen_raw >= 2 else 0
-
-    def learn_skip(self, hashes: tuple[int, ...], cap: int) -> None:
-        self.seen_raw += 1
-        if self.common is None:
-            self.common = hashes[:cap]
-            return
-        common = self.common
-        n = min(len(common), len(hashes))
-        k = 0
-        while k < n and common[k] == hashes[k]:
-            k += 1
-        if k < len(common):
-            self.common = common[:k]
 
     def alloc_slot(self) -> int:
         if self.free_slots:
@@ -94,6 +86,15 @@ class AgentRegistry:
         self.by_id: dict[str, Agent] = {}
         self.evictions = 0
         self.on_evict = None          # callable(Agent): lets the session tracker drop references
+        self.index = PrefixIndex(config.prefix_index_max_bytes, config.min_sources_below_agent)
+        self.promotions = 0
+        self.retirements = 0
+        self.repeats = 0
+        self.shared_depth = 0         # of the last identify(): blocks other sources share (session floor)
+        self.restored_pending = 0     # snapshot-restored agents not yet seen again
+        self.seen = 0                 # identify() calls (the tentative agents' clock)
+        self.tentative: deque = deque()   # (expiry in identify() calls, agent promoted on first sight)
+        self.discarded = 0            # tentative agents dropped: never reached again
 
     def tenant(self, tenant: str) -> TenantState:
         ts = self.tenants.get(tenant)
@@ -104,37 +105,99 @@ class AgentRegistry:
     def __len__(self) -> int:
         return len(self.by_id)
 
-    def anchor_length(self, view: RequestView, ts: TenantState) -> int:
-        if view.anchor_blocks > 0:
-            return view.anchor_blocks
-        cfg = self.config
-        return min(len(view.block_hashes), min(ts.skip, cfg.max_skip_blocks) + cfg.fingerprint_blocks)
-
-    def identify(self, view: RequestView, now: float) -> Agent | None:
-        """The agent that sent ``view`` (created on first sight); None when it has no blocks."""
+    def lookup(self, view: RequestView) -> Agent | None:
+        """The agent a view belongs to, read-only (no learning): for request-path hints."""
         if not view.block_hashes:
             return None
-        ts = self.tenant(view.tenant)
-        if view.anchor_blocks <= 0:
-            ts.learn_skip(view.block_hashes, self.config.max_skip_blocks + 1)
-        n = self.anchor_length(view, ts)
-        if n <= 0:
+        found = self.index.lookup(view.tenant, view.block_hashes)
+        return found if isinstance(found, Agent) and self.alive(found) else None
+
+    def identify(self, view: RequestView, now: float, source: Any = None) -> Agent | None:
+        """The agent that sent ``view`` (None: no recurring prefix reached yet). ``source``: the
+        request's session identity when explicit (None: inferred by the index)."""
+        hashes = view.block_hashes
+        if not hashes:
             return None
-        key = view.block_hashes[n - 1]
-        agent = ts.agents.get(key)
-        if agent is None:
-            agent = self._create(ts, key, now)
-        if len(agent.anchor_hashes) != n:
-            agent.anchor_hashes = view.block_hashes[:n]
-            agent.anchor_block_tokens = view.block_tokens[:n]
+        self.seen = seen = self.seen + 1
+        tentative = self.tentative
+        if tentative and tentative[0][0] <= seen:
+            self._expire_tentative(seen)
+        if self.restored_pending:
+            ts = self.tenants.get(view.tenant)
+            if ts is not None and ts.restored:
+                self._reattach(ts, hashes)
+        t = view.block_tokens
+        recut = view.anchor_blocks == 0 and len(t) >= 2 and t[-1] < t[-2]
+        node, promoted, retired, repeat, self.shared_depth = self.index.observe(
+            view.tenant, hashes, source, now, view.anchor_blocks, recut, view.header_blocks)
+        if retired:
+            for r in retired:
+                if isinstance(r.agent, Agent):
+                    self.retirements += 1
+                    self.remove(r.agent)
+                else:
+                    self.index.detach(r)
+        if node is None:
+            return None
+        if promoted is node:
+            self.promotions += 1
+            ts = self.tenant(view.tenant)
+            agent = ts.agents.get(node.key)
+            if agent is None:
+                agent = self._create(ts, node.key, now)
+            agent.node = node
+            self.index.attach(node, agent)
+            if node.passes == 1:                 # a marked context on first sight: tentative
+                tentative.append((seen + self.config.first_sight_window, agent))
+        agent = node.agent
+        if agent is True:
+            return None
+        n = node.depth
+        if agent.anchor_len != n:
+            agent.anchor_hashes = hashes[:n]
+            agent.anchor_len = n
+            agent.anchor_block_tokens = t[:n]
             agent.tokens = sum(agent.anchor_block_tokens)
+            ts = self.tenants[agent.tenant]
             if agent.tokens > ts.max_anchor_tokens:
                 ts.max_anchor_tokens = agent.tokens
-        if view.anchor_payload is not None and (agent.payload is None or view.anchor_blocks <= 0):
-            agent.payload = view.anchor_payload if view.anchor_blocks > 0 else truncate_payload(view.anchor_payload, n)
+        if view.anchor_payload is not None and (agent.payload is None or agent.uses % 16 == 0):
+            agent.payload = truncate_payload(view.anchor_payload, n)   # refreshed now and then
+        if repeat:
+            agent.repeats += 1
+            self.repeats += 1
         agent.uses += 1
         agent.last_seen = now
         return agent
+
+    def _expire_tentative(self, seen: int) -> None:
+        """Drop agents promoted on first sight that were not reached again within their window."""
+        tentative = self.tentative
+        while tentative and tentative[0][0] <= seen:
+            a = tentative.popleft()[1]
+            if a.uses <= 1 and self.alive(a):
+                self.discarded += 1
+                self.remove(a)
+
+    def _reattach(self, ts: TenantState, hashes: tuple[int, ...]) -> None:
+        """A snapshot-restored agent whose chain shows up again gets its index node back."""
+        for depth, keys in list(ts.restored.items()):
+            if depth > len(hashes):
+                continue
+            agent = keys.pop(hashes[depth - 1], None)
+            if not keys:
+                del ts.restored[depth]
+            if agent is None:
+                continue
+            self.restored_pending = max(0, self.restored_pending - 1)
+            if not self.alive(agent):
+                continue
+            node = self.index.ensure(ts.tenant, hashes[:depth])
+            if node.agent is None and node.agents_below == 0:
+                self.index._mark_agent(node)
+                self.index.attach(node, agent)
+                agent.node = node
+                agent.anchor_len = 0                 # refilled (hashes, tokens) by this very request
 
     def _create(self, ts: TenantState, key: int, now: float, agent_id: str | None = None,
                 slot: int | None = None) -> Agent:
@@ -166,6 +229,10 @@ class AgentRegistry:
 
     def remove(self, agent: Agent) -> None:
         ts = self.tenants[agent.tenant]
+        node = agent.node
+        if node is not None and node.agent is agent:
+            self.index.detach(node)
+        agent.node = None
         ts.agents.pop(agent.key, None)
         ts.by_slot.pop(agent.slot, None)
         ts.learner.remove_slot(agent.slot)

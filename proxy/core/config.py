@@ -17,8 +17,11 @@ class PolicyConfig:
     chars_per_token: float = 4.0     # token estimate for text blocks
     # --- agent identity -------------------------------------------------------------------
     max_agents: int = 256            # registry cap over all tenants; least valuable evicted
-    fingerprint_blocks: int = 8      # N: blocks after the learned skip that identify a raw-prompt agent
-    max_skip_blocks: int = 32        # cap on the learned shared-template skip (paper fork: SKIP=28)
+    prefix_index_max_bytes: int = 16 << 20   # prefix index (agent discovery) memory cap; cold leaves evicted
+    min_sources_below_agent: int = 3  # sources a branch point below an existing agent needs to
+                                      # become an agent of its own (2 when no agent is above it)
+    first_sight_window: int = 64      # a system prompt followed by more of the prompt is an agent on
+                                      # first sight, dropped if not seen again within this many requests
     # --- sessions -------------------------------------------------------------------------
     max_sessions: int = 4096         # live session cap; oldest evicted first
     session_ttl_s: float = 1800.0    # a session idle this long is forgotten
@@ -104,7 +107,13 @@ class PolicyConfig:
                                      # contexts of finished sessions then crowd out live histories
     conversion_window_s: float = 300.0   # an executed action counts toward a request this long
     # --- snapshot -------------------------------------------------------------------------
-    snapshot_max_bytes: int = 25_000  # restore() refuses larger documents
+    snapshot_max_bytes: int = 2 * 1024 * 1024  # state file budget: max_agents agents and a full
+                                     # transition matrix fit (~1.7 MB at 256 agents); dump keeps the
+                                     # most valuable agents that fit, restore refuses larger documents
+    # --- memory budget (hardening, issue 13) ------------------------------------------------
+    session_max_bytes: int = 64 * 1024 * 1024   # sessions' hash chains + kept payloads, estimated;
+                                     # the least recently active sessions are dropped first
+    fanout_max_bytes: int = 16 * 1024 * 1024    # parked fan-out parents between two plan ticks
 
     def with_overrides(self, **overrides: Any) -> "PolicyConfig":
         """Copy with some fields replaced; unknown names raise (typos must not pass silently)."""

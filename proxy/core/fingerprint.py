@@ -7,6 +7,17 @@ leaves every earlier block unchanged, so a follow-up turn's chain extends its pa
 exactly, which is what session inference and anchor identity rely on. The first block's parent is
 a hash of the tenant (cache_salt), so tenants never share a chain. Anything unparseable returns
 None: the request is still forwarded, the policy just skips it.
+
+A message segment is ``"M" + canonical JSON of everything but the content + "\x1e" + content +
+"\x1f"``
+(string content as is, other content as canonical JSON), so block k of a message covers a known
+character range of its content: an anchor that ends inside a message (instructions and variable
+content in one first user message) is rebuilt as the messages before it plus that message's
+content cut at the anchor's last block, rendered with ``continue_final_message`` (no end-of-turn
+tokens; the adapter also drops the last tokens, whose BPE merge may differ from the full prompt's).
+
+`/v1/responses` and `/v1/messages` bodies are converted to the chat messages vLLM renders them as
+(``api_shapes``) and hashed by the same rules, so one agent has one chain on all three APIs.
 """
 
 from __future__ import annotations
@@ -18,12 +29,15 @@ from typing import Any
 
 import xxhash
 
+from .api_shapes import ShapeError, messages_to_chat, responses_to_chat
 from .view import RequestView
 
 WARMUP_HEADER = "x-cachescout-warmup"
 SESSION_HEADER = "x-session-id"
 _TEMPLATE_FIELDS = ("chat_template", "chat_template_kwargs")   # change the rendered prompt
 _ANCHOR_ROLES = ("system", "developer")
+_SEP = "\x1e"                                                # meta | content inside a message segment
+_END = "\x1f"                                                # closes a message segment (like end-of-turn)
 _IDS_PER_BLOCK = 16                                            # token-id prompts: exact tokens
 
 
@@ -100,6 +114,15 @@ def _canon_message(msg: Any) -> dict:
     return out
 
 
+def _segment(cm: dict) -> tuple[str, int, bool]:
+    """(segment text, chars before the content, content is a plain string: cuttable)."""
+    content = cm.pop("content")
+    head = "M" + _canon(cm) + _SEP
+    if isinstance(content, str):               # the end mark: a message that grows is a new last block
+        return head + content + _END, len(head), True
+    return head + _canon(content) + _END, len(head), False
+
+
 def _int_or_none(v: Any) -> int | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
@@ -135,10 +158,15 @@ def view_from_openai(path: str, body: Any, headers: Mapping[str, str] | None = N
         p = path.split("?", 1)[0].rstrip("/")
         if p.endswith("/chat/completions"):
             return _chat_view(body, headers, block_chars, chars_per_token)
+        if p.endswith("/responses"):
+            chat, hidden = responses_to_chat(body)
+            return _chat_view(body, headers, block_chars, chars_per_token, chat, hidden)
+        if p.endswith("/messages"):
+            return _chat_view(body, headers, block_chars, chars_per_token, messages_to_chat(body))
         if p.endswith("/completions"):
             return _completion_view(body, headers, block_chars, chars_per_token)
         return None
-    except (ValueError, TypeError, RecursionError, OverflowError, UnicodeError):
+    except (ShapeError, ValueError, TypeError, RecursionError, OverflowError, UnicodeError):
         return None
 
 
@@ -157,6 +185,8 @@ def _common(body: Mapping, headers: Mapping[str, str] | None) -> tuple[str, str,
     max_tokens = _int_or_none(body.get("max_tokens"))
     if max_tokens is None:
         max_tokens = _int_or_none(body.get("max_completion_tokens"))
+    if max_tokens is None:
+        max_tokens = _int_or_none(body.get("max_output_tokens"))      # Responses API
     warm_hdr = _get_header(headers, WARMUP_HEADER)
     is_warmup = bool(warm_hdr) and str(warm_hdr).lower() not in ("0", "false", "no")
     if max_tokens is not None and max_tokens <= 1:
@@ -164,16 +194,19 @@ def _common(body: Mapping, headers: Mapping[str, str] | None) -> tuple[str, str,
     return tenant, model, max_tokens, is_warmup, _session_id(body, headers)
 
 
-def _chat_view(body: Mapping, headers, block_chars: int, cpt: float) -> RequestView | None:
-    messages = body.get("messages")
+def _chat_view(body: Mapping, headers, block_chars: int, cpt: float, chat: Mapping | None = None,
+               hidden_history: bool = False) -> RequestView | None:
+    """``chat``: the chat form of a Responses/Messages body (``body`` still gives the envelope)."""
+    src = body if chat is None else chat
+    messages = src.get("messages")
     if not isinstance(messages, list) or not messages:
         return None
     tenant, model, max_tokens, is_warmup, sid = _common(body, headers)
     canon_msgs = [_canon_message(m) for m in messages]
-    tools = body.get("tools")
+    tools = src.get("tools")
     if tools is not None and not isinstance(tools, list):
         return None
-    header = {"model": model, "tools": tools, "functions": body.get("functions")}
+    header = {"model": model, "tools": tools, "functions": src.get("functions")}
     extra: dict[str, Any] = {}
     for f in _TEMPLATE_FIELDS:
         if body.get(f) is not None:
@@ -182,21 +215,27 @@ def _chat_view(body: Mapping, headers, block_chars: int, cpt: float) -> RequestV
     hashes: list[int] = []
     tokens: list[int] = []
     parent = chain_text(tenant_root(tenant), "H" + _canon(header), block_chars, cpt, hashes, tokens)
+    header_blocks = len(hashes)
     n_sys = 0
     while n_sys < len(canon_msgs) and canon_msgs[n_sys]["role"] in _ANCHOR_ROLES:
         n_sys += 1
-    anchor_msgs = n_sys if n_sys else 1      # no system prompt: model+tools+first message
+    anchor_msgs = n_sys                      # the marked anchor: the system/developer messages (none: 0)
     anchor_blocks = 0
+    segs: list[tuple[int, int, bool]] = []
     for i, cm in enumerate(canon_msgs):
-        parent = chain_text(parent, "M" + _canon(cm), block_chars, cpt, hashes, tokens)
+        text, head, cuttable = _segment(cm)
+        segs.append((len(hashes), head, cuttable))
+        parent = chain_text(parent, text, block_chars, cpt, hashes, tokens)
         if i + 1 == anchor_msgs:
             anchor_blocks = len(hashes)
     base = {"kind": "chat", "model": model, "tools": tools, "cache_salt": salt_or_none(tenant), **extra}
     return RequestView(
         tenant=tenant, model=model, block_hashes=tuple(hashes), block_tokens=tuple(tokens),
         anchor_blocks=anchor_blocks, session_id=sid, max_tokens=max_tokens, is_warmup=is_warmup, n=_choices(body),
-        anchor_payload={**base, "messages": list(messages[:anchor_msgs])},
-        context_payload={**base, "messages": list(messages)},
+        anchor_payload={**base, "messages": list(messages), "segs": tuple(segs), "block_chars": block_chars,
+                        "header_blocks": header_blocks, "total_blocks": len(hashes)},
+        context_payload=None if hidden_history else {**base, "messages": list(messages)},
+        header_blocks=header_blocks,
     )
 
 
@@ -238,10 +277,43 @@ def _completion_view(body: Mapping, headers, block_chars: int, cpt: float) -> Re
 
 
 def truncate_payload(payload: Any, n_blocks: int) -> Any:
-    """The anchor payload for the first n_blocks of a completion view (chat payloads pass through)."""
-    if not isinstance(payload, Mapping) or payload.get("kind") != "completion":
+    """The payload that rebuilds exactly the first n_blocks of a view (None: nothing replayable).
+
+    Completion views: the prompt cut at the block. Chat views: the messages up to the block; an
+    anchor ending inside a message keeps that message's content up to the block and asks for
+    ``continue_final_message`` (a message whose content is not a plain string is only ever cut at
+    its start). Other payloads pass through."""
+    if not isinstance(payload, Mapping):
         return payload
-    body_blocks = max(0, n_blocks - int(payload.get("header_blocks", 0)))
-    unit = int(payload.get("block_unit", 64))
-    prompt = payload.get("prompt")
-    return {"kind": "completion", "model": payload.get("model", ""), "prompt": prompt[: body_blocks * unit]}
+    kind = payload.get("kind")
+    if kind == "completion":
+        body_blocks = max(0, n_blocks - int(payload.get("header_blocks", 0)))
+        unit = int(payload.get("block_unit", 64))
+        prompt = payload.get("prompt")
+        return {"kind": "completion", "model": payload.get("model", ""), "prompt": prompt[: body_blocks * unit]}
+    segs = payload.get("segs")
+    if kind != "chat" or segs is None:
+        return payload
+    msgs = payload["messages"]
+    out = {k: v for k, v in payload.items()
+           if k not in ("segs", "block_chars", "header_blocks", "total_blocks", "messages")}
+    m = len(segs) - 1
+    while m >= 0 and segs[m][0] >= n_blocks:
+        m -= 1
+    if m < 0:
+        return None                                    # the header (model + tools) only
+    start, head, cuttable = segs[m]
+    end = segs[m + 1][0] if m + 1 < len(segs) else int(payload["total_blocks"])
+    if n_blocks >= end:
+        out["messages"] = list(msgs[: m + 1])
+        return out
+    chars = (n_blocks - start) * int(payload["block_chars"]) - head
+    content = msgs[m].get("content") if isinstance(msgs[m], Mapping) else None
+    if cuttable and chars > 0 and isinstance(content, str):
+        out["messages"] = [*msgs[:m], {**msgs[m], "content": content[:chars]}]
+        out["continue_final_message"] = True
+        return out
+    if m == 0:
+        return None
+    out["messages"] = list(msgs[:m])
+    return out

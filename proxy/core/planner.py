@@ -28,8 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .actions import (RETAIN, REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, REASON_TRANSITION,
-                      TOUCH, WARM, Action)
+from .actions import REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, REASON_TRANSITION, RETAIN, TOUCH, WARM, Action
 from .agents import AgentRegistry, TenantState, agent_id_for
 from .config import PolicyConfig
 from .residency import ResidencyShadow
@@ -114,8 +113,15 @@ class Planner:
         cfg = self.cfg
         self._now = now
         self._refill(now)
-        if load.waiting > cfg.max_engine_waiting:
-            return []                                   # keep dirty sessions for a calmer tick
+        if load.waiting > cfg.max_engine_waiting or len(self.inflight) >= cfg.max_concurrent:
+            # per-tick clears run whether or not this tick acts (a queued engine must not grow
+            # them): parked fan-out parents are only worth acting on now; dirty sessions are kept
+            # for a calmer tick, minus those the tracker already dropped
+            self.fanout.clear()
+            if len(self.dirty) > 2 * cfg.max_sessions:      # amortised O(1): refiltered rarely
+                live = self.sessions.sessions
+                self.dirty = {k: None for k in self.dirty if k in live}
+            return []
         slots = min(cfg.max_actions_per_tick, cfg.max_concurrent - len(self.inflight))
         if slots <= 0:
             return []

@@ -8,6 +8,7 @@ explicit ``now`` so the replay can run in virtual time; nothing here blocks or d
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Any
 
 from . import snapshot as _snapshot
 from .actions import Action, ObservedRequest, PolicyStats
@@ -15,8 +16,11 @@ from .agents import AgentRegistry
 from .config import PolicyConfig
 from .planner import Planner
 from .residency import ResidencyShadow
-from .sessions import Session, SessionTracker
+from .sessions import Session, SessionTracker, session_bytes
 from .view import EngineLoad, RequestView, ResponseOutcome
+
+
+_SRC = 1 << 64
 
 
 class ScoutPolicy:
@@ -42,10 +46,15 @@ class ScoutPolicy:
         self.skipped_warmups = 0
         self.fanouts = 0                # fan-out parents detected
         self.tool_resumes = 0           # same-agent resumes after tool_calls (not learned as transitions)
+        self._dormant: dict[str, _snapshot.SavedTenant] = {}   # restored salted tenants not seen yet
+        self._fanout_bytes = 0          # parked fan-out parents since the planner last cleared them
+        self.fanout_dropped = 0         # fan-out parents not parked: over fanout_max_bytes
 
     # --- inputs ------------------------------------------------------------------------------------
-    def observe_request(self, view: RequestView, now: float) -> ObservedRequest:
-        """A request is being forwarded: feed the shadow; learn from it unless it is a warmup."""
+    def observe_request(self, view: RequestView, now: float, context_payload: Any = None) -> ObservedRequest:
+        """A request is being forwarded: feed the shadow; learn from it unless it is a warmup.
+        ``context_payload`` (optional) replaces ``view.context_payload`` as what the session keeps
+        (the live proxy passes the body bytes instead of the parsed copy, without rebuilding the view)."""
         self._next_id += 1
         rid = self._next_id
         if view.is_warmup or not view.block_hashes:
@@ -55,16 +64,24 @@ class ScoutPolicy:
             self.skipped_warmups += view.is_warmup
             return ObservedRequest(rid, None, view.session_id, None, hit)
         self.requests += 1
+        ctx_payload = view.context_payload if context_payload is None else context_payload
         agents = self.agents
-        agent = agents.identify(view, now)
+        if self._dormant and view.tenant not in agents.tenants:
+            self._adopt(view.tenant)
+        sid = view.session_id
+        # an explicit session is the prefix index's source: an int (negative or above 2**64, never one
+        # of the index's own counters; ints keep its source tuples out of the GC's tracked containers;
+        # tenants have their own roots, so equal ids in two tenants never meet)
+        agent = agents.identify(view, now, hash(sid) | _SRC if sid else None)
         anchor_len = len(agent.anchor_hashes) if agent else 0
         hit = self.residency.on_forward(view, now, anchor_len if agent else None)
         if self.host_residency is not None:
             self.host_residency.on_forward(view, now, anchor_len if agent else None)
-        # blocks every request of the agent shares are never session boundaries: the marked anchor
-        # for chat views, the learned shared-template skip for raw/trace views
-        floor = view.anchor_blocks if view.anchor_blocks > 0 else agents.tenant(view.tenant).skip
-        session = self.sessions.resolve(view, now, floor)
+        # blocks every request of the agent shares are never session boundaries: its recurring
+        # prefix (while no agent is known: the view's marked anchor, or what other sources share).
+        # A parent whose whole prompt later became the agent's anchor still counts (floor - 1).
+        floor = anchor_len if agent is not None else max(view.anchor_blocks, agents.shared_depth)
+        session = self.sessions.resolve(view, now, max(floor - 1, agents.shared_depth) if agent else floor)
         predicted = None
         prev = session.agent
         if (agent is not None and prev is not None and agents.by_id.get(prev.agent_id) is prev   # alive
@@ -80,8 +97,8 @@ class ScoutPolicy:
                 agents.record_gap(prev, now - session.last_end, session.finish)
         acted = self._conversion(agent, session, now) if self._acted else None
         if self.config.fanout_enabled:
-            self._detect_fanout(view, session, agent, floor)
-        self.sessions.record_request(session, view, agent, now, floor)
+            self._detect_fanout(view, session, agent, floor, now, ctx_payload)
+        self.sessions.record_request(session, view, agent, now, floor, ctx_payload)
         self._pending[rid] = session
         while len(self._pending) > 4 * self.config.max_sessions:
             self._pending.popitem(last=False)
@@ -98,14 +115,18 @@ class ScoutPolicy:
                                acted[0] if acted else None, acted[1] if acted else 0,
                                acted[2] if acted else None)
 
-    def _detect_fanout(self, view: RequestView, session: Session, agent, floor: int) -> None:
+    def _detect_fanout(self, view: RequestView, session: Session, agent, floor: int, now: float,
+                       ctx_payload: Any = None) -> None:
         """Fan-out: a request of a session whose previous request is still running shares a parent
         prefix with it (parallel tool calls, map steps), or asks for n > 1 choices. The parent,
         beyond the agent's anchor, is what every sibling (and the join after them) reads: the
         planner keeps it (touch / retain, never a warm: the siblings are running on it)."""
         hashes = view.block_hashes
         k = 0
-        if session.inflight > 0 and session.hashes:
+        # still running, or (the live proxy learns a request once the engine accepted it, so a
+        # non-streamed sibling is observed after its predecessor ended) ended after this one began
+        running = session.inflight > 0 or (session.last_end is not None and session.last_end > now)
+        if running and session.hashes:
             prev = session.hashes
             m = min(len(prev), len(hashes))
             while k < m and prev[k] == hashes[k]:
@@ -113,9 +134,16 @@ class ScoutPolicy:
         elif view.n > 1:
             k = len(hashes)
         if k > floor and agent is not None:
+            if not self.planner.fanout:
+                self._fanout_bytes = 0              # the planner cleared what was parked
+            cost = session_bytes(k, ctx_payload)
+            if self._fanout_bytes + cost > self.config.fanout_max_bytes:
+                self.fanout_dropped += 1
+                return
+            self._fanout_bytes += cost
             self.fanouts += 1
             self.planner.fanout[session.key] = (agent, hashes[:k], view.block_tokens[:k],
-                                                {"context": view.context_payload, "assistant": None})
+                                                {"context": ctx_payload, "assistant": None})
 
     def _conversion(self, agent, session: Session, now: float) -> tuple[str, int, int] | None:
         """The executed action (if any) that prepared this request: its context, else its anchor."""
@@ -203,12 +231,19 @@ class ScoutPolicy:
 
     # --- persistence ---------------------------------------------------------------------------------
     def snapshot(self) -> dict:
-        return _snapshot.dump(self.agents)
+        cfg = self.config
+        return _snapshot.dump(self.agents, self._dormant, cfg.snapshot_max_bytes, cfg.age_lambda)
+
+    def _adopt(self, tenant: str) -> None:
+        """A restored salted tenant's traffic is back: install its learned state under its name."""
+        saved = self._dormant.pop(_snapshot.tenant_key(tenant), None) if tenant else None
+        if saved is not None:
+            _snapshot.apply_tenant(self.agents, tenant, saved)
 
     def restore(self, data: dict) -> None:
         """Load learned state (raises ValueError on a foreign/too-large/wrong-version document).
         Live sessions are dropped: they would point at agents that no longer exist."""
-        _snapshot.load(self.agents, data, self.config.snapshot_max_bytes)
+        self._dormant = _snapshot.load(self.agents, data, self.config)
         self.sessions = SessionTracker(self.config)
         self.agents.on_evict = self.sessions.forget_agent
         self.planner.sessions = self.sessions

@@ -8,8 +8,11 @@ will be re-cut in the follow-up), and a new request walks its own chain backward
 so the deepest matching parent wins. Blocks inside the agent's anchor are never session keys:
 every request of that agent shares them.
 
-Bounded (``max_sessions``, oldest activity evicted) and TTL-expired; an OrderedDict in activity
-order makes both O(1) amortised. Also keeps, per (tenant, current agent), how many live sessions
+Bounded in count (``max_sessions``) and in bytes (``session_max_bytes``: each session's hash chain
+and kept payloads, estimated on insert by ``session_bytes``), oldest activity evicted first, and
+TTL-expired; an OrderedDict in activity order makes all three O(1) amortised. A session dropped for
+bytes also lets go of its chain and payloads at once, so a request still pointing at it (the
+policy's pending map) does not pin them. Also keeps, per (tenant, current agent), how many live sessions
 sit on that agent: the sources of the survival BFS.
 """
 
@@ -40,10 +43,37 @@ class Session:
     assistant_payload: Any = None
     inferred: bool = False
     index_keys: tuple = ()
+    nbytes: int = 0                      # estimated bytes held (chain + payloads), see session_bytes
 
     @property
     def sid(self) -> str:
         return self.key[1]
+
+
+# Estimated bytes per block of a kept chain: a tuple slot plus a 64-bit int object (hashes), and a
+# tuple slot for the (cached small int) token count.
+HASH_BYTES = 48
+TOKEN_BYTES = 8
+
+
+def payload_bytes(payload: Any) -> int:
+    """Bytes a kept payload holds: its own ``nbytes`` (compact payloads declare it), the length of
+    bytes/str, a dict's top-level strings, else 0 (an opaque object shared by many requests, e.g.
+    the replay's). Estimated, not walked: this runs on every request."""
+    if payload is None:
+        return 0
+    n = getattr(payload, "nbytes", None)
+    if isinstance(n, int):
+        return n
+    if isinstance(payload, (bytes, bytearray, str)):
+        return len(payload)
+    if isinstance(payload, dict):       # e.g. an assistant turn: its top-level strings (no walk)
+        return sum(len(v) for v in payload.values() if isinstance(v, str))
+    return 0
+
+
+def session_bytes(n_blocks: int, *payloads: Any) -> int:
+    return n_blocks * (HASH_BYTES + TOKEN_BYTES) + sum(payload_bytes(p) for p in payloads)
 
 
 class SessionTracker:
@@ -57,6 +87,8 @@ class SessionTracker:
         self._inferred_seq = 0
         self._expired_at = float("-inf")
         self.inferred_hits = 0
+        self.bytes = 0                  # sum of the sessions' nbytes
+        self.dropped_for_bytes = 0      # sessions dropped to stay within session_max_bytes
 
     def __len__(self) -> int:
         return len(self.sessions)
@@ -74,10 +106,10 @@ class SessionTracker:
             self._drop(first)
 
     def _drop(self, s: Session) -> None:
-        self.sessions.pop(s.key, None)
-        for k in s.index_keys:
-            if self._index.get(k) == s.key:
-                del self._index[k]
+        if self.sessions.pop(s.key, None) is not None:
+            self.bytes -= s.nbytes
+        s.nbytes = 0
+        self._strip(s)
         self._leave_agent(s)
 
     def _leave_agent(self, s: Session) -> None:
@@ -132,7 +164,7 @@ class SessionTracker:
         return None
 
     def record_request(self, s: Session, view: RequestView, agent: Agent | None, now: float,
-                       anchor_len: int = 0) -> None:
+                       anchor_len: int = 0, context_payload: Any = None) -> None:
         if agent is not s.agent:
             self._leave_agent(s)
             if agent is not None:
@@ -144,7 +176,7 @@ class SessionTracker:
         s.requests += 1
         s.hashes = view.block_hashes
         s.block_tokens = view.block_tokens
-        s.context_payload = view.context_payload
+        s.context_payload = view.context_payload if context_payload is None else context_payload
         s.assistant_payload = None
         for k in s.index_keys:
             if self._index.get(k) == s.key:
@@ -160,6 +192,7 @@ class SessionTracker:
         for k in keys:
             self._index[k] = s.key
         s.index_keys = keys
+        self._charge(s, session_bytes(len(h), s.context_payload))
 
     def record_response(self, s: Session, finish: str | None, assistant_payload: Any, now: float) -> None:
         s.inflight = max(0, s.inflight - 1)
@@ -169,6 +202,39 @@ class SessionTracker:
         s.assistant_payload = assistant_payload
         if s.key in self.sessions:
             self.sessions.move_to_end(s.key)
+            self._charge(s, session_bytes(len(s.hashes), s.context_payload, assistant_payload))
+
+    def _charge(self, s: Session, nbytes: int) -> None:
+        """Account ``s`` at ``nbytes`` and drop the least recently active other sessions until the
+        tracker fits ``session_max_bytes``; a session larger than the whole budget keeps only its
+        metadata (no chain, no payload), so it still counts requests but can never be acted on."""
+        if self.sessions.get(s.key) is not s:     # dropped meanwhile (a response arriving late)
+            return
+        limit = self.config.session_max_bytes
+        if nbytes > limit:
+            self._strip(s)
+            nbytes = 0
+        self.bytes += nbytes - s.nbytes
+        s.nbytes = nbytes
+        if self.bytes <= limit:
+            return
+        sessions = self.sessions
+        while self.bytes > limit and sessions:
+            victim = next(iter(sessions.values()))  # activity order: oldest first
+            if victim is s:                         # s was just made the most recent: it is alone
+                break
+            self._drop(victim)
+            self.dropped_for_bytes += 1
+
+    def _strip(self, s: Session) -> None:
+        for k in s.index_keys:
+            if self._index.get(k) == s.key:
+                del self._index[k]
+        s.index_keys = ()
+        s.hashes = ()
+        s.block_tokens = ()
+        s.context_payload = None
+        s.assistant_payload = None
 
     def forget_agent(self, agent: Agent) -> None:
         """An evicted agent: sessions sitting on it no longer have a current agent.

@@ -24,6 +24,7 @@ class RequestView:
     anchor_payload: Any = None         # opaque to the core: what an adapter needs to rebuild the anchor
     context_payload: Any = None        # opaque: what an adapter needs to rebuild the whole prompt (tool_resume)
     n: int = 1                         # choices requested (n > 1: the engine forks the prompt: fan-out)
+    header_blocks: int = 0             # leading blocks that are only the envelope (model + tools): never an agent alone
 
     @property
     def total_tokens(self) -> int:
@@ -58,6 +59,7 @@ def view_from_blocks(
     anchor_payload: Any = None,
     context_payload: Any = None,
     n: int = 1,
+    header_blocks: int = 0,
 ) -> RequestView:
     """A view from engine-style block ids (traces, the simulator), used as the hash chain as-is.
 
@@ -86,4 +88,5 @@ def view_from_blocks(
         anchor_payload=anchor_payload,
         context_payload=context_payload,
         n=max(1, int(n)),
+        header_blocks=max(0, int(header_blocks)),
     )

@@ -105,6 +105,7 @@ class WarmSpec:
     cache_salt: str | None = None
     key: str = ""                        # token-id cache key (tenant + last block hash)
     template: dict = field(default_factory=dict)   # chat_template / chat_template_kwargs of the traffic
+    continue_final: bool = False         # the anchor ends inside its last message: render it open
 
 
 def warm_spec(action: Any) -> WarmSpec | None:
@@ -122,6 +123,8 @@ def warm_spec(action: Any) -> WarmSpec | None:
     if not isinstance(payload, dict):
         return None
     assistant = payload.get("assistant")          # tool_resume: the assistant tool-call turn
+    if hasattr(payload.get("context"), "to_warm_dict"):   # a compact context (runtime/payload.py)
+        payload = {**payload, "context": payload["context"].to_warm_dict()}
     if isinstance(payload.get("context"), dict):  # tool_resume: {"context": full prompt, "assistant": turn}
         payload = payload["context"]
     messages = list(payload.get("messages") or ())
@@ -146,6 +149,7 @@ def warm_spec(action: Any) -> WarmSpec | None:
         cache_salt=payload.get("cache_salt") or (tenant or None),
         key=f"{tenant}|{len(hashes)}|{key_tail}",
         template={k: payload[k] for k in TEMPLATE_FIELDS if payload.get(k) is not None},
+        continue_final=bool(payload.get("continue_final_message")) and not isinstance(assistant, dict),
     )
 
 

@@ -7,6 +7,12 @@ how many tokens it really warmed. So the adapter asks vLLM once per anchor for i
 `POST /tokenize` (same messages + tools + chat template as the traffic, `add_generation_prompt:
 false`), caches them, and warms with `POST /v1/completions` `prompt=<ids>`, `max_tokens: 1`.
 
+An anchor that ends inside a message (the recurring instructions at the start of a first user
+message that goes on with variable content) is tokenized with `continue_final_message: true` (the
+message is rendered without its end-of-turn tokens, as a prefix of the real prompt's rendering)
+and the last `BOUNDARY_TOKENS` ids are dropped: the real prompt's tokenizer may merge the text
+around the cut differently, and everything before that is the real prompt's own token prefix.
+
 vLLM's LRU makes the same request a *touch* when the anchor is still resident: the hit moves the
 blocks to the most-recently-used end of the free queue for the cost of ~one token.
 """
@@ -38,6 +44,7 @@ log = logging.getLogger("cachescout.engines.vllm")
 
 MAX_CONSECUTIVE_FAILURES = 5
 REFUSED = {400, 401, 403, 404, 405, 422}
+BOUNDARY_TOKENS = 2             # dropped after a mid-message cut (BPE merges across the cut)
 
 
 class VllmAdapter(HttpEngineAdapter):
@@ -105,6 +112,8 @@ class VllmAdapter(HttpEngineAdapter):
         if spec.messages:
             body["messages"] = list(spec.messages)
             body["add_generation_prompt"] = False
+            if spec.continue_final:
+                body["continue_final_message"] = True
             body.update(spec.template)
             if spec.tools:
                 body["tools"] = list(spec.tools)
@@ -118,6 +127,8 @@ class VllmAdapter(HttpEngineAdapter):
         if status != 200 or not isinstance(data, dict) or not isinstance(data.get("tokens"), list):
             raise RuntimeError(f"/tokenize answered {status}")
         ids = tuple(int(t) for t in data["tokens"])
+        if spec.continue_final:
+            ids = ids[:-BOUNDARY_TOKENS]
         self.tokens.put(spec.key, ids)
         return ids
 
@@ -144,6 +155,9 @@ class VllmAdapter(HttpEngineAdapter):
         if CAP_WARM_CHAT in self.capabilities and spec.messages:
             body = self._model({"messages": list(spec.messages), "max_tokens": 1, "temperature": 0.0,
                                 **spec.template, **extra}, spec.model)
+            if spec.continue_final:
+                body["continue_final_message"] = True
+                body["add_generation_prompt"] = False
             if spec.tools:
                 body["tools"] = list(spec.tools)
                 body["tool_choice"] = "none"   # vLLM refuses "auto" without tool-parser flags

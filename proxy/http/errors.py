@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import httpx
 
@@ -72,3 +73,13 @@ def classify_upstream_error(exc: BaseException) -> str:
     if isinstance(exc, (ConnectionError, OSError)):
         return "connect"
     return "other"
+
+
+_URL_QUERY = re.compile(r"((?:https?://)?[^\s'\"?#]*/[^\s'\"?#]*)[?#][^\s'\"]*")
+
+
+def describe_upstream_error(exc: BaseException) -> str:
+    """The error for 502/504 bodies and logs: its text with any URL's query string and fragment cut
+    (aiohttp/httpx messages embed the request URL, and a query may carry a key or user data)."""
+    text = str(exc) or type(exc).__name__
+    return _URL_QUERY.sub(r"\1", text)[:500]

@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from proxy.http.errors import UPSTREAM_FAILURES, classify_upstream_error, send_error
+from proxy.http.errors import UPSTREAM_FAILURES, classify_upstream_error, describe_upstream_error, send_error
 from proxy.http.observer import NullObserver, RequestContext, RequestObserver
 from proxy.observability.metrics import ProxyMetrics, route_label
 
@@ -91,6 +91,13 @@ class Forwarder:
         self.observer: RequestObserver = NullObserver()  # replaced by the lifespan when a policy runs
         self._ids = itertools.count(1)
         self._logged_observer_error = False
+        # Bodies larger than this are not parsed here, on the event loop: the observer decides
+        # whether to parse them on its worker thread or skip them (see runtime/offload.py).
+        self.inline_parse_bytes = 256 * 1024
+        # Bodies larger than this are relayed upstream as the chunks they arrived in (no join into
+        # one bytes object, no single multi-megabyte socket write that copies it on the loop); the
+        # observer gets their size only (the policy does not read bodies that large anyway).
+        self.stream_body_bytes = 4 * 1024 * 1024
         # Parsed upstream URLs by (raw path, query): agents hit a handful of paths, and parsing a URL
         # is a measurable share of the per-request CPU. Bounded so random paths cannot grow it.
         self._urls: dict[tuple[bytes, bytes], httpx.URL] = {}
@@ -104,13 +111,16 @@ class Forwarder:
         else:
             log.debug("observer %s failed", hook, exc_info=True)
 
-    def _make_context(self, scope: dict, body: bytes, started: float) -> RequestContext:
+    def _make_context(self, scope: dict, body: Any, started: float) -> RequestContext:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         parsed: Any | None = None
-        if body and body[:1] in (b"{", b"[", b" ", b"\n", b"\t", b"\r"):
+        if isinstance(body, _ChunkedBody):   # too large to read: the observer sees its size only
+            return RequestContext(next(self._ids), scope["method"], scope["path"], headers, b"", None, started,
+                                  body_size=body.size)
+        if body and len(body) <= self.inline_parse_bytes and body[:1] in (b"{", b"[", b" ", b"\n", b"\t", b"\r"):
             try:
                 parsed = json.loads(body)
-            except ValueError:  # not JSON: forwarded untouched, the engine decides
+            except (ValueError, RecursionError):  # not JSON: forwarded untouched, the engine decides
                 parsed = None
         return RequestContext(next(self._ids), scope["method"], scope["path"], headers, body, parsed, started)
 
@@ -151,6 +161,8 @@ class Forwarder:
                 chunks.append(chunk)
             if not message.get("more_body", False):
                 break
+        if size > self.stream_body_bytes and len(chunks) > 1:
+            return _ChunkedBody(chunks, size)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def _forward(self, scope: dict, receive: Callable, send: Callable, started: float, route: str) -> int:
@@ -195,7 +207,12 @@ class Forwarder:
         transport = self.transport
         assert transport is not None, "forwarder used outside the app lifespan"
         headers = filter_headers(scope["headers"], REQUEST_DROP)
-        request = httpx.Request(scope["method"], self._url(scope), headers=headers, content=body,
+        content: Any = body
+        if isinstance(body, _ChunkedBody):
+            # an explicit Content-Length keeps httpx (and aiohttp below it) from switching to chunked
+            headers.append((b"content-length", str(body.size).encode()))
+            content = body.stream()
+        request = httpx.Request(scope["method"], self._url(scope), headers=headers, content=content,
                                 extensions={"timeout": self.timeout_ext})
         try:
             response = await transport.handle_async_request(request)
@@ -203,9 +220,10 @@ class Forwarder:
             kind = classify_upstream_error(exc)
             self.metrics.upstream_error(kind)
             status, type_, code = UPSTREAM_FAILURES[kind]
-            log.warning("upstream %s error for %s %s: %s", kind, scope["method"], scope["path"], exc or type(exc).__name__)
+            detail = describe_upstream_error(exc)
+            log.warning("upstream %s error for %s %s: %s", kind, scope["method"], scope["path"], detail)
             self._end(ctx, f"upstream_{kind}", flags)
-            await send_error(send, status, f"upstream {kind} error: {exc or type(exc).__name__}", type_, code)
+            await send_error(send, status, f"upstream {kind} error: {detail}", type_, code)
             return status
 
         try:
@@ -242,7 +260,7 @@ class Forwarder:
                 kind = classify_upstream_error(exc)
                 self.metrics.upstream_error(kind)
                 log.warning("upstream %s error mid-response for %s %s: %s; cutting the client connection",
-                            kind, scope["method"], scope["path"], exc or type(exc).__name__)
+                            kind, scope["method"], scope["path"], describe_upstream_error(exc))
                 self._end(ctx, f"upstream_{kind}", flags)
                 return status  # returning without the final body message makes the server close the socket
             if not finished:
@@ -288,6 +306,20 @@ class Forwarder:
             self.observer.on_response_end(ctx, error, self.clock())
         except Exception:  # noqa: BLE001
             self._observer_failed("on_response_end")
+
+
+class _ChunkedBody:
+    """A large request body kept as the chunks it arrived in."""
+
+    __slots__ = ("chunks", "size")
+
+    def __init__(self, chunks: list[bytes], size: int) -> None:
+        self.chunks = chunks
+        self.size = size
+
+    async def stream(self):
+        for chunk in self.chunks:
+            yield chunk
 
 
 def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:

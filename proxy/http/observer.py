@@ -32,6 +32,7 @@ class RequestContext:
     json: Any | None  # parsed copy when the body is JSON, else None
     started: float  # clock() at receipt
     state: dict = field(default_factory=dict)  # scratch space for the observer
+    body_size: int = -1  # >= 0: a body too large to hand over (relayed as chunks; `body` is b"")
 
 
 @runtime_checkable

@@ -53,9 +53,11 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         if not sep or not name.strip():
             raise SettingsError(f"invalid configuration: --set expects NAME=VALUE, got {item!r}")
         values[name.strip()] = _decode_complex(name.strip(), value)
-    for _flag, dest, _type, _help in FLAGS:
-        values[dest] = getattr(args, dest, None)
-    values["policy_enabled"] = getattr(args, "policy_enabled", None)
+    for _flag, dest, _type, _help in FLAGS:   # a flag given wins; an absent one leaves --set alone
+        if getattr(args, dest, None) is not None:
+            values[dest] = getattr(args, dest)
+    if getattr(args, "policy_enabled", None) is not None:
+        values["policy_enabled"] = args.policy_enabled
     unknown = [k for k in values if k not in Settings.model_fields]
     if unknown:
         raise SettingsError(f"invalid configuration: unknown setting(s) {', '.join(sorted(unknown))}")
@@ -77,12 +79,21 @@ def _decode_complex(name: str, value: str) -> object:
 
 
 def uvicorn_kwargs(settings: Settings, access_log: bool = False) -> dict:
-    """How the proxy is served; shared by `serve` and anything that embeds the proxy (demo, tests)."""
+    """How the proxy is served; shared by `serve` and anything that embeds the proxy (demo, tests).
+    The client-facing limits (`Settings.server_*`, see proxy/http/server_limits.py) ride on a
+    subclass of uvicorn's httptools protocol; without httptools, h11's header-size cap stands in."""
+    try:
+        from proxy.http.server_limits import ServerLimits, limited_protocol
+        http: object = limited_protocol(ServerLimits.from_settings(settings))
+    except ImportError:  # no httptools: h11 bounds the header block itself
+        http = "h11"
     return {
         "host": settings.host,
         "port": settings.port,
         "loop": "auto",  # uvloop when installed
-        "http": "auto",  # httptools when installed
+        "http": http,
+        "h11_max_incomplete_event_size": settings.server_max_header_bytes + settings.server_max_request_line_bytes,
+        "timeout_keep_alive": settings.server_keep_alive_s,
         "log_level": settings.log_level,
         "access_log": access_log,
         "server_header": False,  # the engine's Server/Date headers pass through; do not add ours
@@ -108,6 +119,9 @@ def run(args: argparse.Namespace) -> int:
     if settings.log_level not in ("debug", "trace"):
         # httpx logs every request at INFO: noise, and CPU on the hot path.
         logging.getLogger("httpx").setLevel(logging.WARNING)
+    from proxy.http.server_limits import raise_fd_limit
+
+    raise_fd_limit()
     app = create_app(settings)
     logging.getLogger("cachescout.serve").info(
         "cachescout proxy on http://%s:%d -> %s (policy %s)", settings.host, settings.port,

@@ -6,7 +6,10 @@ the assistant turn) feed each relayed chunk here. Chunks split anywhere — insi
 complete events (terminated by a blank line), following the WHATWG EventSource rules: `\\r\\n`,
 `\\r` and `\\n` all end a line, `:` starts a comment, multiple `data:` lines join with `\\n`, one
 leading space after the colon is dropped. A pending line longer than `max_line_bytes` is dropped and
-counted (an observer must stay O(chunk), whatever the upstream sends).
+counted, and so is an event whose data grows past `max_event_bytes` (an observer must stay O(chunk)
+in CPU and bounded in memory, whatever the upstream sends: a stream without separators or line ends
+is neither rescanned nor kept). The unfinished tail is kept as a list of pieces, so a long line
+arriving in many chunks costs O(total) once, not O(total^2). Used by `runtime/response_tap.py`.
 """
 
 from __future__ import annotations
@@ -38,63 +41,97 @@ class SSEEvent:
             return None
         try:
             return json.loads(self.data)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
 
 
 class SSEParser:
     """Feed raw bytes, get complete events."""
 
-    def __init__(self, max_line_bytes: int = 4 * 1024 * 1024) -> None:
+    def __init__(self, max_line_bytes: int = 4 * 1024 * 1024, max_event_bytes: int | None = None) -> None:
         self.max_line_bytes = max_line_bytes
+        self.max_event_bytes = max_event_bytes if max_event_bytes is not None else max_line_bytes
         self.dropped_lines = 0
-        self._tail = b""
+        self.dropped_events = 0
+        self._tail: list[bytes] = []      # pieces of the unfinished line
+        self._tail_len = 0
+        self._cr = False                  # the last chunk ended in \r: a leading \n belongs to it
         self._data: list[str] = []
+        self._data_len = 0
         self._event = ""
         self._id: str | None = None
         self._retry: int | None = None
         self._has_fields = False
         self._skipping = False  # inside an oversized line: discard up to its end
+        self._oversized = False  # the current event's data overflowed: drop it at its end
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes held between calls (unfinished line + pending event data)."""
+        return self._tail_len + self._data_len
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
-        buf = self._tail + chunk if self._tail else chunk
         events: list[SSEEvent] = []
+        if not chunk:
+            return events
+        if self._cr:
+            self._cr = False
+            if chunk[:1] == b"\n":
+                chunk = chunk[1:]
+        last = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
+        if last < 0:                      # no line end in this chunk: only the tail grows
+            self._grow_tail(chunk)
+            return events
+        head, rest = chunk[:last + 1], chunk[last + 1:]
+        self._cr = not rest and chunk.endswith(b"\r")   # maybe the first half of \r\n
         if self._skipping:
-            match = _EOL.search(buf)
-            if match is None:
-                self._tail = b""
-                return events
+            match = _EOL.search(head)
+            assert match is not None
             self._skipping = False
-            buf = buf[match.end():]
+            head = head[match.end():]
+            self._drop_tail()
+        elif self._tail:
+            head = b"".join(self._tail) + head
+            self._drop_tail()
         pos = 0
-        n = len(buf)
-        for match in _EOL.finditer(buf):
-            if match.group() == b"\r" and match.end() == n:
-                break  # maybe the first half of \r\n: wait for the next chunk
-            self._line(buf[pos:match.start()], events)
+        for match in _EOL.finditer(head):
+            self._line(head[pos:match.start()], events)
             pos = match.end()
-        tail = buf[pos:]
-        if len(tail) > self.max_line_bytes:
+        if rest:
+            self._grow_tail(rest)
+        return events
+
+    def _grow_tail(self, piece: bytes) -> None:
+        if self._skipping:
+            return
+        self._tail.append(piece)
+        self._tail_len += len(piece)
+        if self._tail_len > self.max_line_bytes:
             self.dropped_lines += 1
             self._skipping = True
-            tail = b""
-        self._tail = tail
-        return events
+            self._drop_tail()
+
+    def _drop_tail(self) -> None:
+        self._tail = []
+        self._tail_len = 0
 
     def flush(self) -> list[SSEEvent]:
         """End of stream: a final unterminated line/event is still delivered."""
         events: list[SSEEvent] = []
         if self._tail and not self._skipping:
-            self._line(self._tail, events)
-            self._tail = b""
+            self._line(b"".join(self._tail), events)
+        self._drop_tail()
+        self._skipping = False
         self._line(b"", events)
         return events
 
     def _line(self, line: bytes, events: list[SSEEvent]) -> None:
         if not line:
-            if self._has_fields and self._data:
+            if self._has_fields and self._data and not self._oversized:
                 events.append(SSEEvent("\n".join(self._data), self._event or "message", self._id, self._retry))
             self._data = []
+            self._data_len = 0
+            self._oversized = False
             self._event = ""
             self._retry = None
             self._has_fields = False
@@ -106,8 +143,17 @@ class SSEParser:
             value = value[1:]
         text = value.decode("utf-8", errors="replace")
         if name == b"data":
-            self._data.append(text)
             self._has_fields = True
+            if self._oversized:
+                return
+            self._data_len += len(value)
+            if self._data_len > self.max_event_bytes:
+                self.dropped_events += 1
+                self._oversized = True
+                self._data = []
+                self._data_len = 0
+                return
+            self._data.append(text)
         elif name == b"event":
             self._event = text
             self._has_fields = True

@@ -56,6 +56,11 @@ def _aiohttp_transport(settings: Settings) -> httpx.AsyncBaseTransport:
     )
     session = aiohttp.ClientSession(
         connector=connector,
+        # engine reply header limits: aiohttp's defaults (8190-byte lines, 128 fields) are below what
+        # the engines' own servers send and clients accept, so valid replies became 502s
+        max_line_size=settings.upstream_max_header_line_bytes,
+        max_field_size=settings.upstream_max_header_line_bytes,
+        max_headers=settings.upstream_max_headers,
         skip_auto_headers=AIOHTTP_SKIP_AUTO_HEADERS,
         auto_decompress=False,
         cookie_jar=aiohttp.DummyCookieJar(),

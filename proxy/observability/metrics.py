@@ -28,6 +28,8 @@ UPSTREAM_ERROR_KINDS = ("connect", "timeout", "protocol", "other")
 ACTION_OUTCOMES = ("ok", "error", "dropped_stale", "dropped_busy", "dropped_full", "unsupported")
 ACTION_KINDS = ("touch", "warm", "retain")
 ACTION_REASONS = ("transition", "tool_resume", "fanout", "hint")
+SKIP_REASONS = ("rejected", "not_allowed", "body_too_large", "offload_full")
+MEMORY_STORES = ("sessions", "fanout", "tap")
 HINT_KINDS = ("tool_started", "tool_finished", "fanout", "session_ended", "next_agent", "pin", "retain", "invalid")
 HINT_OUTCOMES = ("accepted", "ignored_standing", "ignored_unchecked", "refused", "invalid")
 HINT_SOURCE_LABELS = 16
@@ -130,6 +132,25 @@ class ProxyMetrics:
             "cachescout_converted_tokens_total", "Acted-on tokens that became a real cache hit, by action reason",
             ("reason",), registry=r,
         )
+
+        # --- hardening: what the policy skipped or dropped to stay bounded (issue 13) --------
+        self.policy_skipped_total = Counter(
+            "cachescout_policy_skipped_total", "Client requests the policy did not learn from, by reason "
+            "(rejected = engine answered non-2xx, not_allowed = auth not in the allow-list, body_too_large, "
+            "offload_full = parse worker queue full)", ("reason",), registry=r,
+        )
+        self.memory_drops_total = Counter(
+            "cachescout_memory_drops_total", "Kept state dropped to stay within its byte budget, by store "
+            "(sessions, fanout = parked fan-out parents, tap = response readers)", ("store",), registry=r,
+        )
+        self.kept_bytes = Gauge(
+            "cachescout_kept_bytes", "Estimated bytes the policy keeps, by store (sessions, tap)", ("store",),
+            registry=r,
+        )
+        for reason in SKIP_REASONS:
+            self.policy_skipped_total.labels(reason)
+        for store in MEMORY_STORES:
+            self.memory_drops_total.labels(store)
 
         # --- runtime hints (proxy/runtime/hint_inputs) -------------------------------------
         # kind: one of HINT_KINDS (or "invalid"); outcome: HINT_OUTCOMES. source: a hash-prefixed id

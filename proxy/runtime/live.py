@@ -12,9 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +32,8 @@ from proxy.runtime.prefill import PrefillRate
 from proxy.runtime.reload_price import ReloadPrice
 from proxy.runtime.scraper import EngineScraper
 from proxy.runtime.switchback import SelfEvaluation, switchback_config, yield_config
+from proxy.runtime.state_file import harden_observer as _harden
+from proxy.runtime.state_file import read_state_file, tenant_tag, write_state_file
 
 log = logging.getLogger("cachescout.live")
 
@@ -84,6 +84,7 @@ class LiveRuntime:
             on_result=self._on_result,
         )
         self.observer.executor = self.executor
+        _harden(self.observer, settings)
         self.scraper: EngineScraper | None = None
         self.kv_events: KvEventSubscriber | None = None
         self._tick: asyncio.Task | None = None
@@ -138,6 +139,7 @@ class LiveRuntime:
                 await self._tick
             self._tick = None
         await self.executor.stop()
+        self.observer.offload.close()
         if self.scraper is not None:
             await self.scraper.stop()
         if self.kv_events is not None:
@@ -282,7 +284,7 @@ class LiveRuntime:
         if not path or not Path(path).is_file():
             return
         try:
-            self.policy.restore(json.loads(Path(path).read_text()))
+            self.policy.restore(read_state_file(path, self.config.snapshot_max_bytes))
             self.state_loaded = path
             log.info("learned state loaded from %s", path)
         except Exception as exc:  # noqa: BLE001 - a bad state file must not stop the proxy
@@ -293,10 +295,7 @@ class LiveRuntime:
         if not path:
             return
         try:
-            tmp = Path(path).with_suffix(Path(path).suffix + ".tmp")
-            tmp.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(self.policy.snapshot(), separators=(",", ":")))
-            os.replace(tmp, path)
+            write_state_file(path, self.policy.snapshot())
             log.info("learned state saved to %s", path)
         except Exception as exc:  # noqa: BLE001
             log.warning("could not save state to %s: %s", path, exc)
@@ -316,6 +315,7 @@ class LiveRuntime:
     def debug_state(self) -> dict:
         stats = self.policy.stats()
         out: dict[str, Any] = {"stats": _plain(stats)}
+        out["stats"]["predictability_by_tenant"] = {tenant_tag(k): v for k, v in stats.predictability_by_tenant.items()}
         out.update(describe_policy(self.policy, self.clock()))
         out["pending_actions"] = self.executor.pending()
         out["recent_actions"] = list(self.executor.recent)[-20:]

@@ -9,7 +9,13 @@ request before response for each id.
 
 What is never learned from: the proxy's own warmups (they go straight to the adapter, never through
 the forwarder), client requests carrying the warmup header or `max_tokens <= 1` (the core's view
-marks them), non-200 responses' outcomes.
+marks them), and requests the engine did not accept: `observe_request` waits until the response
+status is known and runs only for a 2xx (a client with a wrong API key must not be able to make the
+proxy warm its text with the proxy's own credentials). Optionally (`policy_client_auth_sha256`)
+only clients whose Authorization / x-api-key header hashes to an allowed value drive the policy.
+Bodies over `policy_max_body_bytes` are not read by the policy; bodies over
+`policy_inline_parse_bytes` are parsed and viewed on a worker thread (`runtime/offload.py`); the
+session context is kept as the body bytes (`runtime/payload.py`), not as parsed JSON.
 
 Conversion accounting: every successful action is remembered by the last block hash of the prefix
 it warmed; when a later client request's chain contains that hash and the engine reports at least
@@ -19,23 +25,25 @@ that many cached tokens, the action's tokens count as converted for its reason.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from proxy.core.agents import agent_id_for
 from proxy.core.fingerprint import view_from_openai
 from proxy.core.view import EngineLoad, RequestView, ResponseOutcome
 from proxy.core.yield_ledger import counterfactual_cached, remaining_life
 from proxy.engines.base import WarmResult
 from proxy.runtime.hint_inputs import request_hints, strip_fields
-from proxy.runtime.response_tap import ResponseTap
+from proxy.runtime.offload import ObserveLimits, ParseOffload
+from proxy.runtime.payload import BodyPayload
+from proxy.runtime.response_tap import ResponseTap, TapBudget
 
 log = logging.getLogger("cachescout.live_policy")
 
-OBSERVED_PATHS = ("/v1/chat/completions", "/v1/completions")
+OBSERVED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages")
 WARMUP_HEADER = "x-cachescout-warmup"
 CONVERSION_WINDOW_S = 600.0
 CONVERSION_SHARE = 0.8          # cached >= 80% of the warmed prompt counts as converted
@@ -45,8 +53,23 @@ HINT_TTL_S = 60.0               # an anchor's action priority is used for forwar
 ANCHOR_REASONS = ("transition", "fanout", "hint")
 
 
+AUTH_HEADERS = ("authorization", "x-api-key")
+
+
 class _ReqState:
-    __slots__ = ("view", "observed", "tap", "status", "skip", "alone", "hints")
+    __slots__ = (
+        "accepted",
+        "alone",
+        "done",
+        "end",
+        "hints",
+        "observed",
+        "parsing",
+        "skip",
+        "status",
+        "tap",
+        "view",
+    )
 
     def __init__(self) -> None:
         self.alone = False
@@ -56,6 +79,10 @@ class _ReqState:
         self.tap: ResponseTap | None = None
         self.status: int | None = None
         self.skip = False
+        self.accepted = False           # the engine answered 2xx: only then is the request learned
+        self.parsing = False            # the view is being built on the worker thread
+        self.end: tuple | None = None   # (error, now) once the response ended
+        self.done = False               # its response was observed
 
 
 class LivePolicyObserver:
@@ -92,7 +119,13 @@ class LivePolicyObserver:
         self._yield_info: OrderedDict[tuple[str, int], tuple[int, int, float | None, int]] = OrderedDict()
         self.counts = {"requests": 0, "observed": 0, "skipped": 0, "warmup_requests": 0, "responses": 0,
                        "errors": 0, "prompt_tokens": 0, "cached_tokens": 0, "converted_tokens": 0,
-                       "deferred_observe_us": 0, "rewritten": 0}
+                       "deferred_observe_us": 0, "rewritten": 0, "rejected": 0, "not_allowed": 0,
+                       "body_too_large": 0, "offloaded": 0, "offload_full": 0}
+        self.limits = ObserveLimits()
+        self.offload = ParseOffload(self.limits.offload_queue)
+        self.tap_budget = TapBudget()
+        self.allowed_auth: frozenset[str] = frozenset()   # sha256 hex of allowed auth headers; empty = all
+        self._drops_seen: dict[str, int] = {}
 
     # -- load -------------------------------------------------------------------------------------
     @property
@@ -110,12 +143,43 @@ class LivePolicyObserver:
         st.alone = len(self._inflight) == 1 and not getattr(self.executor, "sending", 0)
         ctx.state["cachescout"] = st
         self.counts["requests"] += 1
-        if ctx.path not in OBSERVED_PATHS or not isinstance(ctx.json, dict) or ctx.method != "POST":
+        if ctx.path not in OBSERVED_PATHS or ctx.method != "POST":
             st.skip = True
+            return
+        if self.allowed_auth and not self._allowed(ctx.headers):
+            self._skip(st, "not_allowed")
+            return
+        size = ctx.body_size if getattr(ctx, "body_size", -1) >= 0 else len(ctx.body)
+        if size > self.limits.max_body_bytes:
+            self._skip(st, "body_too_large")
             return
         if ctx.headers.get(WARMUP_HEADER):
             self.counts["warmup_requests"] += 1
-        self._later(self._observe_request, ctx, st)
+        if isinstance(ctx.json, dict):
+            self._later(self._build_view, ctx, st)
+        elif ctx.json is None and size > self.limits.inline_parse_bytes and ctx.body[:1] in b"{ \t\r\n":
+            st.parsing = True           # the forwarder left it unparsed: too large for the loop
+            args = (ctx.path, ctx.body, ctx.headers, self.block_chars, self.chars_per_token)
+            if self.offload.submit(view_from_openai_bytes, args, lambda f: self._view_ready(ctx, st, f)):
+                self.counts["offloaded"] += 1
+            else:
+                st.parsing = False
+                self._skip(st, "offload_full")
+        else:
+            st.skip = True
+
+    def _allowed(self, headers: Any) -> bool:
+        for name in AUTH_HEADERS:
+            value = headers.get(name)
+            if value and hashlib.sha256(value.encode("latin-1")).hexdigest() in self.allowed_auth:
+                return True
+        return False
+
+    def _skip(self, st: _ReqState, reason: str) -> None:
+        st.skip = True
+        self.counts[reason] += 1
+        if self.metrics is not None:
+            self.metrics.policy_skipped_total.labels(reason).inc()
 
     def rewrite_body(self, ctx: Any) -> bytes | None:
         """Opt-in: the forwarded body plus the adapter's engine hints for this request's agent
@@ -126,18 +190,17 @@ class LivePolicyObserver:
             # off, or observe-only (no engine hints from the policy): only hint-field stripping remains
             return self._stripped(ctx) if self.strip_hint_fields else None
         st = ctx.state.get("cachescout")
-        if st is None or st.skip or not isinstance(ctx.json, dict):
+        if st is None or st.skip or st.parsing or not isinstance(ctx.json, dict):
             return self._stripped(ctx) if self.strip_hint_fields else None
         view = view_from_openai(ctx.path, ctx.json, ctx.headers, block_chars=self.block_chars,
                                 chars_per_token=self.chars_per_token)
         st.view = view
         if view is None or view.is_warmup or not view.block_hashes:
             return None
-        registry = self.policy.agents
-        n = registry.anchor_length(view, registry.tenant(view.tenant))
-        if n <= 0:
+        agent = self.policy.agents.lookup(view)
+        if agent is None:
             return None
-        hit = self._anchor_priority.get(agent_id_for(view.tenant, view.block_hashes[n - 1]))
+        hit = self._anchor_priority.get(agent.agent_id)
         now = self.clock()
         survival = hit[0] / 100.0 if hit is not None and now - hit[1] < HINT_TTL_S else None
         extras = self.extras_for(survival)
@@ -163,8 +226,13 @@ class LivePolicyObserver:
         if st is None or st.skip:
             return
         st.status = status
-        if status == 200:
-            st.tap = ResponseTap(stream="text/event-stream" in headers.get("content-type", ""))
+        if 200 <= status < 300:
+            st.accepted = True
+            if status == 200:
+                st.tap = ResponseTap("text/event-stream" in headers.get("content-type", ""), self.tap_budget)
+            self._later(self._maybe_observe, ctx, st)
+        else:
+            self._skip(st, "rejected")  # the engine refused it (auth, validation, overload): learn nothing
 
     def on_response_chunk(self, ctx: Any, chunk: bytes, now: float) -> None:
         st = ctx.state.get("cachescout")
@@ -174,9 +242,14 @@ class LivePolicyObserver:
     def on_response_end(self, ctx: Any, error: str | None, now: float) -> None:
         self._inflight.pop(ctx.request_id, None)
         st = ctx.state.get("cachescout")
-        if st is None or st.skip:
+        if st is None:
             return
-        self._later(self._observe_response, ctx, st, error, now)
+        if st.skip:
+            if st.tap is not None:
+                st.tap.close()
+            return
+        st.end = (error, now)
+        self._later(self._end_response, ctx, st)
 
     # -- deferred work ------------------------------------------------------------------------------
     def _later(self, fn: Callable, *args: Any) -> None:
@@ -196,12 +269,12 @@ class LivePolicyObserver:
     @property
     def settled(self) -> bool:
         """No client request in flight and every response observed (counters are final)."""
-        return not self._inflight and self.deferred == 0
+        return not self._inflight and self.deferred == 0 and self.offload.pending == 0
 
     def _guard(self, fn: Callable, *args: Any) -> None:
         try:
             fn(*args)
-        except Exception:  # noqa: BLE001 - the policy must never reach the client
+        except Exception:
             self.counts["errors"] += 1
             if self.metrics is not None:
                 self.metrics.policy_errors_total.inc()
@@ -209,20 +282,52 @@ class LivePolicyObserver:
             if self.counts["errors"] == 1:
                 log.exception("policy step failed (counted in cachescout_policy_errors_total)")
 
-    def _observe_request(self, ctx: Any, st: _ReqState) -> None:
-        t0 = self.clock()
-        view = st.view if st.view is not None else view_from_openai(
-            ctx.path, ctx.json, ctx.headers, block_chars=self.block_chars, chars_per_token=self.chars_per_token)
+    def _build_view(self, ctx: Any, st: _ReqState) -> None:
+        if st.view is None:             # (rewrite_body may have built it already)
+            st.view = view_from_openai(ctx.path, ctx.json, ctx.headers, block_chars=self.block_chars,
+                                       chars_per_token=self.chars_per_token)
+        if st.view is None:
+            st.skip = True
+            self.counts["skipped"] += 1
+            return
+        self._maybe_observe(ctx, st)
+
+    def _view_ready(self, ctx: Any, st: _ReqState, fut: Any) -> None:
+        """The worker built (or failed to build) a large body's view; back on the loop."""
+        st.parsing = False
+        view = None if fut.cancelled() or fut.exception() is not None else fut.result()
         if view is None:
             st.skip = True
             self.counts["skipped"] += 1
             return
         st.view = view
-        st.observed = self.policy.observe_request(view, ctx.started)
+        self._guard(self._maybe_observe, ctx, st)
+
+    def _maybe_observe(self, ctx: Any, st: _ReqState) -> None:
+        """Observe once the view is built and the engine accepted the request (either order); a
+        response that already ended is observed right after."""
+        if st.skip or st.view is None or not st.accepted or st.observed is not None:
+            return
+        self._observe_request(ctx, st)
+        if st.end is not None:
+            self._observe_response(ctx, st, *st.end)
+
+    def _end_response(self, ctx: Any, st: _ReqState) -> None:
+        if st.observed is not None:
+            self._observe_response(ctx, st, *st.end)
+        elif not st.parsing and st.tap is not None:   # never observed (skipped): free the tap
+            st.tap.close()
+
+    def _observe_request(self, ctx: Any, st: _ReqState) -> None:
+        t0 = self.clock()
+        view = st.view
+        # the session keeps the context as the body bytes (shared with the forwarder), not parsed JSON
+        kept = BodyPayload(ctx.path, ctx.body) if view.context_payload is not None and isinstance(ctx.body, bytes) else None
+        st.observed = self.policy.observe_request(view, ctx.started, kept)
         self.counts["observed"] += 1
         hints = self.hints
         if hints is not None and not view.is_warmup:
-            st.hints = request_hints(ctx.json, ctx.headers)
+            st.hints = request_hints(ctx.json if isinstance(ctx.json, dict) else {}, ctx.headers)
             hints.on_request(st.hints, ctx.headers, view.tenant, st.observed.session_id, st.observed.agent_id,
                              ctx.started)
         if self.metrics is not None:
@@ -237,11 +342,14 @@ class LivePolicyObserver:
             self.metrics.policy_observe_seconds.observe(spent)
 
     def _observe_response(self, ctx: Any, st: _ReqState, error: str | None, now: float) -> None:
-        if st.observed is None or st.view is None:
+        if st.observed is None or st.view is None or st.done:
             return
+        st.done = True
         tap = st.tap
         self.counts["responses"] += 1
         if tap is None or error is not None:
+            if tap is not None:
+                tap.close()
             outcome = ResponseOutcome(finish_reason=None)
         else:
             tap.finish()
@@ -365,6 +473,7 @@ class LivePolicyObserver:
     def update_gauges(self) -> None:
         if self.metrics is None:
             return
+        _memory_metrics(self)
         if self.hints is not None:
             self.hints.update_gauges()
         # The core caches R between refreshes; asking before any transitions were learned would pin
@@ -375,3 +484,24 @@ class LivePolicyObserver:
         self.metrics.predictability_ratio.set(float(s.predictability))
         self.metrics.agents.set(s.agents)
         self.metrics.sessions.set(s.sessions)
+
+
+def view_from_openai_bytes(path: str, body: bytes, headers: Any, block_chars: int,
+                           chars_per_token: float) -> RequestView | None:
+    """The worker thread's job: parse a large body and build its view (None when not a chat/completions body)."""
+    return view_from_openai(path, body, headers, block_chars=block_chars, chars_per_token=chars_per_token)
+
+
+def _memory_metrics(observer: LivePolicyObserver) -> None:
+    """Byte budgets -> metrics: drops since the last tick as counter increments, kept bytes as gauges."""
+    m, policy = observer.metrics, observer.policy
+    sessions = getattr(policy, "sessions", None)
+    now = {"sessions": getattr(sessions, "dropped_for_bytes", 0), "fanout": getattr(policy, "fanout_dropped", 0),
+           "tap": observer.tap_budget.overflows}
+    seen = observer._drops_seen
+    for store, n in now.items():
+        if n > seen.get(store, 0):
+            m.memory_drops_total.labels(store).inc(n - seen.get(store, 0))
+        seen[store] = n
+    m.kept_bytes.labels("sessions").set(getattr(sessions, "bytes", 0))
+    m.kept_bytes.labels("tap").set(observer.tap_budget.used)

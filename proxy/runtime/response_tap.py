@@ -1,10 +1,17 @@
 """Reads a response from the side: what the policy needs, without touching a byte the client gets.
 
-Two shapes: a JSON body (buffered up to a cap, parsed once at the end) and an SSE stream (frames
-parsed as they pass). From either it extracts finish_reason, usage (prompt, cached, completion
-tokens), the first-token time, and the assistant turn — text plus tool calls reassembled from their
-streamed deltas — because a response that ends in `tool_calls` pauses its session, and the
-assistant turn is the part of the next prompt the proxy cannot see yet.
+Two shapes: a JSON body (buffered up to a cap, parsed once at the end) and an SSE stream (events
+parsed as they pass, by the incremental `proxy.http.sse.SSEParser`). From either it extracts
+finish_reason, usage (prompt, cached, completion tokens), the first-token time, and the assistant
+turn — text plus tool calls reassembled from their streamed deltas — because a response that ends
+in `tool_calls` pauses its session, and the assistant turn is the part of the next prompt the proxy
+cannot see yet.
+
+Bounded: each chunk costs O(chunk) (the SSE parser never rescans), a stream's pending line/event is
+capped (`MAX_SSE_LINE_BYTES`), a JSON body is buffered only up to `MAX_JSON_BYTES` (it is parsed
+on the event loop at the end), and all taps together hold at most `TapBudget.max_bytes`: a tap that
+would exceed it stops reading (counted in `TapBudget.overflows`) and the response is forwarded as
+always. Malformed or absurdly nested JSON (RecursionError) is ignored, never logged as a traceback.
 """
 
 from __future__ import annotations
@@ -12,16 +19,49 @@ from __future__ import annotations
 import json
 from typing import Any
 
-MAX_JSON_BYTES = 4 * 1024 * 1024      # larger non-stream bodies are not parsed (still forwarded)
+from proxy.http.sse import SSEParser
+from proxy.runtime.api_outcomes import as_chat
+
+MAX_JSON_BYTES = 1024 * 1024          # larger non-stream bodies are not parsed (still forwarded)
+MAX_SSE_LINE_BYTES = 1024 * 1024      # a longer SSE line / event data is skipped
 MAX_ASSISTANT_CHARS = 64 * 1024       # larger assistant turns are not kept for tool_resume
+_BAD_JSON = (ValueError, RecursionError, TypeError, OverflowError)
+
+
+class TapBudget:
+    """Bytes held by all live taps together (buffered JSON bodies, pending SSE lines)."""
+
+    __slots__ = ("max_bytes", "overflows", "used")
+
+    def __init__(self, max_bytes: int = 32 * 1024 * 1024) -> None:
+        self.max_bytes = max_bytes
+        self.used = 0
+        self.overflows = 0
 
 
 class ResponseTap:
-    __slots__ = ("stream", "first_token_at", "finish_reason", "prompt_tokens", "cached_tokens",
-                 "output_tokens", "_buf", "_json_parts", "_json_size", "_content", "_content_len",
-                 "_tool_calls", "_overflow", "frames", "_message")
+    __slots__ = (
+        "_budget",
+        "_content",
+        "_content_len",
+        "_held",
+        "_json_parts",
+        "_json_size",
+        "_message",
+        "_off",
+        "_overflow",
+        "_parser",
+        "_tool_calls",
+        "cached_tokens",
+        "finish_reason",
+        "first_token_at",
+        "frames",
+        "output_tokens",
+        "prompt_tokens",
+        "stream",
+    )
 
-    def __init__(self, stream: bool) -> None:
+    def __init__(self, stream: bool, budget: TapBudget | None = None) -> None:
         self.stream = stream
         self.first_token_at: float | None = None
         self.finish_reason: str | None = None
@@ -29,7 +69,10 @@ class ResponseTap:
         self.cached_tokens: int | None = None
         self.output_tokens: int | None = None
         self.frames = 0
-        self._buf = b""
+        self._parser = SSEParser(MAX_SSE_LINE_BYTES) if stream else None
+        self._budget = budget
+        self._held = 0                   # bytes charged to the budget
+        self._off = False                # stopped reading (over the shared budget)
         self._json_parts: list[bytes] = []
         self._json_size = 0
         self._content: list[str] = []
@@ -40,47 +83,67 @@ class ResponseTap:
 
     # -- feeding ------------------------------------------------------------------------------------
     def feed(self, chunk: bytes, now: float) -> None:
+        if self._off:
+            return
         if not self.stream:
             if self._json_size + len(chunk) <= MAX_JSON_BYTES:
                 self._json_parts.append(chunk)
             else:
                 self._overflow = True
+                self._json_parts = []
             self._json_size += len(chunk)
             if self.first_token_at is None and chunk:
                 self.first_token_at = now
+            self._charge(0 if self._overflow else self._json_size)
             return
-        self._buf += chunk
-        while True:
-            cut = _frame_end(self._buf)
-            if cut is None:
-                break
-            frame, self._buf = self._buf[:cut[0]], self._buf[cut[1]:]
-            self._frame(frame, now)
+        parser = self._parser
+        for event in parser.feed(chunk):
+            self._event(event.data, now)
+        self._charge(parser.buffered_bytes)
+
+    def _charge(self, held: int) -> None:
+        budget = self._budget
+        if budget is None:
+            return
+        budget.used += held - self._held
+        self._held = held
+        if budget.used > budget.max_bytes:
+            budget.overflows += 1
+            self.close()
+            self._off = True
+            self._overflow = True
+
+    def close(self) -> None:
+        """Let go of every buffered byte (idempotent); the tap reads nothing more."""
+        if self._budget is not None:
+            self._budget.used -= self._held
+        self._held = 0
+        self._json_parts = []
+        self._parser = None
+        self._off = True
 
     def finish(self) -> None:
+        if self._off:
+            self.close()
+            return
         if not self.stream:
             if self._json_parts and not self._overflow:
                 try:
                     self._apply(json.loads(b"".join(self._json_parts)), None, stream=False)
-                except ValueError:
+                except _BAD_JSON:
                     pass
-            self._json_parts = []
-        elif self._buf.strip():
-            self._frame(self._buf, None)
-            self._buf = b""
+        else:
+            for event in self._parser.flush():
+                self._event(event.data, None)
+        self.close()
 
     # -- parsing --------------------------------------------------------------------------------------
-    def _frame(self, frame: bytes, now: float | None) -> None:
-        data_lines = [line[5:].lstrip() for line in frame.replace(b"\r\n", b"\n").split(b"\n")
-                      if line.startswith(b"data:")]
-        if not data_lines:
-            return
-        data = b"\n".join(data_lines)
-        if data.strip() == b"[DONE]":
+    def _event(self, data: str, now: float | None) -> None:
+        if data.strip() == "[DONE]":
             return
         try:
             obj = json.loads(data)
-        except ValueError:
+        except _BAD_JSON:
             return
         self.frames += 1
         self._apply(obj, now, stream=True)
@@ -88,6 +151,8 @@ class ResponseTap:
     def _apply(self, obj: Any, now: float | None, *, stream: bool) -> None:
         if not isinstance(obj, dict):
             return
+        if "choices" not in obj and (converted := as_chat(obj)) is not None:  # /v1/responses, /v1/messages
+            obj, stream = converted, False
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self.prompt_tokens = _int(usage.get("prompt_tokens"), self.prompt_tokens)
@@ -160,16 +225,6 @@ class ResponseTap:
         if self._tool_calls:
             msg["tool_calls"] = [self._tool_calls[i] for i in sorted(self._tool_calls)]
         return msg
-
-
-def _frame_end(buf: bytes) -> tuple[int, int] | None:
-    """(end of frame, start of next) for the first blank-line separator, or None."""
-    best: tuple[int, int] | None = None
-    for sep in (b"\n\n", b"\r\n\r\n", b"\r\r"):
-        i = buf.find(sep)
-        if i >= 0 and (best is None or i < best[0]):
-            best = (i, i + len(sep))
-    return best
 
 
 def _int(v: Any, default: int | None) -> int | None:

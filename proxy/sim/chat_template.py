@@ -92,8 +92,9 @@ def _assistant_body(msg: Mapping) -> str:
 
 
 def render_chat(messages: Sequence[Any], tools: Sequence[Any] | None = None,
-                add_generation_prompt: bool = True) -> str:
-    """Render an OpenAI messages list (plus tools) to the prompt text."""
+                add_generation_prompt: bool = True, continue_final_message: bool = False) -> str:
+    """Render an OpenAI messages list (plus tools) to the prompt text. ``continue_final_message``
+    (vLLM's flag) leaves the last message open: no end-of-turn, no generation prompt."""
     if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
         raise TemplateError("messages must be a list")
     out: list[str] = []
@@ -122,6 +123,9 @@ def render_chat(messages: Sequence[Any], tools: Sequence[Any] | None = None,
         else:
             raise TemplateError(f"unknown message role {role!r}")
         out.append(f"{IM_START}{role}\n{body}{IM_END}\n")
+    if continue_final_message and rest and out:
+        out[-1] = out[-1][: -len(IM_END) - 1]
+        return "".join(out)
     if add_generation_prompt:
         out.append(GENERATION_PROMPT)
     return "".join(out)

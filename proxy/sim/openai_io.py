@@ -90,8 +90,12 @@ def chat_prompt_ids(tok: SimTokenizer, body: Mapping, add_generation_prompt: boo
     if not isinstance(messages, list) or not messages:
         raise ApiError("'messages' must be a non-empty list", param="messages")
     tools, _ = _tools(body)
+    cont = bool(body.get("continue_final_message", False))
+    if cont and add_generation_prompt and "add_generation_prompt" in body:
+        raise ApiError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+                       param="continue_final_message")
     try:
-        text = render_chat(messages, tools, add_generation_prompt)
+        text = render_chat(messages, tools, add_generation_prompt and not cont, cont)
     except TemplateError as exc:
         raise ApiError(str(exc), param="messages") from exc
     return tok.encode(text)

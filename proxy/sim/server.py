@@ -2,7 +2,8 @@
 
 Why: the demo, the tests and users without a GPU need an upstream whose prefix cache behaves like
 vLLM's and whose hit rate is ground truth. Routes: /v1/chat/completions, /v1/completions (text or
-token-id prompt), streaming or not; /v1/models, /tokenize, /detokenize, /reset_prefix_cache (vLLM),
+token-id prompt), streaming or not; /v1/responses and /v1/messages (converted to chat as vLLM does,
+non-streaming: `api_routes.py`); /v1/models, /tokenize, /detokenize, /reset_prefix_cache (vLLM),
 /flush_cache and /generate (SGLang), /health, /version, /metrics (its own registry, real engines' names),
 and with a host tier (`cpu_blocks > 0`) the LMCache controller's `/lookup` and `/pin` on it (token ids
 in, matched prefix tokens per instance out), so the proxy's LMCache client runs against the sim.
@@ -22,6 +23,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from proxy.sim import api_routes as api
 from proxy.sim import openai_io as io
 from proxy.sim.block_hash import chain_hashes
 from proxy.sim.generation import plan_output
@@ -108,7 +110,10 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
                                  "running or waiting requests, the operation will not be performed.)")
 
     async def completions(request: Request, kind: str):
-        body = await _json(request)
+        return await _complete(await _json(request), kind)
+
+    async def _complete(body, kind: str, shape=None):
+        """``shape(job, out, n_out, req)``: the response body of a converted API (Responses/Messages)."""
         io.check_model(body, config.model)
         job = io.parse_job(kind, body, sim.tokenizer, max_len)
         out = plan_output(sim.tokenizer, job.prompt_ids, job.max_tokens, output_tokens=config.output_tokens,
@@ -127,6 +132,8 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
         finally:
             sim.abort(pending)              # no-op when finished; frees blocks if the client left
         r = pending.req
+        if shape is not None:
+            return shape(out, n_out, r.prompt_len, r.cached_tokens)
         u = io.usage(r.prompt_len, n_out, r.cached_tokens, config.prompt_tokens_details)
         return io.full_response(job, rid, config.model, out, n_out, u)
 
@@ -202,6 +209,21 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
     @app.post("/v1/completions")
     async def completion(request: Request):
         return await completions(request, "completion")
+
+    store = api.ResponseStore()
+
+    @app.post("/v1/responses")
+    async def responses(request: Request):
+        """OpenAI Responses API, rendered through the chat path as vLLM does (non-streaming)."""
+        chat = api.responses_chat_body(await _json(request), store)
+        return await _complete(chat, "chat", lambda out, n, p, c: api.responses_body(
+            chat, out, n, p, c, config.model, store))
+
+    @app.post("/v1/messages")
+    async def messages(request: Request):
+        """Anthropic Messages API, rendered through the chat path as vLLM does (non-streaming)."""
+        chat = api.messages_chat_body(await _json(request))
+        return await _complete(chat, "chat", lambda out, n, p, c: api.messages_body(out, n, p, c, config.model))
 
     return app
 

@@ -11,8 +11,9 @@ Formats (one JSON object a line):
 - `bailian` (Qwen-Bailian, "KVCache Cache in the Wild"): `chat_id`, `parent_chat_id`, `timestamp`
   (s), `input_length`, `output_length`, `type`, `turn`, `hash_ids` (16-token blocks);
 - `lmcache` (LMCache agent traces): `timestamp` (s), `input` prompt text, `output`, `session_id`;
-- `openai` (OpenAI request logs): a request body (`messages` or `prompt`), with `timestamp` (s) at
-  top level or the body under `body`/`request`.
+- `openai` (OpenAI request logs): a request body (`messages` or `prompt`; a Responses-API body with
+  `input`; any body with its `path`, e.g. `/v1/messages`), with `timestamp` (s) at top level or the
+  body under `body`/`request`.
 
 A line that is not a JSON object, or misses what its format needs, is *counted* in
 `LoadResult.malformed` (with a few examples) — never silently dropped, never fatal.
@@ -53,6 +54,7 @@ class ReplayRequest:
     tool_seconds: float | None = None  # how long the tool ran (ground truth, for measurement)
     model: str = ""
     anchor_payload: Any = None
+    header_blocks: int = 0             # leading envelope blocks (model + tools) of a canonical chat view
 
     @property
     def prompt_tokens(self) -> int:
@@ -195,10 +197,13 @@ def parse_openai(obj: dict) -> ReplayRequest:
     if not isinstance(body, dict):
         raise Malformed("request body is not an object")
     t = _num(obj, "timestamp") if "timestamp" in obj else _num(body, "timestamp")
-    if not isinstance(body.get("messages"), list) and not isinstance(body.get("prompt"), str):
+    logged_path = obj.get("path") if isinstance(obj.get("path"), str) else None
+    if logged_path is None and "input" in body:
+        logged_path = "/v1/responses"                    # Responses API body: instructions + input items
+    if logged_path is None and not isinstance(body.get("messages"), list) and not isinstance(body.get("prompt"), str):
         raise Malformed("body has neither 'messages' nor a string 'prompt'")
     headers = obj.get("headers") if isinstance(obj.get("headers"), dict) else {}
-    path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
+    path = logged_path or ("/v1/chat/completions" if "messages" in body else "/v1/completions")
     max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
     out_tokens = int(max_tokens) if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else 0
     sid = obj.get("session_id", body.get("user"))
@@ -208,7 +213,9 @@ def parse_openai(obj: dict) -> ReplayRequest:
                              block_tokens=view.block_tokens, output_tokens=out_tokens,
                              session_id=view.session_id or (None if sid is None else str(sid)),
                              anchor_blocks=view.anchor_blocks, model=view.model,
-                             anchor_payload=view.anchor_payload)
+                             anchor_payload=view.anchor_payload, header_blocks=view.header_blocks)
+    if "messages" not in body and not isinstance(body.get("prompt"), str):
+        raise Malformed(f"a {path} body the canonical view cannot read")
     text = _render_messages(body) if "messages" in body else body["prompt"]
     salt = str(body.get("cache_salt", "") or "")
     hashes, tokens = text_blocks(text, salt=salt)

@@ -108,7 +108,7 @@ def test_anchor_covers_model_tools_and_system_only():
     assert a.block_hashes[a.anchor_blocks - 1] != c.block_hashes[c.anchor_blocks - 1]
     assert a.anchor_payload["kind"] == "chat"
     assert a.anchor_payload["tools"] == tools
-    assert [m["role"] for m in a.anchor_payload["messages"]] == ["system"]
+    assert [m["role"] for m in truncate_payload(a.anchor_payload, a.anchor_blocks)["messages"]] == ["system"]
     assert [m["role"] for m in a.context_payload["messages"]] == ["system", "user"]
     assert sum(a.block_tokens) > 0 and all(t >= 1 for t in a.block_tokens)
 
@@ -120,12 +120,40 @@ def test_chat_template_kwargs_are_part_of_the_anchor_and_payload():
     assert b.anchor_payload["chat_template_kwargs"] == {"enable_thinking": False}
 
 
-def test_without_system_prompt_the_first_message_is_the_anchor():
-    body = {"model": "m", "messages": [{"role": "user", "content": "You are a coder. Task: x"},
+def test_without_system_prompt_nothing_is_marked_and_a_cut_anchor_rebuilds_the_recurring_part():
+    """No system message: no marked anchor (the prefix index finds where the recurring part ends);
+    an anchor ending inside the first user message is rebuilt as that message cut at the block,
+    rendered open (continue_final_message)."""
+    instructions = "You are a coder. Follow the rules below exactly. " * 4
+    body = {"model": "m", "messages": [{"role": "user", "content": instructions + "Task: x" * 40},
                                        {"role": "assistant", "content": "ok"}]}
     v = view_from_openai(CHAT, body, {})
-    assert 0 < v.anchor_blocks < len(v.block_hashes)
-    assert v.anchor_payload["messages"] == body["messages"][:1]
+    assert v.anchor_blocks == 0 and v.header_blocks == 1
+    cut = truncate_payload(v.anchor_payload, 3)           # header + two blocks of the first message
+    assert cut["continue_final_message"] is True and len(cut["messages"]) == 1
+    content = cut["messages"][0]["content"]
+    assert instructions.startswith(content) and 64 < len(content) < 128
+    whole = truncate_payload(v.anchor_payload, v.anchor_payload["segs"][1][0])   # up to the 2nd message
+    assert whole["messages"] == body["messages"][:1] and "continue_final_message" not in whole
+    assert truncate_payload(v.anchor_payload, 1) is None  # the header alone rebuilds nothing
+
+
+def test_responses_and_messages_bodies_hash_like_their_chat_twin():
+    chat = {"model": "m", "messages": [{"role": "system", "content": "S" * 300}, {"role": "user", "content": "q" * 90}],
+            "tools": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {}}}]}
+    resp = {"model": "m", "instructions": "S" * 300, "input": "q" * 90,
+            "tools": [{"type": "function", "name": "f", "description": "d", "parameters": {}}]}
+    anth = {"model": "m", "system": [{"type": "text", "text": "S" * 300}], "max_tokens": 5,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "q" * 90}]}],
+            "tools": [{"name": "f", "description": "d", "input_schema": {}}]}
+    a = view_from_openai(CHAT, chat, {})
+    b = view_from_openai("/v1/responses", resp, {})
+    c = view_from_openai("/v1/messages", anth, {})
+    assert a.block_hashes == b.block_hashes == c.block_hashes
+    assert b.context_payload["messages"] == chat["messages"]
+    hidden = view_from_openai("/v1/responses", {**resp, "previous_response_id": "resp_1"}, {})
+    assert hidden.block_hashes == a.block_hashes[: a.anchor_blocks]     # only the instructions are visible
+    assert hidden.context_payload is None
 
 
 def test_cache_salt_isolates_tenants():

@@ -258,9 +258,11 @@ def test_planner_never_breaks_budgets(evs, per_tick, concurrent, r_min, session_
                 assert a.deadline == a.created + cfg.action_ttl_s
                 assert a.anchor_id not in last or now - last[a.anchor_id] >= cfg.cooldown_s
                 last[a.anchor_id] = now
-                if not gate:        # a shut gate: session facts only (continuation if exempted)
-                    assert a.reason in (REASON_TOOL_RESUME, REASON_HINT) and "context" in a.payload
-                    assert a.reason == REASON_TOOL_RESUME or not session_gated
+                if not gate:        # a shut gate: session facts only (continuation if exempted;
+                    # fan-out parents: siblings overlapping in time, here a request sent before the
+                    # previous one's response ended)
+                    assert a.reason in (REASON_TOOL_RESUME, REASON_HINT, REASON_FANOUT) and "context" in a.payload
+                    assert a.reason in (REASON_TOOL_RESUME, REASON_FANOUT) or not session_gated
                 if a.kind != "retain":
                     open_actions.append(a)
                     spent.append((now, cfg.touch_cost_tokens if a.kind == "touch" else

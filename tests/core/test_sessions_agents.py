@@ -15,12 +15,15 @@ def chat(system, msgs, **kw):
 
 def test_explicit_session_ids_group_requests():
     p = ScoutPolicy()
+    for k, anchor in enumerate(([1, 2], [7, 8])):             # agents are found when their prefix recurs
+        for i in range(2):
+            p.observe_request(view_from_blocks("", anchor + [90 + 2 * k + i], 16, anchor_blocks=2, session_id=f"p{k}{i}"), 0.0)
     a = p.observe_request(view_from_blocks("", [1, 2, 3], 16, anchor_blocks=2, session_id="s1"), 0.0)
     b = p.observe_request(view_from_blocks("", [7, 8, 9], 16, anchor_blocks=2, session_id="s1"), 1.0)
     c = p.observe_request(view_from_blocks("", [1, 2, 4], 16, anchor_blocks=2, session_id="s2"), 2.0)
     assert a.session_id == b.session_id == "s1" and c.session_id == "s2"
+    assert a.agent_id == c.agent_id != b.agent_id
     assert p.stats().transitions == 1                 # only s1 had two steps
-
 
 def test_sessions_are_inferred_from_chain_extension():
     p = ScoutPolicy()
@@ -32,7 +35,8 @@ def test_sessions_are_inferred_from_chain_extension():
     turn2 = turn1 + [{"role": "assistant", "content": "plan"}, {"role": "user", "content": "go on"}]
     o2 = p.observe_request(chat(planner_sys, turn2), 2.0)
     assert o2.session_id == o1.session_id != other.session_id
-    assert o1.agent_id == o2.agent_id == other.agent_id
+    # a system prompt followed by the conversation: an agent on first sight (tentatively)
+    assert o1.agent_id == o2.agent_id == other.agent_id is not None
     # a different agent (system prompt) never continues a session by chain
     o3 = p.observe_request(chat(coder_sys, turn2), 3.0)
     assert o3.session_id not in (o1.session_id, other.session_id)
@@ -46,7 +50,6 @@ def test_inference_handles_a_re_cut_partial_last_block():
     o1 = p.observe_request(view_from_blocks("", [1, 2, 3], [512, 512, 100]), 0.0)
     o2 = p.observe_request(view_from_blocks("", [1, 2, 30, 31], [512, 512, 512, 40]), 1.0)
     assert o2.session_id == o1.session_id
-    assert p.agents.tenant("").skip == 1                   # block 1 opens every request
     o3 = p.observe_request(view_from_blocks("", [1, 5, 6], [512, 512, 100]), 2.0)
     assert o3.session_id != o1.session_id                  # shares only the template block
 
@@ -70,57 +73,93 @@ def test_warmups_are_never_learned_from():
     assert p.residency.resident_prefix([4, 5, 6]) == 3     # but the shadow saw them forwarded
 
 
-def test_raw_prompt_agents_learn_the_shared_template_skip():
-    cfg = PolicyConfig(fingerprint_blocks=2)
-    p = ScoutPolicy(cfg)
-    template = [900, 901, 902]                             # shared by every request
-    ids = {}
-    for k, agent in enumerate([1, 2, 1, 2, 1]):
-        body = template + [agent * 10, agent * 10 + 1] + [5000 + k]
-        ids[k] = p.observe_request(view_from_blocks("", body, 16, session_id=f"x{k}"), float(k)).agent_id
-    # after the skip is learned (2nd request), agent 1 and agent 2 are told apart, and stable
-    assert ids[2] == ids[4] != ids[3]
-    ts = p.agents.tenant("")
-    assert ts.skip == 3
-    agent = p.agents.by_id[ids[4]]
-    assert agent.anchor_hashes == tuple(template + [10, 11])
+def test_a_first_sight_system_prompt_that_never_recurs_is_dropped():
+    p = ScoutPolicy(PolicyConfig(first_sight_window=8))
+    first = p.observe_request(chat("Per-call documents: " + "doc0 " * 40, [{"role": "user", "content": "q"}]), 0.0)
+    assert first.agent_id is not None and len(p.agents) == 1          # tentative
+    for k in range(1, 10):
+        p.observe_request(chat(f"Per-call documents: doc{k} " * 40, [{"role": "user", "content": "q"}]), float(k))
+    assert len(p.agents) <= 8 and first.agent_id not in p.agents.by_id and p.agents.discarded >= 1
+    system_only = view_from_openai(CHAT, {"model": "m", "messages": [{"role": "system", "content": "sel " * 50}]}, {})
+    assert p.observe_request(system_only, 20.0).agent_id is None       # nothing follows: must recur
 
+
+def test_raw_prompt_agents_are_the_deepest_recurring_prefix_not_the_shared_template():
+    p = ScoutPolicy()
+    template = [900, 901, 902]                             # shared by every request (a preamble)
+    ids = {}
+    for k, agent in enumerate([1, 2, 1, 2, 1, 2, 1, 2]):
+        body = template + [agent * 10, agent * 10 + 1] + [5000 + k, 6000 + k]
+        ids[k] = p.observe_request(view_from_blocks("", body, 16, session_id=f"x{k}"), float(k)).agent_id
+    # each agent is found at its third call (three one-off tails from distinct sources), stable after
+    assert ids[0] is ids[1] is ids[2] is ids[3] is None
+    assert ids[4] == ids[6] != ids[5] == ids[7] and None not in (ids[4], ids[5])
+    assert p.agents.by_id[ids[4]].anchor_hashes == tuple(template + [10, 11])
+    assert len(p.agents) == 2                              # the template itself is no agent
+
+
+def test_a_preamble_promoted_before_its_agents_were_told_apart_is_retired():
+    p = ScoutPolicy()
+    pre = [900, 901]
+    for k, agent in enumerate([1, 2, 3]):                  # first calls of three agents: looks like one agent
+        p.observe_request(view_from_blocks("", pre + [agent * 10, 7000 + k], 16, session_id=f"a{k}"), float(k))
+    first = {a.agent_id for a in p.agents.by_id.values()}
+    assert len(first) == 1 and next(iter(p.agents.by_id.values())).anchor_hashes == tuple(pre)
+    ids = {}
+    for k in range(12):
+        agent = 1 + k % 3
+        ids[k] = p.observe_request(view_from_blocks("", pre + [agent * 10, 8000 + k], 16, session_id=f"b{k}"),
+                                   10.0 + k).agent_id
+    assert p.agents.retirements == 1 and not first & set(p.agents.by_id)     # the preamble is gone
+    assert len(p.agents) == 3 and len({ids[9], ids[10], ids[11]}) == 3
+
+
+def test_exact_whole_prompt_repeats_are_an_agent_whose_anchor_is_the_whole_prompt():
+    p = ScoutPolicy()
+    prompt = [5, 6, 7, 8]
+    obs = [p.observe_request(view_from_blocks("", prompt, 16), float(k)) for k in range(3)]
+    assert obs[0].agent_id is None and obs[1].agent_id == obs[2].agent_id is not None
+    agent = p.agents.by_id[obs[2].agent_id]
+    assert agent.anchor_hashes == tuple(prompt) and agent.repeats >= 1
 
 def test_agent_registry_is_bounded_and_evicts_the_least_valuable():
     p = ScoutPolicy(PolicyConfig(max_agents=3))
-    popular = view_from_blocks("", [1, 2], 16, anchor_blocks=2, session_id="a")
     for t in range(5):
-        p.observe_request(popular, float(t))
+        p.observe_request(view_from_blocks("", [1, 2, 50 + t], 16, anchor_blocks=2, session_id="a"), float(t))
     for k in range(5):
-        p.observe_request(view_from_blocks("", [100 + k, 200 + k], 16, anchor_blocks=2, session_id=f"b{k}"), 10.0 + k)
+        for i in range(2):
+            p.observe_request(view_from_blocks("", [100 + k, 200 + k, 300 + i], 16, anchor_blocks=2,
+                                               session_id=f"b{k}"), 10.0 + k)
     assert p.stats().agents == 3
     assert p.agents.tenant("").agents.get(2) is not None       # the popular agent survived
     assert p.agents.evictions == 3
-
 
 def test_tenants_are_isolated():
     p = ScoutPolicy()
     body = {"model": "m", "messages": [{"role": "system", "content": "S" * 100}, {"role": "user", "content": "q"}]}
     a = p.observe_request(view_from_openai(CHAT, body, {"x-session-id": "s"}), 0.0)
     b = p.observe_request(view_from_openai(CHAT, {**body, "cache_salt": "t2"}, {"x-session-id": "s"}), 1.0)
-    assert a.agent_id != b.agent_id
+    assert a.agent_id != b.agent_id and None not in (a.agent_id, b.agent_id)
     assert p.stats().transitions == 0                     # same session id, different tenants
     assert set(p.stats().predictability_by_tenant) == {"", "t2"}
     json.dumps(p.snapshot())
 
-
 def test_per_user_salts_do_not_grow_state_without_bound():
     p = ScoutPolicy(PolicyConfig(max_agents=4, max_sessions=8, residency_max_entries=50, residency_stride=1))
     for k in range(200):
-        p.observe_request(view_from_blocks(f"salt{k}", [k * 10 + 1, k * 10 + 2, k * 10 + 3], 16,
-                                           anchor_blocks=2, session_id="s"), float(k))
+        for i in range(2):
+            p.observe_request(view_from_blocks(f"salt{k}", [k * 10 + 1, k * 10 + 2, k * 10 + 3 + i], 16,
+                                               anchor_blocks=2, session_id="s"), float(k))
     assert p.stats().agents <= 4 and len(p.agents.tenants) <= 4
+    assert len(p.agents.index.roots) <= 200 and p.agents.index.bytes <= p.agents.index.max_bytes
     assert p.stats().sessions <= 8
     assert len(p.residency) <= 50 and p.residency.capacity_tokens == 0
     # a tenant whose only agent is evicted while it adds another keeps a consistent state
     q = ScoutPolicy(PolicyConfig(max_agents=1))
-    q.observe_request(view_from_blocks("t", [1, 2], 16, anchor_blocks=2, session_id="a"), 0.0)
-    obs = q.observe_request(view_from_blocks("t", [3, 4], 16, anchor_blocks=2, session_id="a"), 1.0)
+    for i in range(2):
+        q.observe_request(view_from_blocks("t", [1, 2, 10 + i], 16, anchor_blocks=2, session_id="a"), 0.0)
+    for i in range(2):
+        obs = q.observe_request(view_from_blocks("t", [3, 4, 20 + i], 16, anchor_blocks=2, session_id="a"), 1.0)
     assert q.agents.tenant("t").agents[4].agent_id == obs.agent_id and q.stats().agents == 1
 
 

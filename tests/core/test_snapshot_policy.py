@@ -28,7 +28,7 @@ def test_snapshot_round_trip_preserves_what_was_learned():
     w, now = learned_policy()
     p = w.policy
     snap = p.snapshot()
-    assert snap["kind"] == "cachescout-policy" and snap["version"] == 1
+    assert snap["kind"] == "cachescout-policy" and snap["version"] == 3
     text = json.dumps(snap)                                   # JSON-safe
     q = ScoutPolicy()
     q.restore(json.loads(text))
@@ -64,7 +64,7 @@ def test_restore_rejects_foreign_old_and_oversized_documents():
     w, _ = learned_policy(steps=50)
     snap = w.policy.snapshot()
     q = ScoutPolicy()
-    for bad in ({"kind": "other", "version": 1}, {**snap, "version": 2}, [], None):
+    for bad in ({"kind": "other", "version": 1}, {**snap, "version": 1}, {**snap, "version": 4}, [], None):
         with pytest.raises(ValueError):
             q.restore(bad)
     small = ScoutPolicy(PolicyConfig(snapshot_max_bytes=200))

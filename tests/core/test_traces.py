@@ -18,7 +18,7 @@ CONVERSATION = TRACES / "conversation_trace.jsonl"
 def test_inferred_sessions_follow_the_trace_parent_rule():
     """README rule: a request's parent is an earlier request whose prompt (or that prompt minus its
     last partial block) is a prefix of it. Block 0 is a shared system block opening every request,
-    so a one-block prompt is not counted as a parent (it is the learned template skip)."""
+    so a one-block prompt is not counted as a parent (what every conversation shares)."""
     with CONVERSATION.open() as f:
         records = [json.loads(line) for line in islice(f, 1500)]
     policy = ScoutPolicy(PolicyConfig(residency_stride=1))
@@ -41,4 +41,5 @@ def test_inferred_sessions_follow_the_trace_parent_rule():
             prompts.add((n - 1, ids[-2]))
     assert with_parent > 300                        # the trace really is multi-turn
     assert agree / len(records) >= 0.98
-    assert policy.agents.tenant("").skip == 1       # block 0 learned as the shared template
+    # conversations are not agents: only prefixes that several conversations re-send become one
+    assert len(policy.agents) < len(known_sessions) / 20

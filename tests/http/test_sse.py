@@ -63,3 +63,26 @@ def test_oversized_line_is_dropped_and_counted() -> None:
     assert parser.dropped_lines == 1
     assert parser.feed(b"data: still the same huge line") == []  # not mistaken for a new field
     assert parser.feed(b"\n\ndata: ok\n\n") == [SSEEvent("ok")]
+
+
+def test_separator_less_stream_is_linear_and_bounded() -> None:
+    """16 MiB without a single line end: every chunk is O(chunk), nothing beyond the cap is kept."""
+    import time
+
+    parser = SSEParser(max_line_bytes=1 << 20)
+    chunk = b"x" * 65536
+    t0 = time.process_time()
+    for _ in range(256):
+        assert parser.feed(chunk) == []
+        assert parser.buffered_bytes <= (1 << 20) + len(chunk)
+    assert time.process_time() - t0 < 2.0          # quadratic rescanning took ~20 s here
+    assert parser.dropped_lines == 1
+    assert parser.feed(b"\n\ndata: ok\n\n") == [SSEEvent("ok")]
+
+
+def test_event_with_endless_data_lines_is_dropped() -> None:
+    parser = SSEParser(max_line_bytes=64, max_event_bytes=100)
+    for _ in range(50):
+        assert parser.feed(b"data: 0123456789\n") == []
+    assert parser.buffered_bytes <= 100 and parser.dropped_events == 1
+    assert parser.feed(b"\ndata: next\n\n") == [SSEEvent("next")]

@@ -53,3 +53,33 @@ def test_garbage_is_ignored():
     tap.feed(b"data: not json\n\n: comment\n\nevent: x\n\n", 1.0)
     tap.finish()
     assert tap.finish_reason is None and tap.prompt_tokens is None and tap.assistant_message() is None
+
+
+def test_deep_or_broken_json_is_ignored_quietly():
+    from proxy.runtime.response_tap import TapBudget
+
+    budget = TapBudget(10 << 20)
+    tap = ResponseTap(stream=False, budget=budget)
+    tap.feed(b"[" * 200_000 + b"]" * 200_000, 1.0)
+    tap.finish()                                  # RecursionError inside json.loads: swallowed
+    assert tap.finish_reason is None and budget.used == 0
+    tap = ResponseTap(stream=True, budget=budget)
+    tap.feed(b"data: " + b"[" * 200_000 + b"\n\n", 1.0)
+    tap.finish()
+    assert tap.frames == 0 and budget.used == 0
+
+
+def test_all_taps_share_one_byte_budget():
+    from proxy.runtime.response_tap import TapBudget
+
+    budget = TapBudget(300_000)
+    taps = [ResponseTap(stream=False, budget=budget) for _ in range(5)]
+    for t in taps:
+        t.feed(b"{" + b" " * 100_000, 1.0)        # 5 x 100 KB buffered JSON bodies
+    assert budget.used <= 300_000 and budget.overflows >= 2
+    sse_tap = ResponseTap(stream=True, budget=budget)
+    sse_tap.feed(b"data: " + b"x" * 500_000, 1.0)  # no line end: the pending line is not kept
+    assert budget.used <= 300_000
+    for t in [*taps, sse_tap]:
+        t.finish()
+    assert budget.used == 0

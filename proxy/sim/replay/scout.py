@@ -59,7 +59,7 @@ class _ScoutBase(ReplayPolicy):
 
     def _view(self, req):
         return view_from_blocks(req.tenant, req.block_hashes, req.block_tokens,
-                                anchor_blocks=req.anchor_blocks,
+                                anchor_blocks=req.anchor_blocks, header_blocks=req.header_blocks,
                                 session_id=req.session_id if self.use_sessions else None,
                                 model=req.model,
                                 # the simulated engine rebuilds prompts from block ids: any payload will do,

@@ -1,0 +1,413 @@
+"""Bounded prefix index: which prompt prefixes recur, and where requests branch after them.
+
+Why: an agent is the part of its prompt that every call re-sends. Real frameworks do not put it
+in a system message of their own: the fixed instructions often share one (first user) message
+with tens of KB of variable content, sit behind a framework preamble that every agent shares, or
+make up the whole prompt (byte-identical repeats). A fixed "skip + N blocks" window lands in the
+wrong place for each of these. This index keeps, per tenant, a radix tree over the requests'
+chained block hashes and the agent is read off the tree: **the deepest prefix that requests from
+several distinct sources reach and then branch after** (or end at: exact repeats).
+
+Tree. Each node ends at a block boundary of some request and holds the edge (the hashes from its
+parent's end to its own end), passes (requests reaching it), distinct sources (capped), distinct
+end sources (requests ending exactly there) and last seen. Because hashes are chained, two chains
+that agree at block i agree on every block before i, so one comparison checks a whole edge and
+the divergence point inside an edge is a binary search.
+
+Sources. A session's own growth is not recurrence: turn 2 re-sends turn 1. A request's source is
+its explicit session id when it has one; otherwise the source of the request it extends (it
+passes through a node where an earlier request ended, or diverges only in that request's partial
+last block), else a fresh source. Fan-out siblings of one context therefore share one source.
+
+Agents (the rules, in the order applied):
+1. a node is *recurring* when it has >= 2 children and >= 2 sources, or >= 2 end sources, or
+   the view marked it as its fixed context (the end of its system/developer messages, or a
+   generator's anchor) and it was reached twice, or it is followed by more of the prompt (a
+   system prompt, then the conversation: the shape of an agent call). One session of a group chat
+   re-sends each agent's system prompt with a longer history every time, a linear chain with no
+   branch and one source, whose only boundary is that mark. A marked node promoted on first sight
+   is *tentative*: the registry drops it again if it is not reached a second time within
+   ``first_sight_window`` requests, so a system message with variable content (per-call documents)
+   never stays an agent, and a system-only prompt (a selector prompt with the history inside)
+   needs to recur like any other prompt;
+2. a request belongs to the deepest live agent node on its chain;
+3. the deepest recurring node on the chain, if deeper than that agent and not itself an ancestor
+   of any agent (a shared preamble never becomes an agent once one of its children is one), is
+   promoted when its *evidence* is enough: exact repeats from >= 2 sources, a marked context
+   reached twice, or branching into >= ``min_children`` (3) children from >= 2 sources none of
+   which recurs itself (a child branch that recurs means this node is a preamble of agents that
+   are still being told apart). Below an existing agent the bar is ``min_sources_below`` (3)
+   sources, so a tail that happens to recur (one web page fetched twice) rarely splits an agent;
+4. a node promoted before its agents could be told apart (first calls of several agents behind
+   a shared preamble, before any of them recurred) and that later turns out to be the ancestor
+   of two agents, or a mere prefix of a deeper agent (its only branch leads there: a system
+   prompt promoted on sight whose user-message template recurs too), is *retired*: the deeper agents keep their ids, the ancestor's id is dropped and
+   never reused, and requests through it that reach no deeper agent get no agent until their own
+   branch point recurs. Agent ids never change otherwise: an id is a function of (tenant, the
+   node's last hash), so it is stable as traffic arrives and across restarts (snapshot).
+
+Granularity. Blocks are the canonical view's (64 chars per message segment, a new block at each
+message start). The anchor ends at the last *full* block before the first variable character, so
+up to one block of the fixed part is not covered. A variable embedded early (a date, a task id)
+ends the shared chain where it appears: no prefix cache can reuse anything after it either. A
+value that changes rarely (today's date) makes one agent per value (the old one ages out); a value
+that changes per session before any agent-specific text leaves only the part before it recurring,
+so such agents are found per value (documented limitation).
+
+Memory: every node is charged ~200 B + 44 B per edge hash; over ``max_bytes`` the least recently
+reached leaves (one-off tails: the cheap aged-out candidates) are evicted until it fits again, a parent left with one
+child is merged into it, and empty tenant roots go. Agent nodes are never evicted while alive.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, NamedTuple
+
+NODE_BYTES = 200
+HASH_BYTES = 44
+MAX_SOURCES = 3
+
+
+class Node:
+    __slots__ = ("edge", "parent", "children", "depth", "passes", "srcs", "end_srcs", "ends",
+                 "agent", "agents_below", "lineage", "tenant", "marked", "recut")
+
+    def __init__(self, edge: tuple[int, ...], parent: "Node | None", depth: int) -> None:
+        self.edge = edge
+        self.parent = parent
+        self.children: dict[int, Node] | None = None
+        self.depth = depth
+        self.passes = 0
+        self.srcs: tuple[int, ...] = ()
+        self.end_srcs: tuple[int, ...] = ()
+        self.ends = 0
+        self.agent: Any = None          # the registry's Agent while this node is one
+        self.agents_below = 0           # agent nodes strictly below
+        self.lineage: Any = 0           # source of the latest request that ended here
+        self.marked = False             # a view marked its end as the fixed context (system message)
+        self.recut: Any = None          # source of a request ending one (re-cut partial) block later
+
+    @property
+    def key(self) -> int:
+        return self.edge[-1]
+
+    def recurring(self) -> bool:
+        ch = self.children
+        return ((ch is not None and len(ch) >= 2 and len(self.srcs) >= 2) or len(self.end_srcs) >= 2
+                or (self.marked and self.passes >= 2))
+
+    def evidence(self, min_children: int) -> int:
+        """Distinct sources that support this node being an agent now (0: not yet)."""
+        if len(self.end_srcs) >= 2:
+            return len(self.end_srcs)                 # exact repeats
+        if self.marked:
+            return max(2, len(self.srcs))             # a marked fixed context (recurring, or followed by
+                                                      # variable content: promoted on sight, tentatively)
+        ch = self.children
+        if ch is None or len(ch) < min_children or len(self.srcs) < 2:
+            return 0
+        for c in ch.values():                         # a branch that recurs itself: a preamble
+            if len(c.srcs) >= 2:
+                return 0
+        return len(self.srcs)
+
+
+class Observation(NamedTuple):
+    """What one request's walk found (a tuple: built once per request)."""
+
+    agent_node: Node | None             # deepest live agent node on the chain (after promotion)
+    promoted: Node | None               # a node promoted by this request (the registry names it)
+    retired: tuple[Node, ...]           # agent nodes retired by this promotion
+    repeat: bool                        # the whole prompt was seen before from another source
+    shared: int = 0                     # depth of the deepest node other sources reached and branched after
+
+
+def _add(t: tuple[int, ...], s: int) -> tuple[int, ...]:
+    if s in t or len(t) >= MAX_SOURCES:
+        return t
+    return t + (s,)
+
+
+class PrefixIndex:
+    """Radix trees of block-hash chains, one root per tenant, one byte budget over all."""
+
+    def __init__(self, max_bytes: int = 16 << 20, min_sources_below: int = 3, min_children: int = 3) -> None:
+        self.max_bytes = max(1, int(max_bytes))
+        self.min_sources_below = min_sources_below
+        self.min_children = min_children
+        self.roots: dict[str, Node] = {}
+        self.bytes = 0
+        self.nodes = 0
+        self.evicted = 0
+        self._leaves: OrderedDict[Node, None] = OrderedDict()   # LRU of leaves (eviction order)
+        self._next_src = 1
+
+    # --- walk --------------------------------------------------------------------------------
+    def _root(self, tenant: str) -> Node:
+        r = self.roots.get(tenant)
+        if r is None:
+            r = self.roots[tenant] = Node((), None, 0)
+            r.tenant = tenant                                # (roots only)
+            self._charge(r)
+        return r
+
+    def _charge(self, n: Node, sign: int = 1) -> None:
+        self.bytes += sign * (NODE_BYTES + HASH_BYTES * len(n.edge))
+        self.nodes += sign
+
+    def _new_leaf(self, parent: Node, edge: tuple[int, ...], depth: int) -> Node:
+        leaf = Node(edge, parent, depth)
+        ch = parent.children
+        if ch is None:
+            ch = parent.children = {}
+            self._leaves.pop(parent, None)
+        ch[edge[0]] = leaf
+        self.bytes += NODE_BYTES + HASH_BYTES * len(edge)
+        self.nodes += 1
+        self._leaves[leaf] = None
+        return leaf
+
+    def _split(self, parent: Node, child: Node, k: int) -> Node:
+        """Cut child's edge after k hashes; returns the new middle node (child's stats copied)."""
+        e = child.edge
+        mid = Node(e[:k], parent, parent.depth + k)
+        mid.passes, mid.srcs = child.passes, child.srcs
+        mid.agents_below = child.agents_below + (1 if child.agent is not None else 0)
+        mid.children = {e[k]: child}
+        parent.children[e[0]] = mid          # type: ignore[index]
+        child.edge = e[k:]
+        child.parent = mid
+        self.bytes += NODE_BYTES             # the hashes just moved between the two edges
+        self.nodes += 1
+        return mid
+
+    def _walk(self, tenant: str, hashes: tuple[int, ...], create: bool,
+              cuts: tuple[int, ...] = ()) -> tuple[list[Node], Any]:
+        """Nodes on the chain from the root (the last one ends at len(hashes) when create), and the
+        lineage of the request this one extends (None: none). ``cuts``: depths that must end a node
+        (created by splitting when missing)."""
+        node = self.roots.get(tenant)
+        path: list[Node] = []
+        lineage: Any = None
+        if node is None:
+            if not create:
+                return path, None
+            node = self._root(tenant)
+        n, pos = len(hashes), 0
+        c1 = c2 = n
+        if cuts:
+            c1, c2 = cuts
+            if not 0 < c1 < n:
+                c1 = n
+            if not 0 < c2 < n:
+                c2 = n
+            elif c2 < c1:
+                c1, c2 = c2, c1
+        nxt = c1
+        while pos < n:
+            if nxt <= pos:
+                nxt = c2 if c2 > pos else n
+            ch = node.children
+            child = ch.get(hashes[pos]) if ch is not None else None
+            if child is None:
+                if not create:
+                    break
+                node = self._new_leaf(node, hashes[pos:nxt], nxt)
+                path.append(node)
+                pos = nxt
+                continue
+            e = child.edge
+            m = len(e)
+            if pos + m <= n and hashes[pos + m - 1] == e[-1]:
+                if pos + m > nxt:                    # the edge runs past a required boundary
+                    node = self._split(node, child, nxt - pos)
+                    pos = nxt
+                    path.append(node)
+                    continue
+                node = child
+                pos += m
+                path.append(child)
+                if pos < n and child.agent is None:
+                    if child.ends:
+                        lineage = child.lineage      # extends an earlier request
+                    elif child.recut is not None and (pos + 1 < n or hashes[pos] not in (child.children or ())):
+                        lineage = child.recut        # extends one, re-cutting its partial last block
+                                                     # (not: an exact repeat of it, one block on)
+                continue
+            lo, hi = 1, min(m, n - pos)              # e[0] == hashes[pos]: k >= 1
+            while lo < hi:                           # largest k with equal hashes[pos+k-1], e[k-1]
+                mid_k = (lo + hi + 1) // 2
+                if hashes[pos + mid_k - 1] == e[mid_k - 1]:
+                    lo = mid_k
+                else:
+                    hi = mid_k - 1
+            k = lo
+            if not create:
+                break
+            if pos + k > nxt:
+                k = nxt - pos
+            elif k == m - 1 and child.ends and child.children is None and pos + k < n:
+                lineage = child.lineage              # re-cut partial last block of an earlier prompt
+            node = self._split(node, child, k)
+            pos += k
+            path.append(node)
+        return path, lineage
+
+    # --- learning ------------------------------------------------------------------------------
+    def observe(self, tenant: str, hashes: tuple[int, ...], source: Any, now: float,
+                mark: int = 0, recut: bool = False, floor: int = 0) -> tuple:
+        """Insert one request's chain and apply the agent rules (module docstring). ``mark``: blocks
+        the view marks as its fixed context (a system/developer message; a generator's anchor).
+        ``recut``: the last block is partial and a follow-up will re-cut it (raw prompts, traces):
+        a node is kept one block earlier too, so the follow-up still inherits this source.
+        ``floor``: a node this shallow is never promoted (the chat envelope: model + tools only).
+        Returns the fields of an ``Observation`` as a plain tuple (once per request: no object).
+        ``hashes`` must not be empty."""
+        n = len(hashes)
+        path, lineage = self._walk(tenant, hashes, True, (mark, n - 1) if recut else (mark, 0) if mark else ())
+        if source is None:
+            source = lineage
+        if source is None:
+            source = self._next_src
+            self._next_src += 1
+        end = path[-1]
+        if recut and len(path) >= 2 and path[-2].depth == len(hashes) - 1:
+            path[-2].recut = source
+        repeat = end.ends > 0 and source not in end.end_srcs
+        end.ends += 1
+        es = end.end_srcs
+        if source not in es and len(es) < MAX_SOURCES:
+            end.end_srcs = es + (source,)
+        end.lineage = source
+        leaves = self._leaves
+        agent_node = cand = None
+        shared = 0
+        for node in path:
+            node.passes += 1
+            if node.depth == mark:
+                node.marked = True
+            srcs = node.srcs
+            if source not in srcs and len(srcs) < MAX_SOURCES:
+                node.srcs = srcs = srcs + (source,)
+            if node.agent is not None:
+                agent_node = node
+                cand = None
+                continue
+            ch = node.children
+            if ch is not None and len(ch) >= 2 and len(srcs) >= 2:
+                shared = node.depth
+                if node.agents_below == 0 and shared > floor:
+                    cand = node
+            elif (node.marked and (node.passes >= 2 or node.depth < n) or len(node.end_srcs) >= 2) \
+                    and node.agents_below == 0 and node.depth > floor:
+                cand = node
+        if end.ends > 1 and end.children is None and end in leaves:
+            leaves.move_to_end(end)                  # a repeat: this leaf is hot again
+        promoted = None
+        retired: tuple[Node, ...] = ()
+        if cand is not None:
+            need = 2 if agent_node is None else self.min_sources_below
+            if cand.evidence(self.min_children) >= need:
+                promoted = cand
+                retired = self._mark_agent(cand)
+                agent_node = cand
+        if self.bytes > self.max_bytes:
+            self._evict(now)
+        return agent_node, promoted, retired, repeat, shared          # an Observation's fields
+
+    def attach(self, node: Node, agent: Any) -> None:
+        """Name a promoted node (the registry calls this with the Agent it created)."""
+        node.agent = agent
+
+    def _mark_agent(self, node: Node) -> tuple[Node, ...]:
+        node.agent = True                   # placeholder until attach(); counts as an agent now
+        self._leaves.pop(node, None)
+        retired = []
+        p = node.parent
+        only_path = True                    # every node up to here has this one branch only
+        while p is not None:
+            p.agents_below += 1
+            only_path = only_path and p.children is not None and len(p.children) == 1
+            if p.agent is not None and (p.agents_below >= 2 or only_path):
+                retired.append(p)           # a preamble of two agents, or a mere prefix of this one
+            p = p.parent
+        return tuple(retired)
+
+    def detach(self, node: Node) -> None:
+        """The node is no longer an agent (retired, or its agent was evicted by the registry)."""
+        if node.agent is None:
+            return
+        node.agent = None
+        p = node.parent
+        while p is not None:
+            p.agents_below = max(0, p.agents_below - 1)
+            p = p.parent
+        if node.children is None:
+            self._leaves[node] = None
+            self._leaves.move_to_end(node, last=False)
+
+    def ensure(self, tenant: str, hashes: tuple[int, ...]) -> Node:
+        """The node ending at len(hashes), created without counting a request (snapshot restore)."""
+        path, _ = self._walk(tenant, hashes, True)
+        return path[-1]
+
+    def lookup(self, tenant: str, hashes: tuple[int, ...]) -> Any:
+        """The deepest agent on a chain, read-only (no counts, no promotion)."""
+        path, _ = self._walk(tenant, hashes, False)
+        found = None
+        for node in path:
+            if node.agent is not None and node.agent is not True:
+                found = node.agent
+        return found
+
+    # --- memory ----------------------------------------------------------------------------------
+    def _evict(self, now: float) -> None:
+        leaves = self._leaves
+        budget = self.max_bytes                              # just under the cap: at steady state each
+                                                             # new tail evicts about one cold leaf (no pauses)
+        guard = len(leaves) + 16
+        while self.bytes > budget and leaves and guard > 0:
+            guard -= 1
+            leaf = next(iter(leaves))
+            del leaves[leaf]
+            if leaf.agent is not None or leaf.children is not None:
+                continue                                     # promoted or grown since: not a leaf
+            self._remove_leaf(leaf)
+
+    def _remove_leaf(self, leaf: Node) -> None:
+        parent = leaf.parent
+        self._charge(leaf, -1)
+        self.evicted += 1
+        if parent is None:
+            return
+        ch = parent.children
+        if ch is not None:
+            ch.pop(leaf.edge[0], None)
+            if not ch:
+                parent.children = None
+        if parent.parent is None:                            # tenant root
+            if parent.children is None:
+                self._charge(parent, -1)
+                self.roots.pop(parent.tenant, None)
+            return
+        if parent.agent is not None or parent.ends:
+            if parent.children is None:
+                self._leaves[parent] = None
+                self._leaves.move_to_end(parent, last=False)
+            return
+        if parent.children is None:
+            self._leaves[parent] = None
+            self._leaves.move_to_end(parent, last=False)
+        elif len(parent.children) == 1:                      # merge the lone child into its parent
+            only = next(iter(parent.children.values()))
+            grand = parent.parent
+            only.edge = parent.edge + only.edge
+            only.parent = grand
+            grand.children[parent.edge[0]] = only            # type: ignore[index]
+            self.bytes -= NODE_BYTES
+            self.nodes -= 1
+
+    def stats(self) -> dict[str, int]:
+        return {"nodes": self.nodes, "bytes": self.bytes, "max_bytes": self.max_bytes,
+                "evicted": self.evicted, "tenants": len(self.roots)}
