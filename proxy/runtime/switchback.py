@@ -24,6 +24,7 @@ log = logging.getLogger("cachescout.switchback")
 
 BOUNDS = ("estimate", "low", "high")
 NAN = float("nan")
+YIELD_PUBLISH_S = 1.0
 
 
 def switchback_config(settings: Any) -> SwitchbackConfig:
@@ -56,6 +57,7 @@ class SelfEvaluation:
         self.ledger = YieldLedger(yields, REASONS)
         self._active = self.experiment.active()
         self._throttled: dict[str, bool] = {}
+        self._yields_at = float("-inf")
         self._publish_state()
 
     # -- the planner's gate ---------------------------------------------------------------------
@@ -95,11 +97,17 @@ class SelfEvaluation:
             turnover = self.turnover_s()
         except Exception:  # noqa: BLE001 - a missing estimate only shortens the burn-in
             turnover = None
-        for kind, info in exp.tick(now, turnover):
+        events = exp.tick(now, turnover)
+        for kind, info in events:
             self._event(kind, info)
-        self._active = exp.active()
-        self._publish_state()
-        self._publish_yields(now)
+        was, self._active = self._active, exp.active()
+        # gauges change only with an event (a window closed: new estimate) or a switch; the yields
+        # decay slowly: publish them once a second, not on every 0.25 s tick
+        if events or was != self._active:
+            self._publish_state()
+        if now - self._yields_at >= YIELD_PUBLISH_S:
+            self._yields_at = now
+            self._publish_yields(now)
 
     def _event(self, kind: str, info: dict) -> None:
         m = self.metrics
