@@ -97,7 +97,7 @@ class Settings(BaseSettings):
     engine_model: str = Field("", description="model name for warmups when the traffic's is unknown")
     policy_r_min: float | None = Field(None, ge=0, le=1, description="predictability gate R_min (None = core default)")
     policy_plan_interval: float = Field(0.25, gt=0, description="seconds between background plan() ticks")
-    policy_overrides: dict[str, float] = Field(
+    policy_overrides: dict[str, bool | float | str] = Field(
         default_factory=dict, description='PolicyConfig fields to override, JSON, e.g. {"cooldown_s": 2}')
     action_queue_size: int = Field(256, ge=1, description="executor queue bound (full = dropped_full)")
     action_concurrency: int = Field(2, ge=1, description="warmup/touch requests in flight at once")

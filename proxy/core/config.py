@@ -50,7 +50,8 @@ class PolicyConfig:
     near_eviction_horizon_s: float = 0.0   # >0: or within what traffic inserts in this many seconds
     residency_stride: int = 0        # track every Nth block; 0 = auto (256 tokens / block size); 1 = exact
     residency_stride_tokens: int = 256  # auto stride target
-    residency_max_entries: int = 500_000  # memory bound on tracked blocks (~100 MB worst case)
+    residency_max_entries: int = 200_000  # memory bound on tracked blocks (~260 B each: ~52 MB; at the auto
+                                          # stride of 256 tokens that covers 51M tokens, more than any one engine)
     # --- planner --------------------------------------------------------------------------
     warmup_tokens_per_s: float = 0.0       # token-bucket refill for warm/touch cost; 0 = auto:
                                            # warmup_share x prefill_tokens_per_s (a fixed number that

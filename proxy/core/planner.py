@@ -28,12 +28,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .actions import REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, REASON_TRANSITION, RETAIN, TOUCH, WARM, Action
+from .actions import REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, REASON_TRANSITION, RETAIN, TOUCH, Action
 from .agents import AgentRegistry, TenantState, agent_id_for
 from .config import PolicyConfig
+from .economics import NOTHING, WAIT, Market, Prospect, assess
 from .residency import ResidencyShadow
 from .sessions import Session, SessionTracker
-from .survival import anchor_score, continuation_probability, hop_distances, p_surv
+from .survival import anchor_score, continuation_probability, reachable_agents
 from .view import EngineLoad
 
 
@@ -50,6 +51,8 @@ class _Candidate:
     lead: float | None          # seconds until the predicted demand; None = unknown (not imminent)
     warm_ok: bool = True        # False: only touch (planned while the session's request still runs)
     context: bool = False       # a session's whole context (not an agent anchor)
+    session: tuple[str, str] | None = None   # the session it was planned for (re-planned if it waits)
+    soon: bool = False          # the demand follows a request still running (its pause is too short)
 
 
 class Planner:
@@ -73,6 +76,9 @@ class Planner:
         self._budget = (0.0, 0.0)
         self.emitted: dict[str, int] = {}
         self.failed = 0
+        self.declined = 0               # candidates the economics found not worth acting on
+        self.touch_prefill = float(config.touch_cost_tokens)   # measured tokens a touch prefills (EWMA)
+        self.overflow_ticks = 0         # plan() calls skipped: the running set alone overflows the cache
         # the one outside veto (runtime wiring): (reason, kind, now) -> may this action be emitted?
         # Observe-only windows and throttled signals (core/yield_ledger.py) answer False.
         self.action_gate: Callable[[str, str, float], bool] | None = None
@@ -102,10 +108,13 @@ class Planner:
             horizon = now - self.cfg.cooldown_s
             self.last_acted = {k: t for k, t in self.last_acted.items() if t >= horizon}
 
-    def finish(self, action: Action, ok: bool) -> tuple[int, ...] | None:
+    def finish(self, action: Action, ok: bool, computed_tokens: float | None = None) -> tuple[int, ...] | None:
         entry = self.inflight.pop((action.anchor_id, action.created), None)
         if not ok:
             self.failed += 1
+        elif action.kind == TOUCH and computed_tokens is not None:
+            # a touch of a prefix the shadow holds can still find its tail gone in the engine
+            self.touch_prefill = 0.8 * self.touch_prefill + 0.2 * max(0.0, float(computed_tokens))
         return entry[1] if entry else None
 
     # --- planning --------------------------------------------------------------------------------
@@ -125,6 +134,12 @@ class Planner:
         slots = min(cfg.max_actions_per_tick, cfg.max_concurrent - len(self.inflight))
         if slots <= 0:
             return []
+        cap = self.residency.capacity_tokens
+        if 0 < cap <= load.running_tokens:                  # Market.overflowing, before building one
+            self.dirty.clear()                          # the running set alone overflows the cache:
+            self.fanout.clear()                         # anything kept now is evicted by it; observe only
+            self.overflow_ticks += 1
+            return []
         cands: list[_Candidate] = []
         gates: dict[str, bool] = {}
         sessions = self.sessions.sessions
@@ -142,8 +157,9 @@ class Planner:
             self.fanout.clear()
         if self.hints is not None:                       # runtime hints: facts and trusted predictions
             for h in self.hints.candidates(now):
+                # a runtime hint carries its own timing (the driver defers far ones): imminent
                 cands.append(_Candidate(h.score, h.reason, h.tenant, h.anchor_id, h.hashes, h.block_tokens,
-                                        h.payload, h.prob, h.lead, h.warm_ok, h.context))
+                                        h.payload, h.prob, h.lead, h.warm_ok, h.context, None, True))
         if now - self._last_sweep >= cfg.sweep_interval_s:
             self._last_sweep = now
             self._sweep_candidates(now, gates, cands)
@@ -151,7 +167,7 @@ class Planner:
             return []
         cands.sort(key=lambda c: c.score, reverse=True)
         busy = 0 < cfg.warm_max_inflight < load.inflight or load.waiting > cfg.warm_max_waiting
-        actions = self._select(cands, now, slots, busy)
+        actions = self._select(cands, now, slots, busy, self.market(load))
         if self.hints is not None and actions:
             self.hints.note(actions)                     # a hint pays for one warm
         return actions
@@ -185,7 +201,7 @@ class Planner:
                     payload = {"context": s.context_payload, "assistant": s.assistant_payload}
                     out.append(_Candidate(p * sum(s.block_tokens), REASON_TOOL_RESUME, agent.tenant,
                                           agent_id_for(agent.tenant, s.hashes[-1]), s.hashes, s.block_tokens,
-                                          payload, p, lead, True, True))
+                                          payload, p, lead, True, True, s.key))
         tenant = agent.tenant
         g = gates.get(tenant)
         if g is None:
@@ -223,36 +239,19 @@ class Planner:
             reason = REASON_TRANSITION if rank == 0 else REASON_FANOUT
             score = anchor_score(p, now - nxt.last_seen, nxt.tokens, cfg.delta, cfg.age_lambda)
             out.append(_Candidate(score, reason, nxt.tenant, nxt.agent_id, nxt.anchor_hashes,
-                                  nxt.anchor_block_tokens, nxt.payload, p, lead, warm_ok))
-
-    def _settled(self, anchor_id: str, now: float) -> bool:
-        """Cheap pre-check: acted on within the cool-down, or recently found resident and safe."""
-        last = self.last_acted.get(anchor_id)
-        if last is not None and now - last < self.cfg.cooldown_s:
-            return True
-        memo = self._safe.get(anchor_id)
-        res = self.residency
-        return memo is not None and memo[0] == res.epoch and res.inserted_tokens < memo[1]
+                                  nxt.anchor_block_tokens, nxt.payload, p, lead, warm_ok, False, s.key,
+                                  not paused))
 
     def _sweep_candidates(self, now: float, gates: dict[str, bool], out: list[_Candidate]) -> None:
         cfg = self.cfg
-        sources: dict[str, list[int]] = {}
-        for (tenant, slot) in self.sessions.on_agent:
-            sources.setdefault(tenant, []).append(slot)
         scored: list[_Candidate] = []
-        for tenant, srcs in sources.items():
-            if not self._gate(tenant, gates):
+        for a, p in reachable_agents(self.registry, self.sessions.on_agent, cfg.max_hops, cfg.tau,
+                                     lambda tenant: self._gate(tenant, gates)):
+            if a.payload is None or not a.anchor_hashes:
                 continue
-            ts = self.registry.tenant(tenant)
-            dist = hop_distances(ts.learner, srcs, cfg.max_hops, cfg.tau)
-            for slot, hops in dist.items():
-                a = ts.by_slot.get(slot)
-                if a is None or a.payload is None or not a.anchor_hashes:
-                    continue
-                p = p_surv(hops, cfg.max_hops)
-                score = anchor_score(p, now - a.last_seen, a.tokens, cfg.delta, cfg.age_lambda)
-                scored.append(_Candidate(score, REASON_HINT, tenant, a.agent_id, a.anchor_hashes,
-                                         a.anchor_block_tokens, a.payload, p, None))
+            score = anchor_score(p, now - a.last_seen, a.tokens, cfg.delta, cfg.age_lambda)
+            scored.append(_Candidate(score, REASON_HINT, a.tenant, a.agent_id, a.anchor_hashes,
+                                     a.anchor_block_tokens, a.payload, p, None))
         scored.sort(key=lambda c: c.score, reverse=True)
         out.extend(scored[: cfg.sweep_top_n])
         if cfg.sweep_sessions:
@@ -288,9 +287,23 @@ class Planner:
             payload = {"context": s.context_payload, "assistant": s.assistant_payload}
             scored.append(_Candidate(p * sum(s.block_tokens), REASON_TOOL_RESUME if tool else REASON_HINT,
                                      agent.tenant, agent_id_for(agent.tenant, s.hashes[-1]), s.hashes,
-                                     s.block_tokens, payload, p, lead, tool, True))
+                                     s.block_tokens, payload, p, lead, tool, True, s.key))
         scored.sort(key=lambda c: c.score, reverse=True)
         out.extend(scored[: cfg.sweep_top_n])
+
+    def market(self, load: EngineLoad) -> Market:
+        """The engine as the economics sees it now: the shadow's turnover and tail reuse, the load."""
+        cfg, res = self.cfg, self.residency
+        return Market(capacity_tokens=float(res.capacity_tokens), insert_rate=res.insert_rate,
+                      zone_tokens=res.zone_tokens() if res.capacity_tokens else 0.0,
+                      tail_reuse=res.tail_reuse, prefill_tokens_per_s=cfg.prefill_tokens_per_s,
+                      request_rate=res.request_rate, waiting=load.waiting, prefilling=load.prefilling,
+                      utilisation=load.utilisation, running_tokens=float(load.running_tokens),
+                      idle_s=None if res.last_forward_at is None or self._now is None
+                      else max(0.0, self._now - res.last_forward_at),
+                      reload_price=1.0,              # not in the host tier either: recomputed
+                      touch_cost_tokens=float(cfg.touch_cost_tokens),
+                      touch_hidden_tokens=max(0.0, self.touch_prefill - cfg.touch_cost_tokens))
 
     def _host_prefetch(self, c: _Candidate, missing: float, busy: bool) -> bool:
         """Load a host-resident prefix back now? Predictions (transition, tool resume) are loaded
@@ -304,16 +317,18 @@ class Planner:
         need = self.cfg.reload_s(missing)
         return need <= c.lead <= need + self.cfg.prefetch_window_s
 
-    def _select(self, cands: list[_Candidate], now: float, slots: int, busy: bool = False) -> list[Action]:
+    def _select(self, cands: list[_Candidate], now: float, slots: int, busy: bool = False,
+                market: Market | None = None) -> list[Action]:
+        """Each candidate becomes the action the economics finds worth most (touch, warm, retain)
+        or nothing; the best net values are taken first, within slots and the token bucket."""
         cfg = self.cfg
         res = self.residency
-        actions: list[Action] = []
-        seen: set[str] = set()
+        m = market if market is not None else Market(capacity_tokens=float(res.capacity_tokens))
         life = res.lifetime_s()
         max_warm = cfg.warm_max_cache_share * res.capacity_tokens
+        priced: list[tuple[float, float, str, _Candidate]] = []
+        seen: set[str] = set()
         for c in cands:
-            if len(actions) >= slots:
-                break
             if c.anchor_id in seen:
                 continue                        # one action per anchor per tick
             last = self.last_acted.get(c.anchor_id)
@@ -328,36 +343,55 @@ class Planner:
                     and not retainable):
                 continue                        # found resident and safe recently; nothing moved since
             resident, full, near = res.verdict(c.hashes)
+            total = float(sum(c.block_tokens))
             host = self.host_residency
             h_full, h_near = host.verdict(c.hashes)[1:] if host is not None and not full else (False, False)
             if h_full:
                 # evicted from the GPU but in host memory: bringing it back is a load (a touch); a
-                # sweep hint touches it only when it nears eviction from host memory too
+                # sweep hint touches it only when it nears eviction from host memory too (issue 15:
+                # the host tier's own timing rule, priced by the load, ahead of recompute decisions)
                 missing = float(sum(c.block_tokens[resident:]))
                 if not (h_near if c.reason == REASON_HINT else self._host_prefetch(c, missing, busy)):
                     continue
-                kind, cost = TOUCH, cfg.reload_cost_tokens(missing)
-            elif full:
-                if near:
-                    kind, cost = TOUCH, float(cfg.touch_cost_tokens)
-                elif retainable:
-                    kind, cost = RETAIN, 0.0
-                else:
-                    if len(self._safe) > 4 * cfg.max_agents + cfg.max_sessions:
-                        self._safe.clear()
-                    self._safe[c.anchor_id] = (res.epoch, res.safe_until())
+                priced.append((missing, cfg.reload_cost_tokens(missing), TOUCH, c))
+                seen.add(c.anchor_id)
+                continue
+            if full and not near:
+                if retainable:
+                    priced.append((float("inf"), 0.0, RETAIN, c))
+                    seen.add(c.anchor_id)
                     continue
-            else:
-                if (c.reason == REASON_HINT and not resident) or not c.warm_ok or busy:
-                    continue                    # sweeps protect what is there; warming is for predictions
-                missing = float(sum(c.block_tokens[resident:]))
-                if c.lead is not None and c.lead < max(cfg.min_lead_s, cfg.reload_s(missing)):
-                    continue                    # demand predicted before the warm (a load with a host tier) lands
+                if len(self._safe) > 4 * cfg.max_agents + cfg.max_sessions:
+                    self._safe.clear()
+                self._safe[c.anchor_id] = (res.epoch, res.safe_until())
+                continue
+            missing = 0.0 if full else float(sum(c.block_tokens[resident:]))
+            if missing:
+                if c.reason == REASON_HINT or not c.warm_ok or busy:
+                    continue                    # sweeps protect what is there (p_surv is a rank, not
+                                                # a probability of demand); warming is for predictions
+                if c.lead is not None and c.lead < max(cfg.min_lead_s, missing / cfg.prefill_tokens_per_s):
+                    continue                    # demand predicted before a warm could finish
                 if max_warm and c.context and missing > max_warm:
                     continue                    # one session's context: too much of the cache for one use
                 if c.lead is not None and life is not None and 0 < cfg.warm_lifetime_share * life < c.lead:
                     continue                    # it would be evicted again before the demand
-                kind, cost = WARM, cfg.reload_cost_tokens(missing)
+            v = assess(Prospect(total, missing, near or (bool(missing) and resident > 0), c.prob, c.lead,
+                                c.soon), m)
+            if v.kind == WAIT:
+                if c.session is not None and c.session in self.sessions.sessions:
+                    self.dirty[c.session] = None    # ask again at a tick when the engine has slack
+                continue
+            if v.kind == NOTHING or v.net <= 0:
+                self.declined += 1
+                continue
+            priced.append((v.net, float(cfg.touch_cost_tokens) if v.kind == TOUCH else missing, v.kind, c))
+            seen.add(c.anchor_id)
+        priced.sort(key=lambda e: e[0], reverse=True)
+        actions: list[Action] = []
+        for _net, cost, kind, c in priced:
+            if len(actions) >= slots:
+                break
             if cost > self.bucket:
                 continue
             if self.action_gate is not None and not self.action_gate(c.reason, kind, now):
@@ -370,7 +404,6 @@ class Planner:
                             priority=prio, created=now,
                             deadline=now + cfg.action_ttl_s)
             self.last_acted[c.anchor_id] = now
-            seen.add(c.anchor_id)
             if kind != RETAIN:
                 self.inflight[(c.anchor_id, now)] = (action.deadline, c.block_tokens)
             k = f"{kind}/{c.reason}"

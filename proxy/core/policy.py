@@ -180,9 +180,11 @@ class ScoutPolicy:
     def plan(self, now: float, load: EngineLoad = EngineLoad()) -> list[Action]:
         return self.planner.plan(now, load)
 
-    def record_action_result(self, action: Action, ok: bool, now: float) -> None:
-        """The executor's verdict. ok=True means the engine ran it: the shadow now holds the blocks."""
-        block_tokens = self.planner.finish(action, ok)
+    def record_action_result(self, action: Action, ok: bool, now: float, computed_tokens: float | None = None) -> None:
+        """The executor's verdict. ok=True means the engine ran it: the shadow now holds the blocks.
+        ``computed_tokens`` (view tokens the engine prefilled for it, when known) calibrates what a
+        touch really costs: the shadow's verdict is coarse at the LRU tail."""
+        block_tokens = self.planner.finish(action, ok, computed_tokens)
         if ok and action.kind != "retain" and action.block_hashes:
             self._acted[(action.tenant, action.block_hashes[-1])] = (action.reason, action.tokens, now)
         if ok and action.kind != "retain" and action.block_hashes:

@@ -69,6 +69,10 @@ class ResidencyShadow:
         self._rate_t: float | None = None
         self._rate_ins = 0
         self.evicted_tokens = 0
+        self.request_rate = 0.0         # forwards per second (EWMA, same window as insert_rate)
+        self.last_forward_at: float | None = None
+        self.tail_reuse = 0.0           # tokens hit in the tail zone per inserted token (EWMA): pollution
+        self._zone_hits = self._rate_zh = self._forwards = self._rate_fw = 0
         self._shapes: dict[tuple[int, int, int], tuple] = {}   # (blocks, extra, stride) -> (positions, gather, segs)
 
     # --- feeding ----------------------------------------------------------------------------
@@ -77,12 +81,19 @@ class ResidencyShadow:
         ``anchor_blocks`` (default: the view's) makes sure the anchor's last block is tracked."""
         if anchor_blocks is None:
             anchor_blocks = view.anchor_blocks
+        self._forwards += 1
+        self.last_forward_at = now
         if self._rate_t is None:
             self._rate_t, self._rate_ins = now, self._inserted
         elif now - self._rate_t >= 1.0:
-            r = (self._inserted - self._rate_ins) / (now - self._rate_t)
+            ins, dt = self._inserted - self._rate_ins, now - self._rate_t
+            r = ins / dt
             self.insert_rate = r if self.insert_rate is None else 0.7 * self.insert_rate + 0.3 * r
+            self.request_rate = 0.7 * self.request_rate + 0.3 * (self._forwards - self._rate_fw) / dt
+            if ins > 0:
+                self.tail_reuse = 0.7 * self.tail_reuse + 0.3 * (self._zone_hits - self._rate_zh) / ins
             self._rate_t, self._rate_ins = now, self._inserted
+            self._rate_zh, self._rate_fw = self._zone_hits, self._forwards
         if self.stride == 0 and view.block_tokens:
             self.stride = max(1, self.stride_tokens // max(1, max(view.block_tokens)))
         hashes, seg = self._sample(view.block_hashes, view.block_tokens, anchor_blocks - 1)
@@ -96,7 +107,7 @@ class ResidencyShadow:
             else:
                 hi = mid
         hit = sum(seg[:lo])
-        self._touch_sampled(hashes, seg)
+        self._zone_hits += self._touch_sampled(hashes, seg)
         return hit
 
     def lifetime_s(self) -> float | None:
@@ -166,7 +177,8 @@ class ResidencyShadow:
             prev = c
         return get(hashes), seg
 
-    def _touch_sampled(self, hashes: Sequence[int], tokens: Sequence[int]) -> None:
+    def _touch_sampled(self, hashes: Sequence[int], tokens: Sequence[int]) -> int:
+        """Touch tracked blocks deepest-first; returns the tokens that were hit in the tail zone."""
         stamps = self._stamp
         toks = self._tok
         qs, qh = self._qs, self._qh
@@ -189,6 +201,7 @@ class ResidencyShadow:
         self._used += added
         self._inserted += added
         self._evict()
+        return left_zone
 
     def _evict(self) -> None:
         cap = self.capacity_tokens

@@ -17,10 +17,13 @@ come back with its result).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from .transitions import TransitionLearner
 
+if TYPE_CHECKING:
+    from .agents import Agent, AgentRegistry
 
 
 def hop_distances(learner: TransitionLearner, sources: Iterable[int], max_hops: int, tau: float) -> dict[int, int]:
@@ -43,6 +46,25 @@ def hop_distances(learner: TransitionLearner, sources: Iterable[int], max_hops: 
                     nxt.append(j)
         frontier = nxt
     return dist
+
+
+def reachable_agents(registry: AgentRegistry, on_agent: Iterable[tuple[str, int]], max_hops: int,
+                     tau: float, admit: Callable[[str], bool] | None = None) -> Iterator[tuple[Agent, float]]:
+    """(agent, p_surv) for every agent within ``max_hops`` of a live session's current agent, per
+    tenant (``on_agent``: (tenant, slot) of each session's current agent); ``admit`` filters tenants
+    (the planner's gate). The one survival BFS: the planner's sweep and the replay's in-engine
+    policy both read it."""
+    sources: dict[str, list[int]] = {}
+    for (tenant, slot) in on_agent:
+        sources.setdefault(tenant, []).append(slot)
+    for tenant, srcs in sources.items():
+        if admit is not None and not admit(tenant):
+            continue
+        ts = registry.tenant(tenant)
+        for slot, hops in hop_distances(ts.learner, srcs, max_hops, tau).items():
+            a = ts.by_slot.get(slot)
+            if a is not None:
+                yield a, p_surv(hops, max_hops)
 
 
 def p_surv(hops: int | None, max_hops: int) -> float:

@@ -44,6 +44,9 @@ class ResponseOutcome:
 class EngineLoad:
     inflight: int = 0                  # client requests in flight through the proxy
     waiting: int = 0                   # engine's waiting queue (from metrics), 0 if unknown
+    prefilling: int = 0                # client requests in flight with no first token yet
+    running_tokens: int = 0            # prompt tokens (view estimate) of the client requests in flight
+    utilisation: float = 0.0           # share of recent wall time the engine spent prefilling (0..1)
 
 
 def view_from_blocks(

@@ -24,10 +24,11 @@ from proxy.core.policy import ScoutPolicy
 from proxy.engines.base import EngineSnapshot, WarmResult, warm_spec
 from proxy.engines.lmcache import LmcacheClient
 from proxy.engines.select import NoEngineAdapter, build_adapter
-from proxy.runtime.executor import ActionExecutor, ExecutorLimits
+from proxy.runtime.executor import ActionExecutor
 from proxy.runtime.hint_inputs import build_hint_service
 from proxy.runtime.kv_events import KvEvent, KvEventSubscriber
 from proxy.runtime.live_policy import LivePolicyObserver
+from proxy.runtime.policy_config import executor_limits, policy_config
 from proxy.runtime.prefill import PrefillRate
 from proxy.runtime.reload_price import ReloadPrice
 from proxy.runtime.scraper import EngineScraper
@@ -36,25 +37,6 @@ from proxy.runtime.state_file import harden_observer as _harden
 from proxy.runtime.state_file import read_state_file, tenant_tag, write_state_file
 
 log = logging.getLogger("cachescout.live")
-
-
-def policy_config(settings: Any) -> PolicyConfig:
-    """PolicyConfig from Settings: only the knobs the operator set; core defaults otherwise."""
-    overrides: dict[str, Any] = {"action_ttl_s": float(settings.action_ttl),
-                                 "max_concurrent": int(settings.action_concurrency) * 2,
-                                 "max_engine_waiting": int(settings.action_max_waiting)}
-    if settings.policy_r_min is not None:
-        overrides["r_min"] = float(settings.policy_r_min)
-    if getattr(settings, "host_tier_tokens", 0):
-        overrides["host_tier_tokens"] = int(settings.host_tier_tokens)
-    if getattr(settings, "warmup_prefill_share", None) is not None:
-        overrides["warmup_share"] = float(settings.warmup_prefill_share)
-    known = {f.name for f in dataclasses.fields(PolicyConfig)}
-    overrides = {k: v for k, v in overrides.items() if k in known}
-    overrides.update(dict(getattr(settings, "policy_overrides", None) or {}))   # unknown names raise
-    cfg = PolicyConfig()
-    typed = {k: type(getattr(cfg, k))(v) for k, v in overrides.items() if hasattr(cfg, k)}
-    return cfg.with_overrides(**{**overrides, **typed})
 
 
 class LiveRuntime:
@@ -78,8 +60,7 @@ class LiveRuntime:
         self.adapter: Any = NoEngineAdapter(client, settings.upstream_url, key)
         self.executor = ActionExecutor(
             self.adapter, metrics, clock,
-            ExecutorLimits(queue_size=settings.action_queue_size, concurrency=settings.action_concurrency,
-                           max_inflight=settings.action_max_inflight, max_waiting=settings.action_max_waiting),
+            executor_limits(settings),
             load=lambda: (self.observer.inflight, self.scraper.waiting if self.scraper else 0),
             on_result=self._on_result,
         )
@@ -95,6 +76,7 @@ class LiveRuntime:
         self.executor.prefill = self.prefill
         self.budget: dict[str, Any] = {"source": "core default prefill_tokens_per_s"}
         self._prev_queries: float | None = None
+        self._prev_prefill: tuple[float, float] | None = None
         self.state_loaded: str | None = None
         self.lmcache = LmcacheClient(client, settings.lmcache_url) if settings.lmcache_url else None
         self._side_tasks: set[asyncio.Task] = set()
@@ -221,6 +203,14 @@ class LiveRuntime:
             self.policy.residency.on_engine_truth(**kwargs)
         if snap.prefill_seconds is not None and snap.prompt_tokens is not None:
             self.prefill.add_engine_totals(snap.prompt_tokens - (snap.prefix_hits or 0.0), snap.prefill_seconds)
+        if snap.prefill_seconds is not None:
+            # share of wall time the engine spent prefilling since the last scrape: the price of
+            # engine time a warm takes from traffic (core economics)
+            now = self.clock()
+            prev = self._prev_prefill
+            if prev is not None and now > prev[0] and snap.prefill_seconds >= prev[1]:
+                self.observer.utilisation = min(1.0, (snap.prefill_seconds - prev[1]) / (now - prev[0]))
+            self._prev_prefill = (now, snap.prefill_seconds)
         self._apply_prefill_rate()
         self._apply_reload_price(snap)
 

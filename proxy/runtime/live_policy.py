@@ -17,9 +17,10 @@ Bodies over `policy_max_body_bytes` are not read by the policy; bodies over
 `policy_inline_parse_bytes` are parsed and viewed on a worker thread (`runtime/offload.py`); the
 session context is kept as the body bytes (`runtime/payload.py`), not as parsed JSON.
 
-Conversion accounting: every successful action is remembered by the last block hash of the prefix
-it warmed; when a later client request's chain contains that hash and the engine reports at least
-that many cached tokens, the action's tokens count as converted for its reason.
+Conversion accounting: the core attributes each request to the executed action (if any) that
+prepared its context or anchor within `conversion_window_s`; the engine's `cached_tokens` confirm
+it (at least CONVERSION_SHARE of the action's tokens), and the action's tokens count as converted
+for its reason. One rule for live and replay.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from proxy.core.economics import RunningSet
 from proxy.core.fingerprint import view_from_openai
 from proxy.core.view import EngineLoad, RequestView, ResponseOutcome
 from proxy.core.yield_ledger import counterfactual_cached, remaining_life
@@ -45,7 +47,6 @@ log = logging.getLogger("cachescout.live_policy")
 
 OBSERVED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages")
 WARMUP_HEADER = "x-cachescout-warmup"
-CONVERSION_WINDOW_S = 600.0
 CONVERSION_SHARE = 0.8          # cached >= 80% of the warmed prompt counts as converted
 MAX_ACTED = 4096
 STALE_INFLIGHT_S = 900.0
@@ -62,6 +63,7 @@ class _ReqState:
         "alone",
         "done",
         "end",
+        "held",
         "hints",
         "observed",
         "parsing",
@@ -73,6 +75,7 @@ class _ReqState:
 
     def __init__(self) -> None:
         self.alone = False
+        self.held = False               # its blocks are counted in the running set
         self.hints: Any = None
         self.view: RequestView | None = None
         self.observed: Any = None
@@ -99,6 +102,9 @@ class LivePolicyObserver:
         self.executor: Any = None             # set by LiveRuntime (submit(actions))
         self.engine_waiting: Callable[[], int] = lambda: 0
         self._inflight: dict[int, float] = {}
+        self._states: dict[int, _ReqState] = {}     # in flight: first token seen yet? (slack)
+        self.running = RunningSet()                 # distinct view tokens of the requests in flight
+        self.utilisation = 0.0                      # engine prefill busy share (LiveRuntime, scraped)
         self.deferred = 0                       # call_soon work scheduled but not yet run
         self.prefill: Any = None                # PrefillRate: streamed requests' computed tokens / TTFT
         self.token_ratio: float | None = None   # engine tokens per estimated view token (EWMA)
@@ -111,7 +117,6 @@ class LivePolicyObserver:
         # the operator asked to forward bodies without the engines' proposal fields.
         self.hints: Any = None
         self.strip_hint_fields = False
-        self._acted: OrderedDict[int, tuple[str, int, float, str]] = OrderedDict()  # last hash -> (reason, tokens, at, tenant)
         self.selfeval: Any = None               # runtime.switchback.SelfEvaluation (LiveRuntime sets it)
         self._last_request_at = float("-inf")   # when the latest client request started
         # (tenant, last hash of an executed action's prefix) -> (engine prompt tokens, already cached,
@@ -133,13 +138,36 @@ class LivePolicyObserver:
         return len(self._inflight)
 
     def load(self) -> EngineLoad:
-        return EngineLoad(inflight=len(self._inflight), waiting=int(self.engine_waiting() or 0))
+        """What the planner weighs actions against: client requests in flight, those still waiting
+        for their first token (a warm now would queue in front of them), the running set's
+        distinct tokens, the engine's queue and prefill utilisation."""
+        now = self.clock()
+        prefilling = sum(1 for rid, st in self._states.items() if self._prefilling(rid, st, now))
+        return EngineLoad(inflight=len(self._inflight), waiting=int(self.engine_waiting() or 0),
+                          prefilling=prefilling, running_tokens=self.running.tokens,
+                          utilisation=self.utilisation)
+
+    def _prefilling(self, rid: int, st: _ReqState, now: float) -> bool:
+        """Still in prefill: no first streamed token yet; unstreamed (no token to see), while its
+        uncached tokens at the measured prefill rate are not done."""
+        tap = st.tap
+        if tap is not None and tap.first_token_at is not None:
+            return False
+        if tap is not None and tap.stream:
+            return True
+        view, obs = st.view, st.observed
+        if view is None or obs is None:
+            return True                                 # not observed yet: just arrived
+        rate = self.policy.config.prefill_tokens_per_s
+        todo = max(0, view.total_tokens - int(obs.resident_tokens or 0))
+        return now < self._inflight.get(rid, now) + todo / max(1.0, rate)
 
     # -- hooks (request path) ------------------------------------------------------------------------
     def on_request(self, ctx: Any) -> None:
         self._inflight[ctx.request_id] = ctx.started
         self._last_request_at = ctx.started
         st = _ReqState()
+        self._states[ctx.request_id] = st
         st.alone = len(self._inflight) == 1 and not getattr(self.executor, "sending", 0)
         ctx.state["cachescout"] = st
         self.counts["requests"] += 1
@@ -241,6 +269,7 @@ class LivePolicyObserver:
 
     def on_response_end(self, ctx: Any, error: str | None, now: float) -> None:
         self._inflight.pop(ctx.request_id, None)
+        self._states.pop(ctx.request_id, None)
         st = ctx.state.get("cachescout")
         if st is None:
             return
@@ -324,6 +353,9 @@ class LivePolicyObserver:
         # the session keeps the context as the body bytes (shared with the forwarder), not parsed JSON
         kept = BodyPayload(ctx.path, ctx.body) if view.context_payload is not None and isinstance(ctx.body, bytes) else None
         st.observed = self.policy.observe_request(view, ctx.started, kept)
+        if not view.is_warmup and ctx.request_id in self._states:
+            self.running.add(view.block_hashes, view.block_tokens)
+            st.held = True
         self.counts["observed"] += 1
         hints = self.hints
         if hints is not None and not view.is_warmup:
@@ -342,6 +374,9 @@ class LivePolicyObserver:
             self.metrics.policy_observe_seconds.observe(spent)
 
     def _observe_response(self, ctx: Any, st: _ReqState, error: str | None, now: float) -> None:
+        if st.held and st.view is not None:
+            st.held = False
+            self.running.remove(st.view.block_hashes)
         if st.observed is None or st.view is None or st.done:
             return
         st.done = True
@@ -364,7 +399,7 @@ class LivePolicyObserver:
                                              tap.prompt_tokens or 0, tap.cached_tokens or 0)
                 self._credit_yield(st, tap.prompt_tokens or 0, tap.cached_tokens or 0, now)
             if not st.view.is_warmup and tap.prompt_tokens:
-                self._count_usage(st.view, tap.prompt_tokens, tap.cached_tokens or 0, now)
+                self._count_usage(st, tap.prompt_tokens, tap.cached_tokens or 0)
                 if self.prefill is not None and tap.stream and tap.first_token_at is not None:
                     self.prefill.add_request(tap.prompt_tokens - (tap.cached_tokens or 0),
                                              tap.first_token_at - ctx.started, alone=st.alone)
@@ -377,26 +412,24 @@ class LivePolicyObserver:
             self.hints.on_response(st.hints, ctx.headers, st.observed.session_id, outcome.finish_reason, now)
         self.plan(self.clock())
 
-    def _count_usage(self, view: RequestView, prompt: int, cached: int, now: float) -> None:
+    def _count_usage(self, st: _ReqState, prompt: int, cached: int) -> None:
+        """Client usage, and conversion: the core attributes a request to the action that prepared
+        its context or anchor (one rule, one window: `conversion_window_s`); it counts as converted
+        when the engine confirms the hit (cached >= CONVERSION_SHARE of the action's tokens)."""
         self.counts["prompt_tokens"] += prompt
         self.counts["cached_tokens"] += cached
         if self.metrics is not None:
             self.metrics.prompt_tokens_total.inc(prompt)
             self.metrics.cached_prompt_tokens_total.inc(cached)
-        if not self._acted or cached <= 0:
+        obs = st.observed
+        reason = getattr(obs, "acted_reason", None)
+        if not reason or cached <= 0:
             return
-        for h in view.block_hashes:
-            entry = self._acted.get(h)
-            if entry is None:
-                continue
-            reason, tokens, at, tenant = entry
-            if tenant != view.tenant or now - at > CONVERSION_WINDOW_S:
-                continue
-            if cached >= CONVERSION_SHARE * tokens:
-                del self._acted[h]
-                self.counts["converted_tokens"] += tokens
-                if self.metrics is not None:
-                    self.metrics.converted_tokens_total.labels(reason).inc(tokens)
+        tokens = int(obs.acted_tokens * (self.token_ratio or 1.0))      # view -> engine tokens
+        if cached >= CONVERSION_SHARE * min(tokens, prompt):
+            self.counts["converted_tokens"] += tokens
+            if self.metrics is not None:
+                self.metrics.converted_tokens_total.labels(reason).inc(tokens)
 
     # -- planning and results -----------------------------------------------------------------------
     def plan(self, now: float) -> int:
@@ -406,23 +439,24 @@ class LivePolicyObserver:
         for rid, started in list(self._inflight.items()):
             if now - started > STALE_INFLIGHT_S:   # a hook that never ended must not pause actions forever
                 del self._inflight[rid]
+                st = self._states.pop(rid, None)
+                if st is not None and st.held and st.view is not None:
+                    st.held = False
+                    self.running.remove(st.view.block_hashes)
         actions = self.policy.plan(now, self.load())
         return self.executor.submit(actions) if actions else 0
 
     def on_action_result(self, action: Any, result: WarmResult, now: float) -> None:
         """Executor callback: report to the core, remember warmed prefixes for conversion."""
-        self.policy.record_action_result(action, bool(result.ok), now)
+        computed = None
+        if result.ok and result.prompt_tokens:      # engine tokens -> the views' token estimate
+            computed = result.computed_tokens / max(0.05, self.token_ratio or 1.0)
+        self.policy.record_action_result(action, bool(result.ok), now, computed)
         if result.ok and action.reason in ANCHOR_REASONS:
             self._anchor_priority[action.anchor_id] = (int(action.priority), now)
             self._anchor_priority.move_to_end(action.anchor_id)
             while len(self._anchor_priority) > MAX_ACTED:
                 self._anchor_priority.popitem(last=False)
-        if result.ok and action.block_hashes:
-            tokens = result.prompt_tokens or action.tokens
-            self._acted[action.block_hashes[-1]] = (action.reason, int(tokens), now, action.tenant)
-            self._acted.move_to_end(action.block_hashes[-1])
-            while len(self._acted) > MAX_ACTED:
-                self._acted.popitem(last=False)
 
     # -- yield per signal (runtime/switchback.SelfEvaluation) ---------------------------------------
     def note_action(self, action: Any, result: WarmResult, now: float) -> None:

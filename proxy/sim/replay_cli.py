@@ -115,8 +115,14 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"cachescout replay: {exc}", file=sys.stderr)
         return 2
+    from ..settings import SettingsError, load_settings
+    try:
+        proxy_settings = load_settings()      # the CACHESCOUT_* settings `cachescout serve` would use
+    except SettingsError as exc:
+        print(f"cachescout replay: {exc}", file=sys.stderr)
+        return 2
     settings = ReplaySettings(block_size=block_size, latency_budget_s=args.latency_budget, ttl_s=args.ttl,
-                              scout_overrides=overrides, use_sessions=not args.no_session_ids,
+                              scout_overrides=overrides, proxy_settings=proxy_settings, use_sessions=not args.no_session_ids,
                               engines=args.engines, retention_s=args.retention_seconds,
                               cost=CostModel(offload_gbps=args.offload_bandwidth_gbps,
                                              kv_bytes_per_token=args.kv_bytes_per_token),

@@ -10,6 +10,8 @@ stdout and to OUT/results.json + OUT/table.md.
   3 workflow          4-agent workflow direct vs proxy: hit ratio up, mean TTFT down
   4 tool pause        a session paused on tool_calls, evicted while the tool runs, is warm on resume
   5 cache_salt        a warmup for tenant X never makes tenant Y's request hit
+  6 overload          agents' contexts + concurrent sessions far over the cache, short tool pauses:
+                      the proxy's mean latency <= direct + 3%, hit ratio no lower (check_overload.py)
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from check_engine import check_cache_salt, check_exact_warmup, check_tool_pause  # noqa: E402
+from check_overload import check_overload  # noqa: E402
 from check_passthrough import check_passthrough  # noqa: E402
 from flow import run_workflow, table  # noqa: E402
 from vclient import labelled, labelled_delta  # noqa: E402
@@ -90,6 +93,7 @@ CHECKS = {
     "3": ("learned transitions workflow", check_workflow),
     "4": ("tool-call pause resume", check_tool_pause),
     "5": ("cache_salt isolation", check_cache_salt),
+    "6": ("overloaded cache: no harm", check_overload),
 }
 
 
@@ -99,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--proxy", required=True)
     ap.add_argument("--model", default="tiny-llama")
     ap.add_argument("--out", default="out/e2e-vllm")
-    ap.add_argument("--checks", default="1,2,3,4,5")
+    ap.add_argument("--checks", default="1,2,3,4,5,6")
     ap.add_argument("--gap", type=float, default=0.8, help="seconds between workflow turns")
     ap.add_argument("--sessions", type=int, default=6, help="workflow sessions (2 rounds of 4 agents each)")
     args = ap.parse_args(argv)

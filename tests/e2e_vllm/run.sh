@@ -129,7 +129,7 @@ log "running checks"
 set +e
 # Bounded: a hung engine must not hold CI for its 90 minutes (124 = timed out).
 timeout "${CACHESCOUT_E2E_CHECKS_TIMEOUT:-1800}" "$PROJECT_PY" "$HERE/checks.py" --vllm "http://127.0.0.1:$VPORT" --proxy "http://127.0.0.1:$PPORT" \
-  --model tiny-llama --out "$OUT" --checks "${CACHESCOUT_E2E_CHECKS:-1,2,3,4,5}" ${CACHESCOUT_E2E_CHECK_ARGS:-}
+  --model tiny-llama --out "$OUT" --checks "${CACHESCOUT_E2E_CHECKS:-1,2,3,4,5,6}" ${CACHESCOUT_E2E_CHECK_ARGS:-}
 rc=$?
 set -e
 [[ $rc == 124 ]] && echo "[e2e-vllm] FAILED: checks did not finish within ${CACHESCOUT_E2E_CHECKS_TIMEOUT:-1800}s" >&2

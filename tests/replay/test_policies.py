@@ -120,7 +120,7 @@ def test_capacity_accepts_shares_percentages_and_blocks(topo):
 
 
 def test_engine_queue_counts_jobs_waiting_to_start():
-    from proxy.sim.replay.scout import EngineQueue
+    from proxy.sim.replay.engine_side import EngineQueue
     q = EngineQueue(1)
     q.push(0.0, 1.0)                      # runs 0-1
     q.push(0.1, 1.0)                      # waits until 1

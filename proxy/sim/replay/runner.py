@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -47,6 +48,8 @@ class ReplaySettings:
     engines: int = 1                 # parallel prefill servers in the TTFT queue (one shared cache)
     retention_s: float = 300.0       # priority engine: a block's priority decays after this idle time
     cost: CostModel = field(default_factory=CostModel)
+    proxy_settings: Any = None       # the proxy's Settings (None = defaults); scout_overrides go over
+                                     # its policy_overrides; the same builder as the live proxy
     cpu_capacity: str | None = None  # host tier: "4x" (of the GPU capacity), a share, or blocks; None = none
 
 
@@ -63,7 +66,13 @@ def make_policy(name: str, s: ReplaySettings) -> ReplayPolicy:
         from .scout import ScoutEnginePolicy, ScoutProxyPolicy, ScoutProxyPriorityPolicy
         cls = {"scout-proxy": ScoutProxyPolicy, "scout-proxy-priority": ScoutProxyPriorityPolicy,
                "scout-engine": ScoutEnginePolicy}[name]
-        pol = cls(s.scout_overrides, s.use_sessions, s.block_size)
+        from .scout import default_settings
+        base = s.proxy_settings
+        if base is None:
+            settings = default_settings(s.scout_overrides)
+        else:
+            settings = base.model_copy(update={"policy_overrides": {**base.policy_overrides, **s.scout_overrides}})
+        pol = cls(s.scout_overrides, s.use_sessions, s.block_size, settings=settings)
         pol.retention_s = s.retention_s
         return pol
     if name in HINT_POLICIES:

@@ -16,15 +16,18 @@
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections import deque
 
 from ...core import config as core_config
+from ...core.actions import Action
+from ...core.economics import RunningSet
 from ...core.policy import ScoutPolicy
-from ...core.survival import hop_distances, p_surv
+from ...core.survival import reachable_agents
 from ...core.view import EngineLoad, ResponseOutcome, view_from_blocks
+from ...runtime.policy_config import executor_limits, policy_config
+from ...settings import Settings
 from ..block_pool import BlockPool
+from .engine_side import EngineQueue, ReplayExecutor
 from .grouped_cache import GroupedCache
 from .policies import ReplayPolicy, execute_on_pool
 
@@ -32,28 +35,29 @@ SIM_PAYLOAD = "sim"
 HISTORY = "__history__"          # scout-engine's group for non-anchor blocks (p_surv = 0: age only)
 
 
-def build_config(capacity_blocks: int, block_size: int, overrides: dict | None = None,
+def default_settings(overrides: dict | None = None) -> Settings:
+    """The proxy's Settings at their defaults (no environment read) plus PolicyConfig overrides."""
+    return Settings.model_construct(policy_overrides=dict(overrides or {}))
+
+
+def build_config(capacity_blocks: int, block_size: int, settings: Settings | None = None,
                  retain: bool = False, prefill_tokens_per_s: float | None = None,
                  reload: tuple[float, float] | None = None, host_tier_blocks: int = 0) -> core_config.PolicyConfig:
-    """The planner's config for a replay: the residency shadow knows the engine's capacity and the
-    planner its prefill rate and, with a host tier, its reload price (tokens/s, latency s) — the
-    live proxy learns them from the engine's metrics or settings — plus caller overrides."""
-    base = dict(residency_capacity_tokens=int(capacity_blocks) * int(block_size), retain_enabled=retain)
-    if prefill_tokens_per_s:
-        base["prefill_tokens_per_s"] = float(prefill_tokens_per_s)
-    if reload is not None:
-        base["reload_tokens_per_s"], base["reload_latency_s"] = float(reload[0]), float(reload[1])
-    if host_tier_blocks:
-        base["host_tier_tokens"] = int(host_tier_blocks) * int(block_size)
-    cfg = core_config.PolicyConfig().with_overrides(**base)
-    return cfg.with_overrides(**(overrides or {}))
+    """The planner's config for a replay: the live proxy's builder (`policy_config`), given the
+    engine truth the live proxy would learn: the cache's capacity, the prefill rate and, with a
+    host tier, its size and reload price (tokens/s, latency s)."""
+    return policy_config(settings if settings is not None else default_settings(),
+                         capacity_tokens=int(capacity_blocks) * int(block_size),
+                         prefill_tokens_per_s=prefill_tokens_per_s, retain=retain, reload=reload,
+                         host_tier_tokens=int(host_tier_blocks) * int(block_size) if host_tier_blocks else None)
 
 
 class _ScoutBase(ReplayPolicy):
     wants_responses = True
 
-    def __init__(self, overrides: dict | None = None, use_sessions: bool = True, block_size: int = 16):
-        self.overrides = dict(overrides or {})
+    def __init__(self, overrides: dict | None = None, use_sessions: bool = True, block_size: int = 16,
+                 settings: Settings | None = None):
+        self.settings = settings if settings is not None else default_settings(overrides)
         self.use_sessions = use_sessions
         self.block_size = block_size
 
@@ -97,44 +101,60 @@ class ScoutProxyPolicy(_ScoutBase):
         if tier is not None:                            # the engine has a host tier: reloads are loads
             reload = (1.0 / cost.transfer_s(1), cost.offload_latency_s)
             host = tier.stats()["capacity_blocks"]
-        self.sp = ScoutPolicy(build_config(capacity_blocks, self.block_size, self.overrides, retain=prio,
+        self.sp = ScoutPolicy(build_config(capacity_blocks, self.block_size, self.settings, retain=prio,
                                            prefill_tokens_per_s=engines / cost.prefill_token_s, reload=reload,
                                            host_tier_blocks=host))
         self.pool = BlockPool(capacity_blocks, self.eviction, getattr(self, "retention_s", 300.0))
         self.queue = EngineQueue(engines)
+        self.executor = ReplayExecutor(executor_limits(self.settings), self._execute, self.sp.record_action_result)
         self._rid: dict[int, int] = {}
+        self._running = RunningSet()            # distinct tokens of the requests in flight
         self.inflight = 0
-        self.dropped_stale = 0
         self.executed = 0
 
     def on_request(self, i, req, now):
+        self._pump(now)
         obs = self.sp.observe_request(self._view(req), now)
         self._rid[i] = obs.request_id
         self.inflight += 1
+        self._running.add(req.block_hashes, req.block_tokens)
         hit = self.pool.access(req.block_hashes, now)
         self.queue.push(now, self.cost.prefill_s(req.prompt_tokens, sum(req.block_tokens[:hit])))
         self._plan(now)
         return hit
 
     def on_response(self, i, req, hit_blocks, now):
+        self._running.remove(req.block_hashes)
         self._observe_response(i, req, hit_blocks, now)
+        self._pump(now)
         self._plan(now)
 
+    def _pump(self, now: float) -> None:
+        self.executor.pump(now, self.inflight, self.queue.waiting(now))
+
     def _plan(self, now: float) -> None:
-        actions = self.sp.plan(now, EngineLoad(inflight=self.inflight, waiting=self.queue.waiting(now)))
-        for a in actions:
-            if now > a.deadline:
-                self.dropped_stale += 1
-                self.sp.record_action_result(a, False, now)
-                continue
-            toks = self._tokens_of(a)
-            jobs = len(self.rec.action_jobs)
-            ok = execute_on_pool(self.pool, self.rec, self.cost, now, a.kind, a.reason, a.block_hashes,
-                                 toks, a.priority, honours_priority=self.eviction == "priority")
-            self.executed += ok
-            if len(self.rec.action_jobs) > jobs:
-                self.queue.push(now, self.rec.action_jobs[-1][1])
-            self.sp.record_action_result(a, ok, now)
+        q = self.queue
+        load = EngineLoad(inflight=self.inflight, waiting=q.waiting(now), prefilling=q.prefilling(now),
+                          running_tokens=self._running.tokens, utilisation=q.utilisation(now))
+        actions = self.sp.plan(now, load)
+        if actions:
+            self.executor.submit(actions, now)
+            self._pump(now)
+
+    def _execute(self, a: Action, now: float) -> tuple[bool, float, int]:
+        """One action on the simulated engine: its cache effect now, its job in the engine's FIFO;
+        the core hears back when that job ends (as live, when the engine answered)."""
+        jobs = len(self.rec.action_jobs)
+        toks = self._tokens_of(a)
+        before = self.pool.match_prefix(a.block_hashes)
+        ok = execute_on_pool(self.pool, self.rec, self.cost, now, a.kind, a.reason, a.block_hashes,
+                             toks, a.priority, honours_priority=self.eviction == "priority")
+        self.executed += ok
+        end = now
+        if len(self.rec.action_jobs) > jobs:
+            end = self.queue.push(now, self.rec.action_jobs[-1][1], client=False)
+        computed = sum(toks[before:self.pool.match_prefix(a.block_hashes)]) if ok and a.kind != "retain" else 0
+        return ok, end, computed
 
     def _tokens_of(self, a) -> tuple[int, ...]:
         """Per-block tokens of an action's chain (the action only carries the total)."""
@@ -146,31 +166,12 @@ class ScoutProxyPolicy(_ScoutBase):
 
     def extra(self):
         out = super().extra()
-        out.update({"executed": self.executed, "dropped_stale": self.dropped_stale})
+        self.executor.flush()
+        st = self.executor.stats
+        out.update({"executed": self.executed, "dropped_stale": st["dropped_stale"],
+                    "dropped_busy": st["dropped_busy"], "deduped": st["deduped"],
+                    "declined": self.sp.planner.declined, "overflow_ticks": self.sp.planner.overflow_ticks})
         return out
-
-
-class EngineQueue:
-    """The simulated engine's prefill queue as the planner would see it live (vLLM
-    `num_requests_waiting`): the same FIFO over `engines` servers the TTFT model uses, kept online.
-    Jobs arrive in time order, so their start times are non-decreasing and a deque suffices."""
-
-    def __init__(self, engines: int = 1) -> None:
-        self.servers = [0.0] * max(1, int(engines))     # heap of the servers' free times
-        self.starts: deque[float] = deque()
-
-    def push(self, now: float, service_s: float) -> None:
-        free = self.servers[0]
-        start = now if now > free else free
-        heapq.heapreplace(self.servers, start + service_s)
-        if start > now:
-            self.starts.append(start)
-
-    def waiting(self, now: float) -> int:
-        starts = self.starts
-        while starts and starts[0] <= now:
-            starts.popleft()
-        return len(starts)
 
 
 class ScoutProxyPriorityPolicy(ScoutProxyPolicy):
@@ -185,7 +186,7 @@ class ScoutEnginePolicy(_ScoutBase):
 
     def setup(self, requests, capacity_blocks, cost, rec):
         super().setup(requests, capacity_blocks, cost, rec)
-        self.sp = ScoutPolicy(build_config(capacity_blocks, self.block_size, self.overrides))
+        self.sp = ScoutPolicy(build_config(capacity_blocks, self.block_size, self.settings))
         cfg = self.sp.config
         self.delta = cfg.delta
         self.lam = cfg.age_lambda
@@ -219,14 +220,4 @@ class ScoutEnginePolicy(_ScoutBase):
 def survival_by_agent(sp: ScoutPolicy) -> dict[str, float]:
     """p_surv of every agent reachable within K hops of a live session's current agent."""
     cfg = sp.config
-    sources: dict[str, list[int]] = {}
-    for (tenant, slot) in sp.sessions.on_agent:
-        sources.setdefault(tenant, []).append(slot)
-    out: dict[str, float] = {}
-    for tenant, srcs in sources.items():
-        ts = sp.agents.tenant(tenant)
-        for slot, hops in hop_distances(ts.learner, srcs, cfg.max_hops, cfg.tau).items():
-            a = ts.by_slot.get(slot)
-            if a is not None:
-                out[a.agent_id] = p_surv(hops, cfg.max_hops)
-    return out
+    return {a.agent_id: p for a, p in reachable_agents(sp.agents, sp.sessions.on_agent, cfg.max_hops, cfg.tau)}

@@ -1,0 +1,63 @@
+"""The one place `Settings` become the policy core's `PolicyConfig` and the executor's limits.
+
+Why one function: the live proxy, the replay evaluator and the demo's proxy must run the same
+policy, or the replay's figures say nothing about production. Engine truth that the live proxy
+learns at run time (cache capacity, prefill rate) is an argument here, so the replay passes its
+simulated engine's values where the live proxy would measure them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from proxy.core.config import PolicyConfig
+from proxy.runtime.executor import ExecutorLimits
+
+
+def policy_config(settings: Any, *, capacity_tokens: int | None = None,
+                  prefill_tokens_per_s: float | None = None, retain: bool | None = None,
+                  reload: tuple[float, float] | None = None, host_tier_tokens: int | None = None) -> PolicyConfig:
+    """PolicyConfig from Settings: the executor-facing knobs, the operator's overrides, engine truth.
+
+    `max_concurrent` (actions the planner may have unanswered) is twice the executor's workers so a
+    worker never idles waiting for the planner's next tick; `action_ttl_s` and `max_engine_waiting`
+    are the executor's own limits, so the planner never emits what the executor would drop."""
+    overrides: dict[str, Any] = {"action_ttl_s": float(settings.action_ttl),
+                                 "max_concurrent": int(settings.action_concurrency) * 2,
+                                 "max_engine_waiting": int(settings.action_max_waiting)}
+    if settings.policy_r_min is not None:
+        overrides["r_min"] = float(settings.policy_r_min)
+    if getattr(settings, "host_tier_tokens", 0):
+        overrides["host_tier_tokens"] = int(settings.host_tier_tokens)
+    if host_tier_tokens:
+        overrides["host_tier_tokens"] = int(host_tier_tokens)
+    if reload is not None:      # a host tier's load price: (tokens/s, latency s)
+        overrides["reload_tokens_per_s"], overrides["reload_latency_s"] = float(reload[0]), float(reload[1])
+    if getattr(settings, "warmup_prefill_share", None) is not None:
+        overrides["warmup_share"] = float(settings.warmup_prefill_share)
+    if capacity_tokens is not None:
+        overrides["residency_capacity_tokens"] = int(capacity_tokens)
+    if prefill_tokens_per_s:
+        overrides["prefill_tokens_per_s"] = float(prefill_tokens_per_s)
+    if retain is not None:
+        overrides["retain_enabled"] = bool(retain)
+    overrides.update(dict(getattr(settings, "policy_overrides", None) or {}))   # unknown names raise
+    cfg = PolicyConfig()
+    known = {f.name for f in dataclasses.fields(PolicyConfig)}
+    typed = {k: _cast(getattr(cfg, k), v) for k, v in overrides.items() if k in known}
+    return cfg.with_overrides(**{**overrides, **typed})
+
+
+def executor_limits(settings: Any) -> ExecutorLimits:
+    """The live executor's rules (queue bound, workers, yield-to-traffic thresholds)."""
+    return ExecutorLimits(queue_size=settings.action_queue_size, concurrency=settings.action_concurrency,
+                          max_inflight=settings.action_max_inflight, max_waiting=settings.action_max_waiting)
+
+
+def _cast(default: Any, value: Any) -> Any:
+    if isinstance(default, bool):
+        if isinstance(value, (bool, int, float)):
+            return bool(value)
+        return str(value).lower() in ("1", "true", "yes", "on")
+    return type(default)(value)

@@ -1,0 +1,120 @@
+"""Check 6: the overloaded regime — the proxy must not make things worse where its actions cannot pay.
+
+Workload (independent of the other checks' shapes): 6 agents with ~1,100-token contexts (system
+prompt + tools), `sessions` selector-style sessions (next agent = the session's cycle with P 0.8,
+else any agent), `concurrency` of them at once, each turn followed by a short tool pause
+(50-300 ms). The agents' contexts alone are ~3x the job's 72-block cache, and the running requests
+alone nearly fill it: warmed anchors are evicted before use or evict what the next request needs.
+The same seeded schedule runs direct and through the proxy, twice each in the order D P D P with
+vLLM's prefix cache reset before every run (the proxy keeps what it learned, as in production).
+Judged on vLLM's numbers: mean per-request latency through the proxy <= direct + 3% and hit
+ratio (usage cached/prompt tokens) no lower than direct - 1 pp, both over the two runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+
+import httpx
+from vclient import reset_prefix_cache
+from workload import make_agent, text
+
+SESSION_HEADER = "x-session-id"
+NAMES = ("lead", "scout", "builder", "tester", "writer", "judge")
+
+
+def _schedule(sessions: int, turns: int, seed: int = 11) -> list[list[tuple[int, float]]]:
+    """Per session: [(agent index, tool pause after the turn)] — fixed by the seed."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(sessions):
+        cur = rng.randrange(len(NAMES))
+        steps = []
+        for _ in range(turns):
+            steps.append((cur, rng.uniform(0.05, 0.3)))
+            cur = (cur + 1) % len(NAMES) if rng.random() < 0.8 else rng.randrange(len(NAMES))
+        out.append(steps)
+    return out
+
+
+async def _one(client: httpx.AsyncClient, base: str, body: dict, sid: str) -> dict:
+    t0 = time.perf_counter()
+    ttft = None
+    usage: dict = {}
+    async with client.stream("POST", base + "/v1/chat/completions", json=body,
+                             headers={SESSION_HEADER: sid}) as r:
+        if r.status_code != 200:
+            await r.aread()
+            return {"error": r.status_code}
+        async for line in r.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            j = json.loads(line[6:])
+            if ttft is None and j.get("choices"):
+                ttft = time.perf_counter() - t0
+            if j.get("usage"):
+                usage = j["usage"]
+    total = time.perf_counter() - t0
+    prompt = int(usage.get("prompt_tokens") or 0)
+    cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+    return {"latency": total, "ttft": ttft if ttft is not None else total, "prompt": prompt, "cached": cached}
+
+
+async def _run(base: str, model: str, agents, plan, concurrency: int, tag: str) -> list[dict]:
+    sem = asyncio.Semaphore(concurrency)
+    out: list[dict] = []
+    limits = httpx.Limits(max_connections=concurrency * 2)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(120.0, connect=5.0), limits=limits) as client:
+        async def session(k: int, steps) -> None:
+            async with sem:
+                sid = f"ov-{k}"
+                task = {"role": "user", "content": f"Task {sid}: " + text(f"ovtask:{k}", 40)}
+                results: list[dict] = []
+                for j, (a, pause) in enumerate(steps):
+                    agent = agents[a]
+                    msgs = [*agent.anchor_messages(), task, *results[-3:]]
+                    body = {"model": model, "messages": msgs, "tools": list(agent.tools), "max_tokens": 8,
+                            "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
+                    res = await _one(client, base, body, sid)
+                    res.update(session=k, turn=j)
+                    out.append(res)
+                    results.append({"role": "user", "content": f"[{agent.name} {j}] " + text(f"ovres:{k}:{j}", 30)})
+                    await asyncio.sleep(pause)               # the tool runs
+        await asyncio.gather(*(session(k, steps) for k, steps in enumerate(plan)))
+    return out
+
+
+def _summary(rows: list[dict]) -> dict:
+    ok = [r for r in rows if "error" not in r]
+    prompt = sum(r["prompt"] for r in ok)
+    return {"requests": len(rows), "errors": len(rows) - len(ok),
+            "hit_ratio": sum(r["cached"] for r in ok) / prompt if prompt else 0.0,
+            "latency_mean_ms": 1000 * sum(r["latency"] for r in ok) / max(1, len(ok)),
+            "ttft_mean_ms": 1000 * sum(r["ttft"] for r in ok) / max(1, len(ok))}
+
+
+def check_overload(ctx, sessions: int = 16, turns: int = 8, concurrency: int = 4, repeats: int = 2) -> tuple[bool, str]:
+    agents = [make_agent(n, words=330) for n in NAMES]
+    plan = _schedule(sessions, turns)
+    runs: dict[str, list[dict]] = {"direct": [], "proxy": []}
+    for rep in range(repeats):
+        for name, base in (("direct", ctx.vllm), ("proxy", ctx.proxy)):
+            reset_prefix_cache(ctx.client, ctx.vllm)
+            rows = asyncio.run(_run(base, ctx.model, agents, plan, concurrency, f"{name}{rep}"))
+            s = _summary(rows)
+            ctx.log(f"  overload {name} #{rep + 1}: hit {s['hit_ratio']:.1%}, mean latency "
+                    f"{s['latency_mean_ms']:.0f} ms, mean TTFT {s['ttft_mean_ms']:.0f} ms, errors {s['errors']}")
+            runs[name].extend(rows)
+    d, p = _summary(runs["direct"]), _summary(runs["proxy"])
+    ctx.notes["overload"] = {"direct": d, "proxy": p, "sessions": sessions, "turns": turns,
+                             "concurrency": concurrency, "repeats": repeats}
+    ok = (d["errors"] == 0 and p["errors"] == 0 and p["latency_mean_ms"] <= 1.03 * d["latency_mean_ms"]
+          and p["hit_ratio"] >= d["hit_ratio"] - 0.01)
+    detail = (f"hit ratio {d['hit_ratio']:.1%} -> {p['hit_ratio']:.1%}; mean latency {d['latency_mean_ms']:.0f} -> "
+              f"{p['latency_mean_ms']:.0f} ms ({p['latency_mean_ms'] / max(1e-9, d['latency_mean_ms']) - 1:+.1%}); "
+              f"mean TTFT {d['ttft_mean_ms']:.0f} -> {p['ttft_mean_ms']:.0f} ms; {sessions} sessions x {turns} turns, "
+              f"{concurrency} at once, x{repeats}")
+    return ok, detail
