@@ -110,7 +110,11 @@ def run_until(px, done, limit_s: float) -> dict:
 def test_harmful_actions_end_observe_only_within_bounded_windows(http, caplog):
     caplog.set_level("INFO", logger="cachescout.switchback")
     with run_sim_server(sim_config(capacity_blocks=64, speed=1.0, cost=SLOW)) as sim:
+        # one engine scrape (at start: the cache size), none after: the planner's economics would otherwise
+        # see the engine busy with the junk (scraped prefill utilisation) and stop warming — right, but then
+        # there is no harm left for the switchback to find, which is what this test is about
         st = proxy_settings(sim.url, policy_overrides=FAST, yield_throttle=False, switchback_start_after_s=3.0,
+                            scrape_interval=1000.0,
                             **dict(WINDOWS, switchback_window_min_s=1.5, switchback_window_max_s=2.5))
         with run_proxy_server(st) as px:
             px.call(lambda: evicting_warms(px, sim.url))
