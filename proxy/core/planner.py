@@ -80,7 +80,7 @@ class Planner:
         self.touch_prefill = float(config.touch_cost_tokens)   # measured tokens a touch prefills (EWMA)
         self.overflow_ticks = 0         # plan() calls skipped: the running set alone overflows the cache
         # the one outside veto (runtime wiring): (reason, kind, now) -> may this action be emitted?
-        # Observe-only windows and throttled signals (branch i11b: core/yield_ledger.py) answer False.
+        # Observe-only windows and throttled signals (core/yield_ledger.py) answer False.
         self.action_gate: Callable[[str, str, float], bool] | None = None
         self.hints: Any = None      # runtime hints (core.hint_actions.HintDriver): extra candidates
 
