@@ -239,6 +239,12 @@ class LiveRuntime:
         log.info("engine host tier: reload %.0f tokens/s, %d tokens modelled", cfg.reload_tokens_per_s,
                  cfg.host_tier_tokens)
 
+    def _on_kv_event(self, ev: KvEvent) -> None:
+        """Engine block ids are not the views' ids: only a full clear maps onto the shadow directly
+        (stored/removed events feed the subscriber's own token-keyed residency and the usage figure)."""
+        if ev.kind == "cleared":
+            self.policy.residency.on_engine_truth(cleared=True)
+
     def _kv_events_usage(self, snap: EngineSnapshot) -> float | None:
         """Share of the engine's blocks holding cached prefixes, counted from KV events (exact, unlike
         the scraped usage gauge, which counts blocks held by running requests)."""

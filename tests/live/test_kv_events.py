@@ -2,6 +2,7 @@
 
 import asyncio
 import socket
+import time
 
 import msgpack
 import pytest
@@ -77,3 +78,37 @@ def test_sim_publisher_speaks_the_map_format():
     assert wire["type"] == "BlockStored" and wire["parent_block_hash"] == 4 and wire["lora_name"] is None
     assert [e.kind for e in decode_batch(batch(wire, to_wire(("BlockRemoved", [6], "GPU")),
                                                to_wire(("AllBlocksCleared",))))] == ["stored", "removed", "cleared"]
+
+
+def test_live_proxy_subscribes_to_the_engines_kv_events(http):
+    """`kv_events_endpoint` set: the proxy starts, its subscriber decodes the sim's events, and an
+    engine-side cache reset (AllBlocksCleared) clears the residency shadow."""
+    pytest.importorskip("zmq")
+    from proxy.runtime.testing import run_proxy_server
+    from proxy.sim.testing import run_sim_server
+
+    from .conftest import agent_prompts, proxy_settings, sim_config
+
+    prompts = agent_prompts(2, 120)
+    with run_sim_server(sim_config(kv_events_endpoint="tcp://127.0.0.1:*")) as sim:
+        endpoint = sim.service.kv_publisher.endpoint
+        with run_proxy_server(proxy_settings(sim.url, kv_events_endpoint=endpoint)) as px:
+            sub = px.live.kv_events
+            assert sub is not None
+            deadline = time.monotonic() + 10
+            i = 0
+            while sub.messages == 0 and time.monotonic() < deadline:   # ZMQ slow joiner: keep sending
+                body = {"model": "sim-llama-3.1-8b", "max_tokens": 2,
+                        "messages": [{"role": "system", "content": prompts["AB"[i % 2]]},
+                                     {"role": "user", "content": f"q {i}"}]}
+                assert http.post(px.url + "/v1/chat/completions", json=body).status_code == 200
+                i += 1
+                time.sleep(0.1)
+            assert sub.messages > 0 and sub.residency.counts["stored"] > 0
+            assert px.live.policy.residency.used_tokens > 0
+            assert http.post(sim.url + "/reset_prefix_cache").status_code == 200
+            while sub.residency.counts["cleared"] == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert sub.residency.counts["cleared"] == 1
+            px.call(lambda: None)                                      # let the loop run the callback
+            assert px.live.policy.residency.used_tokens == 0
