@@ -10,7 +10,7 @@ Each case is a pair run at once on two identical fleets (baseline: router → en
 CacheScout in the case's topology), on the `cachescout demo` workload (8-agent selector group chat,
 tool calls) scaled with the replica count: N replicas get N times the sessions and concurrency, so
 each engine sees the load the single engine sees. The single-replica case has no router. Figures,
-how warmups landed and the method: proxy/router_fleet.py and docs/deploy.md ("More than one replica").
+how warmups landed and the method: proxy/harness/router_fleet.py and docs/deploy.md ("More than one replica").
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from proxy.demo_workload import DemoSpec
-from proxy.router_fleet import FleetConfig, find_router, run_pair
+from proxy.demo.workload import DemoSpec
+from proxy.harness.router_fleet import FleetConfig, find_router, run_pair
 
 DEFAULT_CASES = (
     "single",

@@ -42,7 +42,7 @@ from prometheus_client import CollectorRegistry
 from proxy.core import PolicyConfig, ScoutPolicy
 from proxy.core.switchback import SwitchbackConfig
 from proxy.core.yield_ledger import YieldConfig
-from proxy.demo_workload import DemoSpec, build_agents
+from proxy.demo.workload import DemoSpec, build_agents
 from proxy.engines.base import WarmResult
 from proxy.http.observer import RequestContext
 from proxy.observability.metrics import ProxyMetrics

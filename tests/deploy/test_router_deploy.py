@@ -18,7 +18,7 @@ from functools import cache
 import pytest
 import yaml
 
-from proxy.router_fleet import find_router
+from proxy.harness.router_fleet import find_router
 from tests.deploy.conftest import REPO_ROOT, require_tool
 from tests.deploy.test_kustomize import build, validate
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from proxy.runtime.testing import run_proxy_server
-from proxy.sim.testing import run_sim_server
+from proxy.harness.proxy_server import run_proxy_server
+from proxy.harness.sim_server import run_sim_server
 
 from .conftest import ADMIN, agent_prompts, chat, engine_hits, proxy_settings, sim_config
 

@@ -72,7 +72,7 @@ def test_decode_vllm_032_tagged_maps():
 
 
 def test_sim_publisher_speaks_the_map_format():
-    from proxy.sim.kv_publisher import to_wire
+    from proxy.simengine.kv_publisher import to_wire
 
     wire = to_wire(("BlockStored", [5, 6], 4, list(range(32)), 16, None, "GPU"))
     assert wire["type"] == "BlockStored" and wire["parent_block_hash"] == 4 and wire["lora_name"] is None
@@ -84,8 +84,8 @@ def test_live_proxy_subscribes_to_the_engines_kv_events(http):
     """`kv_events_endpoint` set: the proxy starts, its subscriber decodes the sim's events, and an
     engine-side cache reset (AllBlocksCleared) clears the residency shadow."""
     pytest.importorskip("zmq")
-    from proxy.runtime.testing import run_proxy_server
-    from proxy.sim.testing import run_sim_server
+    from proxy.harness.proxy_server import run_proxy_server
+    from proxy.harness.sim_server import run_sim_server
 
     from .conftest import agent_prompts, proxy_settings, sim_config
 

@@ -22,9 +22,9 @@ import time
 import httpx
 import pytest
 
-from proxy.runtime.testing import run_proxy_server
-from proxy.sim.cost_model import CostModel
-from proxy.sim.testing import run_sim_server
+from proxy.harness.proxy_server import run_proxy_server
+from proxy.cachemodel.cost_model import CostModel
+from proxy.harness.sim_server import run_sim_server
 
 from .conftest import ADMIN, MODEL, agent_prompts, chat, proxy_settings, sim_config
 

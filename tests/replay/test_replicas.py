@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from proxy.sim.replay.fleet_report import split_for_bootstrap
-from proxy.sim.replay.replicas import learned_snapshot, replay_fleet, route, scale_table
-from proxy.sim.replay.runner import ReplaySettings, replay, resolve_capacity
-from proxy.sim.replay_cli import add_arguments, run
-from proxy.sim.workloads import generate, preset
+from proxy.replay.fleet_report import split_for_bootstrap
+from proxy.replay.replicas import learned_snapshot, replay_fleet, route, scale_table
+from proxy.replay.runner import ReplaySettings, replay, resolve_capacity
+from proxy.replay.cli import add_arguments, run
+from proxy.replay.workloads import generate, preset
 
 
 @pytest.fixture(scope="module")

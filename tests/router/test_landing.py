@@ -1,6 +1,6 @@
-"""The warmup-landing and isolation classifiers of proxy/router_fleet.py, on hand-made engine logs."""
+"""The warmup-landing and isolation classifiers of proxy/harness/router_fleet.py, on hand-made engine logs."""
 
-from proxy.router_fleet import isolation, landing
+from proxy.harness.router_fleet import isolation, landing
 
 
 def req(t, hashes, warmup=False):
