@@ -66,7 +66,7 @@ def responses_tools(tools: Any) -> list[dict] | None:
             fn = {k: t[k] for k in ("name", "description", "parameters") if t.get(k) is not None}
             out.append({"type": "function", "function": fn})
         else:
-            out.append(dict(t))                # built-in tools: kept as they are (hashed, not rendered)
+            out.append(dict(t))  # built-in tools: kept as they are (hashed, not rendered)
     return out or None
 
 
@@ -97,8 +97,11 @@ def _response_item(item: Any, messages: list[dict]) -> None:
     kind = item.get("type", "message")
     prev = messages[-1] if messages and messages[-1].get("role") == "assistant" else None
     if kind == "function_call":
-        call = {"id": item.get("call_id"), "type": "function",
-                "function": {"name": item.get("name"), "arguments": item.get("arguments")}}
+        call = {
+            "id": item.get("call_id"),
+            "type": "function",
+            "function": {"name": item.get("name"), "arguments": item.get("arguments")},
+        }
         if prev is not None:
             prev.setdefault("tool_calls", []).append(call)
         else:
@@ -152,13 +155,23 @@ def messages_to_chat(body: Mapping) -> dict:
             if t == "text" and b.get("text"):
                 parts.append({"type": "text", "text": b["text"]})
             elif t == "tool_use":
-                calls.append({"id": b.get("id"), "type": "function",
-                              "function": {"name": b.get("name") or "", "arguments": json.dumps(b.get("input") or {})}})
+                calls.append(
+                    {
+                        "id": b.get("id"),
+                        "type": "function",
+                        "function": {"name": b.get("name") or "", "arguments": json.dumps(b.get("input") or {})},
+                    }
+                )
             elif t == "tool_result":
                 res = b.get("content")
                 if role == "user":
-                    out.append({"role": "tool", "tool_call_id": b.get("tool_use_id") or b.get("id") or "",
-                                "content": str(res) if res else ""})
+                    out.append(
+                        {
+                            "role": "tool",
+                            "tool_call_id": b.get("tool_use_id") or b.get("id") or "",
+                            "content": str(res) if res else "",
+                        }
+                    )
                 else:
                     parts.append({"type": "text", "text": f"Tool result: {str(res) if res else ''}"})
             elif t in ("image", "thinking", "redacted_thinking"):
@@ -173,7 +186,16 @@ def messages_to_chat(body: Mapping) -> dict:
     tools = body.get("tools")
     chat_tools = None
     if isinstance(tools, list) and tools:
-        chat_tools = [{"type": "function", "function": {"name": t.get("name"), "description": t.get("description"),
-                                                        "parameters": t.get("input_schema")}}
-                      for t in tools if isinstance(t, Mapping)]
+        chat_tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.get("name"),
+                    "description": t.get("description"),
+                    "parameters": t.get("input_schema"),
+                },
+            }
+            for t in tools
+            if isinstance(t, Mapping)
+        ]
     return {"model": body.get("model"), "messages": out, "tools": chat_tools}

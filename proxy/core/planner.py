@@ -48,41 +48,42 @@ class _Candidate:
     block_tokens: tuple[int, ...]
     payload: Any
     prob: float
-    lead: float | None          # seconds until the predicted demand; None = unknown (not imminent)
-    warm_ok: bool = True        # False: only touch (planned while the session's request still runs)
-    context: bool = False       # a session's whole context (not an agent anchor)
-    session: tuple[str, str] | None = None   # the session it was planned for (re-planned if it waits)
-    soon: bool = False          # the demand follows a request still running (its pause is too short)
+    lead: float | None  # seconds until the predicted demand; None = unknown (not imminent)
+    warm_ok: bool = True  # False: only touch (planned while the session's request still runs)
+    context: bool = False  # a session's whole context (not an agent anchor)
+    session: tuple[str, str] | None = None  # the session it was planned for (re-planned if it waits)
+    soon: bool = False  # the demand follows a request still running (its pause is too short)
 
 
 class Planner:
-    def __init__(self, config: PolicyConfig, registry: AgentRegistry, sessions: SessionTracker,
-                 residency: ResidencyShadow) -> None:
+    def __init__(
+        self, config: PolicyConfig, registry: AgentRegistry, sessions: SessionTracker, residency: ResidencyShadow
+    ) -> None:
         self.cfg = config
         self.registry = registry
         self.sessions = sessions
         self.residency = residency
-        self.host_residency: ResidencyShadow | None = None   # the engine's host tier, when it has one
+        self.host_residency: ResidencyShadow | None = None  # the engine's host tier, when it has one
         self.dirty: dict[tuple[str, str], None] = {}
-        self.fanout: dict[tuple[str, str], tuple] = {}   # session -> (agent, parent hashes, tokens, payload)
+        self.fanout: dict[tuple[str, str], tuple] = {}  # session -> (agent, parent hashes, tokens, payload)
         self.bucket = config.warm_budget()[1]
         self._refilled: float | None = None
         self.inflight: dict[tuple[str, float], tuple[float, tuple[int, ...]]] = {}
         self.last_acted: dict[str, float] = {}
-        self._safe: dict[str, tuple[int, float]] = {}   # anchor -> (shadow epoch, inserted-tokens horizon)
+        self._safe: dict[str, tuple[int, float]] = {}  # anchor -> (shadow epoch, inserted-tokens horizon)
         self._last_sweep = float("-inf")
         self._now: float | None = None
         self._budget_cfg: PolicyConfig | None = None
         self._budget = (0.0, 0.0)
         self.emitted: dict[str, int] = {}
         self.failed = 0
-        self.declined = 0               # candidates the economics found not worth acting on
-        self.touch_prefill = float(config.touch_cost_tokens)   # measured tokens a touch prefills (EWMA)
-        self.overflow_ticks = 0         # plan() calls skipped: the running set alone overflows the cache
+        self.declined = 0  # candidates the economics found not worth acting on
+        self.touch_prefill = float(config.touch_cost_tokens)  # measured tokens a touch prefills (EWMA)
+        self.overflow_ticks = 0  # plan() calls skipped: the running set alone overflows the cache
         # the one outside veto (runtime wiring): (reason, kind, now) -> may this action be emitted?
         # Observe-only windows and throttled signals (core/yield_ledger.py) answer False.
         self.action_gate: Callable[[str, str, float], bool] | None = None
-        self.hints: Any = None      # runtime hints (core.hint_actions.HintDriver): extra candidates
+        self.hints: Any = None  # runtime hints (core.hint_actions.HintDriver): extra candidates
 
     # --- gate ------------------------------------------------------------------------------------
     def gate_open(self, ts: TenantState, now: float | None = None) -> bool:
@@ -93,7 +94,7 @@ class Planner:
 
     # --- budget bookkeeping ----------------------------------------------------------------------
     def _refill(self, now: float) -> None:
-        if self._budget_cfg is not self.cfg:             # cfg may be swapped (measured rate)
+        if self._budget_cfg is not self.cfg:  # cfg may be swapped (measured rate)
             self._budget_cfg, self._budget = self.cfg, self.cfg.warm_budget()
         if self._refilled is not None and now > self._refilled:
             rate, burst = self._budget
@@ -103,7 +104,7 @@ class Planner:
         if self.inflight:
             grace = self.cfg.action_ttl_s
             for key in [k for k, (deadline, _) in self.inflight.items() if deadline + grace < now]:
-                del self.inflight[key]      # never answered: stop counting it against concurrency
+                del self.inflight[key]  # never answered: stop counting it against concurrency
         if len(self.last_acted) > 4 * self.cfg.max_agents + 4 * self.cfg.max_sessions:
             horizon = now - self.cfg.cooldown_s
             self.last_acted = {k: t for k, t in self.last_acted.items() if t >= horizon}
@@ -127,7 +128,7 @@ class Planner:
             # them): parked fan-out parents are only worth acting on now; dirty sessions are kept
             # for a calmer tick, minus those the tracker already dropped
             self.fanout.clear()
-            if len(self.dirty) > 2 * cfg.max_sessions:      # amortised O(1): refiltered rarely
+            if len(self.dirty) > 2 * cfg.max_sessions:  # amortised O(1): refiltered rarely
                 live = self.sessions.sessions
                 self.dirty = {k: None for k in self.dirty if k in live}
             return []
@@ -135,9 +136,9 @@ class Planner:
         if slots <= 0:
             return []
         cap = self.residency.capacity_tokens
-        if 0 < cap <= load.running_tokens:                  # Market.overflowing, before building one
-            self.dirty.clear()                          # the running set alone overflows the cache:
-            self.fanout.clear()                         # anything kept now is evicted by it; observe only
+        if 0 < cap <= load.running_tokens:  # Market.overflowing, before building one
+            self.dirty.clear()  # the running set alone overflows the cache:
+            self.fanout.clear()  # anything kept now is evicted by it; observe only
             self.overflow_ticks += 1
             return []
         cands: list[_Candidate] = []
@@ -152,14 +153,42 @@ class Planner:
             for agent, hashes, toks, payload in self.fanout.values():
                 # a fact (the siblings are running), so not gated; touch/retain only
                 out_id = agent_id_for(agent.tenant, hashes[-1])
-                cands.append(_Candidate(float(sum(toks)), REASON_FANOUT, agent.tenant, out_id, hashes,
-                                        toks, payload, 1.0, None, False, True))
+                cands.append(
+                    _Candidate(
+                        float(sum(toks)),
+                        REASON_FANOUT,
+                        agent.tenant,
+                        out_id,
+                        hashes,
+                        toks,
+                        payload,
+                        1.0,
+                        None,
+                        False,
+                        True,
+                    )
+                )
             self.fanout.clear()
-        if self.hints is not None:                       # runtime hints: facts and trusted predictions
+        if self.hints is not None:  # runtime hints: facts and trusted predictions
             for h in self.hints.candidates(now):
                 # a runtime hint carries its own timing (the driver defers far ones): imminent
-                cands.append(_Candidate(h.score, h.reason, h.tenant, h.anchor_id, h.hashes, h.block_tokens,
-                                        h.payload, h.prob, h.lead, h.warm_ok, h.context, None, True))
+                cands.append(
+                    _Candidate(
+                        h.score,
+                        h.reason,
+                        h.tenant,
+                        h.anchor_id,
+                        h.hashes,
+                        h.block_tokens,
+                        h.payload,
+                        h.prob,
+                        h.lead,
+                        h.warm_ok,
+                        h.context,
+                        None,
+                        True,
+                    )
+                )
         if now - self._last_sweep >= cfg.sweep_interval_s:
             self._last_sweep = now
             self._sweep_candidates(now, gates, cands)
@@ -169,7 +198,7 @@ class Planner:
         busy = 0 < cfg.warm_max_inflight < load.inflight or load.waiting > cfg.warm_max_waiting
         actions = self._select(cands, now, slots, busy, self.market(load))
         if self.hints is not None and actions:
-            self.hints.note(actions)                     # a hint pays for one warm
+            self.hints.note(actions)  # a hint pays for one warm
         return actions
 
     def _gate(self, tenant: str, gates: dict[str, bool]) -> bool:
@@ -182,7 +211,7 @@ class Planner:
         cfg = self.cfg
         agent = s.agent
         registry = self.registry
-        if agent is None or registry.by_id.get(agent.agent_id) is not agent:      # registry.alive
+        if agent is None or registry.by_id.get(agent.agent_id) is not agent:  # registry.alive
             return
         paused = s.inflight == 0 and s.last_end is not None
         lead = None
@@ -194,14 +223,33 @@ class Planner:
             if med is not None and elapsed < med:
                 lead = med - elapsed
             if s.finish == "tool_calls" and s.hashes and s.context_payload is not None:
-                p = continuation_probability(samples, elapsed, cfg.continuation_horizon_s, True,
-                                             cfg.tool_resume_prior, cfg.continuation_prior,
-                                             cfg.continuation_min_samples)
+                p = continuation_probability(
+                    samples,
+                    elapsed,
+                    cfg.continuation_horizon_s,
+                    True,
+                    cfg.tool_resume_prior,
+                    cfg.continuation_prior,
+                    cfg.continuation_min_samples,
+                )
                 if p >= cfg.tool_resume_min_p and (not cfg.tool_resume_gated or self._gate(agent.tenant, gates)):
                     payload = {"context": s.context_payload, "assistant": s.assistant_payload}
-                    out.append(_Candidate(p * sum(s.block_tokens), REASON_TOOL_RESUME, agent.tenant,
-                                          agent_id_for(agent.tenant, s.hashes[-1]), s.hashes, s.block_tokens,
-                                          payload, p, lead, True, True, s.key))
+                    out.append(
+                        _Candidate(
+                            p * sum(s.block_tokens),
+                            REASON_TOOL_RESUME,
+                            agent.tenant,
+                            agent_id_for(agent.tenant, s.hashes[-1]),
+                            s.hashes,
+                            s.block_tokens,
+                            payload,
+                            p,
+                            lead,
+                            True,
+                            True,
+                            s.key,
+                        )
+                    )
         tenant = agent.tenant
         g = gates.get(tenant)
         if g is None:
@@ -227,31 +275,49 @@ class Planner:
             if memo is not None and memo[0] == epoch and inserted < memo[1]:
                 continue
             if rank >= cfg.warm_top_k:
-                warm_ok = False                 # lower-ranked successors are only kept, not re-made
+                warm_ok = False  # lower-ranked successors are only kept, not re-made
             else:
                 warm_ok = paused or trigger == "request"
             if not paused and trigger == "auto":
                 # act now only if the pause after this response is too short for a warm then
                 gap = agent.gap_median
                 if gap is not None and gap >= max(cfg.min_lead_s, cfg.reload_s(nxt.tokens)):
-                    continue                    # planned again when the response ends
+                    continue  # planned again when the response ends
                 warm_ok = rank < cfg.warm_top_k
             reason = REASON_TRANSITION if rank == 0 else REASON_FANOUT
             score = anchor_score(p, now - nxt.last_seen, nxt.tokens, cfg.delta, cfg.age_lambda)
-            out.append(_Candidate(score, reason, nxt.tenant, nxt.agent_id, nxt.anchor_hashes,
-                                  nxt.anchor_block_tokens, nxt.payload, p, lead, warm_ok, False, s.key,
-                                  not paused))
+            out.append(
+                _Candidate(
+                    score,
+                    reason,
+                    nxt.tenant,
+                    nxt.agent_id,
+                    nxt.anchor_hashes,
+                    nxt.anchor_block_tokens,
+                    nxt.payload,
+                    p,
+                    lead,
+                    warm_ok,
+                    False,
+                    s.key,
+                    not paused,
+                )
+            )
 
     def _sweep_candidates(self, now: float, gates: dict[str, bool], out: list[_Candidate]) -> None:
         cfg = self.cfg
         scored: list[_Candidate] = []
-        for a, p in reachable_agents(self.registry, self.sessions.on_agent, cfg.max_hops, cfg.tau,
-                                     lambda tenant: self._gate(tenant, gates)):
+        for a, p in reachable_agents(
+            self.registry, self.sessions.on_agent, cfg.max_hops, cfg.tau, lambda tenant: self._gate(tenant, gates)
+        ):
             if a.payload is None or not a.anchor_hashes:
                 continue
             score = anchor_score(p, now - a.last_seen, a.tokens, cfg.delta, cfg.age_lambda)
-            scored.append(_Candidate(score, REASON_HINT, a.tenant, a.agent_id, a.anchor_hashes,
-                                     a.anchor_block_tokens, a.payload, p, None))
+            scored.append(
+                _Candidate(
+                    score, REASON_HINT, a.tenant, a.agent_id, a.anchor_hashes, a.anchor_block_tokens, a.payload, p, None
+                )
+            )
         scored.sort(key=lambda c: c.score, reverse=True)
         out.extend(scored[: cfg.sweep_top_n])
         if cfg.sweep_sessions:
@@ -270,40 +336,73 @@ class Planner:
             if k >= cfg.sweep_sessions:
                 break
             agent = s.agent
-            if (s.inflight or s.last_end is None or agent is None or agent.forgotten or not s.hashes
-                    or s.context_payload is None):
+            if (
+                s.inflight
+                or s.last_end is None
+                or agent is None
+                or agent.forgotten
+                or not s.hashes
+                or s.context_payload is None
+            ):
                 continue
             tool = s.finish == "tool_calls"
             if (cfg.tool_resume_gated if tool else cfg.session_gated) and not self._gate(agent.tenant, gates):
                 continue
-            p = continuation_probability(agent.tool_gaps if tool else agent.gaps, now - s.last_end,
-                                         cfg.continuation_horizon_s, tool, cfg.tool_resume_prior,
-                                         cfg.continuation_prior, cfg.continuation_min_samples)
+            p = continuation_probability(
+                agent.tool_gaps if tool else agent.gaps,
+                now - s.last_end,
+                cfg.continuation_horizon_s,
+                tool,
+                cfg.tool_resume_prior,
+                cfg.continuation_prior,
+                cfg.continuation_min_samples,
+            )
             if p < cfg.tool_resume_min_p:
                 continue
             med = agent.tool_gap_median if tool else agent.gap_median
             elapsed = now - s.last_end
             lead = med - elapsed if med is not None and elapsed < med else None
             payload = {"context": s.context_payload, "assistant": s.assistant_payload}
-            scored.append(_Candidate(p * sum(s.block_tokens), REASON_TOOL_RESUME if tool else REASON_HINT,
-                                     agent.tenant, agent_id_for(agent.tenant, s.hashes[-1]), s.hashes,
-                                     s.block_tokens, payload, p, lead, tool, True, s.key))
+            scored.append(
+                _Candidate(
+                    p * sum(s.block_tokens),
+                    REASON_TOOL_RESUME if tool else REASON_HINT,
+                    agent.tenant,
+                    agent_id_for(agent.tenant, s.hashes[-1]),
+                    s.hashes,
+                    s.block_tokens,
+                    payload,
+                    p,
+                    lead,
+                    tool,
+                    True,
+                    s.key,
+                )
+            )
         scored.sort(key=lambda c: c.score, reverse=True)
         out.extend(scored[: cfg.sweep_top_n])
 
     def market(self, load: EngineLoad) -> Market:
         """The engine as the economics sees it now: the shadow's turnover and tail reuse, the load."""
         cfg, res = self.cfg, self.residency
-        return Market(capacity_tokens=float(res.capacity_tokens), insert_rate=res.insert_rate,
-                      zone_tokens=res.zone_tokens() if res.capacity_tokens else 0.0,
-                      tail_reuse=res.tail_reuse, prefill_tokens_per_s=cfg.prefill_tokens_per_s,
-                      request_rate=res.request_rate, waiting=load.waiting, prefilling=load.prefilling,
-                      utilisation=load.utilisation, running_tokens=float(load.running_tokens),
-                      idle_s=None if res.last_forward_at is None or self._now is None
-                      else max(0.0, self._now - res.last_forward_at),
-                      reload_price=1.0,              # not in the host tier either: recomputed
-                      touch_cost_tokens=float(cfg.touch_cost_tokens),
-                      touch_hidden_tokens=max(0.0, self.touch_prefill - cfg.touch_cost_tokens))
+        return Market(
+            capacity_tokens=float(res.capacity_tokens),
+            insert_rate=res.insert_rate,
+            zone_tokens=res.zone_tokens() if res.capacity_tokens else 0.0,
+            tail_reuse=res.tail_reuse,
+            prefill_tokens_per_s=cfg.prefill_tokens_per_s,
+            request_rate=res.request_rate,
+            waiting=load.waiting,
+            prefilling=load.prefilling,
+            utilisation=load.utilisation,
+            running_tokens=float(load.running_tokens),
+            idle_s=None
+            if res.last_forward_at is None or self._now is None
+            else max(0.0, self._now - res.last_forward_at),
+            reload_price=1.0,  # not in the host tier either: recomputed
+            touch_cost_tokens=float(cfg.touch_cost_tokens),
+            touch_hidden_tokens=max(0.0, self.touch_prefill - cfg.touch_cost_tokens),
+        )
 
     def _host_prefetch(self, c: _Candidate, missing: float, busy: bool) -> bool:
         """Load a host-resident prefix back now? Predictions (transition, tool resume) are loaded
@@ -317,8 +416,9 @@ class Planner:
         need = self.cfg.reload_s(missing)
         return need <= c.lead <= need + self.cfg.prefetch_window_s
 
-    def _select(self, cands: list[_Candidate], now: float, slots: int, busy: bool = False,
-                market: Market | None = None) -> list[Action]:
+    def _select(
+        self, cands: list[_Candidate], now: float, slots: int, busy: bool = False, market: Market | None = None
+    ) -> list[Action]:
         """Each candidate becomes the action the economics finds worth most (touch, warm, retain)
         or nothing; the best net values are taken first, within slots and the token bucket."""
         cfg = self.cfg
@@ -330,18 +430,20 @@ class Planner:
         seen: set[str] = set()
         for c in cands:
             if c.anchor_id in seen:
-                continue                        # one action per anchor per tick
+                continue  # one action per anchor per tick
             last = self.last_acted.get(c.anchor_id)
             if last is not None and now - last < cfg.cooldown_s:
                 continue
             memo = self._safe.get(c.anchor_id)
             # a session's context or fan-out parent serves one session: an engine priority would
             # outlive it by the engine's retention time (retain_sessions opts in)
-            retainable = (cfg.retain_enabled and c.reason in (REASON_HINT, REASON_FANOUT)
-                          and (cfg.retain_sessions or not c.context))
-            if (memo is not None and memo[0] == res.epoch and res.inserted_tokens < memo[1]
-                    and not retainable):
-                continue                        # found resident and safe recently; nothing moved since
+            retainable = (
+                cfg.retain_enabled
+                and c.reason in (REASON_HINT, REASON_FANOUT)
+                and (cfg.retain_sessions or not c.context)
+            )
+            if memo is not None and memo[0] == res.epoch and res.inserted_tokens < memo[1] and not retainable:
+                continue  # found resident and safe recently; nothing moved since
             resident, full, near = res.verdict(c.hashes)
             total = float(sum(c.block_tokens))
             host = self.host_residency
@@ -368,19 +470,18 @@ class Planner:
             missing = 0.0 if full else float(sum(c.block_tokens[resident:]))
             if missing:
                 if c.reason == REASON_HINT or not c.warm_ok or busy:
-                    continue                    # sweeps protect what is there (p_surv is a rank, not
-                                                # a probability of demand); warming is for predictions
+                    continue  # sweeps protect what is there (p_surv is a rank, not
+                    # a probability of demand); warming is for predictions
                 if c.lead is not None and c.lead < max(cfg.min_lead_s, missing / cfg.prefill_tokens_per_s):
-                    continue                    # demand predicted before a warm could finish
+                    continue  # demand predicted before a warm could finish
                 if max_warm and c.context and missing > max_warm:
-                    continue                    # one session's context: too much of the cache for one use
+                    continue  # one session's context: too much of the cache for one use
                 if c.lead is not None and life is not None and 0 < cfg.warm_lifetime_share * life < c.lead:
-                    continue                    # it would be evicted again before the demand
-            v = assess(Prospect(total, missing, near or (bool(missing) and resident > 0), c.prob, c.lead,
-                                c.soon), m)
+                    continue  # it would be evicted again before the demand
+            v = assess(Prospect(total, missing, near or (bool(missing) and resident > 0), c.prob, c.lead, c.soon), m)
             if v.kind == WAIT:
                 if c.session is not None and c.session in self.sessions.sessions:
-                    self.dirty[c.session] = None    # ask again at a tick when the engine has slack
+                    self.dirty[c.session] = None  # ask again at a tick when the engine has slack
                 continue
             if v.kind == NOTHING or v.net <= 0:
                 self.declined += 1
@@ -398,11 +499,19 @@ class Planner:
                 continue
             self.bucket -= cost
             # session contexts get no engine priority unless asked: a priority outlives the pause
-            prio = int(round(c.prob * cfg.retain_priority_scale)) if cfg.retain_sessions or not c.context else 0
-            action = Action(kind=kind, reason=c.reason, tenant=c.tenant, anchor_id=c.anchor_id,
-                            block_hashes=c.hashes, tokens=int(sum(c.block_tokens)), payload=c.payload,
-                            priority=prio, created=now,
-                            deadline=now + cfg.action_ttl_s)
+            prio = round(c.prob * cfg.retain_priority_scale) if cfg.retain_sessions or not c.context else 0
+            action = Action(
+                kind=kind,
+                reason=c.reason,
+                tenant=c.tenant,
+                anchor_id=c.anchor_id,
+                block_hashes=c.hashes,
+                tokens=int(sum(c.block_tokens)),
+                payload=c.payload,
+                priority=prio,
+                created=now,
+                deadline=now + cfg.action_ttl_s,
+            )
             self.last_acted[c.anchor_id] = now
             if kind != RETAIN:
                 self.inflight[(c.anchor_id, now)] = (action.deadline, c.block_tokens)

@@ -44,8 +44,7 @@ async def _one(client: httpx.AsyncClient, base: str, body: dict, sid: str) -> di
     t0 = time.perf_counter()
     ttft = None
     usage: dict = {}
-    async with client.stream("POST", base + "/v1/chat/completions", json=body,
-                             headers={SESSION_HEADER: sid}) as r:
+    async with client.stream("POST", base + "/v1/chat/completions", json=body, headers={SESSION_HEADER: sid}) as r:
         if r.status_code != 200:
             await r.aread()
             return {"error": r.status_code}
@@ -68,6 +67,7 @@ async def _run(base: str, model: str, agents, plan, concurrency: int, tag: str) 
     out: list[dict] = []
     limits = httpx.Limits(max_connections=concurrency * 2)
     async with httpx.AsyncClient(timeout=httpx.Timeout(120.0, connect=5.0), limits=limits) as client:
+
         async def session(k: int, steps) -> None:
             async with sem:
                 sid = f"ov-{k}"
@@ -76,13 +76,21 @@ async def _run(base: str, model: str, agents, plan, concurrency: int, tag: str) 
                 for j, (a, pause) in enumerate(steps):
                     agent = agents[a]
                     msgs = [*agent.anchor_messages(), task, *results[-3:]]
-                    body = {"model": model, "messages": msgs, "tools": list(agent.tools), "max_tokens": 8,
-                            "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
+                    body = {
+                        "model": model,
+                        "messages": msgs,
+                        "tools": list(agent.tools),
+                        "max_tokens": 8,
+                        "temperature": 0.0,
+                        "stream": True,
+                        "stream_options": {"include_usage": True},
+                    }
                     res = await _one(client, base, body, sid)
                     res.update(session=k, turn=j)
                     out.append(res)
                     results.append({"role": "user", "content": f"[{agent.name} {j}] " + text(f"ovres:{k}:{j}", 30)})
-                    await asyncio.sleep(pause)               # the tool runs
+                    await asyncio.sleep(pause)  # the tool runs
+
         await asyncio.gather(*(session(k, steps) for k, steps in enumerate(plan)))
     return out
 
@@ -90,10 +98,13 @@ async def _run(base: str, model: str, agents, plan, concurrency: int, tag: str) 
 def _summary(rows: list[dict]) -> dict:
     ok = [r for r in rows if "error" not in r]
     prompt = sum(r["prompt"] for r in ok)
-    return {"requests": len(rows), "errors": len(rows) - len(ok),
-            "hit_ratio": sum(r["cached"] for r in ok) / prompt if prompt else 0.0,
-            "latency_mean_ms": 1000 * sum(r["latency"] for r in ok) / max(1, len(ok)),
-            "ttft_mean_ms": 1000 * sum(r["ttft"] for r in ok) / max(1, len(ok))}
+    return {
+        "requests": len(rows),
+        "errors": len(rows) - len(ok),
+        "hit_ratio": sum(r["cached"] for r in ok) / prompt if prompt else 0.0,
+        "latency_mean_ms": 1000 * sum(r["latency"] for r in ok) / max(1, len(ok)),
+        "ttft_mean_ms": 1000 * sum(r["ttft"] for r in ok) / max(1, len(ok)),
+    }
 
 
 def check_overload(ctx, sessions: int = 16, turns: int = 8, concurrency: int = 4, repeats: int = 2) -> tuple[bool, str]:
@@ -105,16 +116,30 @@ def check_overload(ctx, sessions: int = 16, turns: int = 8, concurrency: int = 4
             reset_prefix_cache(ctx.client, ctx.vllm)
             rows = asyncio.run(_run(base, ctx.model, agents, plan, concurrency, f"{name}{rep}"))
             s = _summary(rows)
-            ctx.log(f"  overload {name} #{rep + 1}: hit {s['hit_ratio']:.1%}, mean latency "
-                    f"{s['latency_mean_ms']:.0f} ms, mean TTFT {s['ttft_mean_ms']:.0f} ms, errors {s['errors']}")
+            ctx.log(
+                f"  overload {name} #{rep + 1}: hit {s['hit_ratio']:.1%}, mean latency "
+                f"{s['latency_mean_ms']:.0f} ms, mean TTFT {s['ttft_mean_ms']:.0f} ms, errors {s['errors']}"
+            )
             runs[name].extend(rows)
     d, p = _summary(runs["direct"]), _summary(runs["proxy"])
-    ctx.notes["overload"] = {"direct": d, "proxy": p, "sessions": sessions, "turns": turns,
-                             "concurrency": concurrency, "repeats": repeats}
-    ok = (d["errors"] == 0 and p["errors"] == 0 and p["latency_mean_ms"] <= 1.03 * d["latency_mean_ms"]
-          and p["hit_ratio"] >= d["hit_ratio"] - 0.01)
-    detail = (f"hit ratio {d['hit_ratio']:.1%} -> {p['hit_ratio']:.1%}; mean latency {d['latency_mean_ms']:.0f} -> "
-              f"{p['latency_mean_ms']:.0f} ms ({p['latency_mean_ms'] / max(1e-9, d['latency_mean_ms']) - 1:+.1%}); "
-              f"mean TTFT {d['ttft_mean_ms']:.0f} -> {p['ttft_mean_ms']:.0f} ms; {sessions} sessions x {turns} turns, "
-              f"{concurrency} at once, x{repeats}")
+    ctx.notes["overload"] = {
+        "direct": d,
+        "proxy": p,
+        "sessions": sessions,
+        "turns": turns,
+        "concurrency": concurrency,
+        "repeats": repeats,
+    }
+    ok = (
+        d["errors"] == 0
+        and p["errors"] == 0
+        and p["latency_mean_ms"] <= 1.03 * d["latency_mean_ms"]
+        and p["hit_ratio"] >= d["hit_ratio"] - 0.01
+    )
+    detail = (
+        f"hit ratio {d['hit_ratio']:.1%} -> {p['hit_ratio']:.1%}; mean latency {d['latency_mean_ms']:.0f} -> "
+        f"{p['latency_mean_ms']:.0f} ms ({p['latency_mean_ms'] / max(1e-9, d['latency_mean_ms']) - 1:+.1%}); "
+        f"mean TTFT {d['ttft_mean_ms']:.0f} -> {p['ttft_mean_ms']:.0f} ms; {sessions} sessions x {turns} turns, "
+        f"{concurrency} at once, x{repeats}"
+    )
     return ok, detail
