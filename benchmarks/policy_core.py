@@ -33,14 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from proxy.core import (
-    EngineLoad,
-    PolicyConfig,
-    ResponseOutcome,
-    ScoutPolicy,
-    view_from_blocks,
-    view_from_openai,
-)
+from proxy.core import EngineLoad, PolicyConfig, ResponseOutcome, ScoutPolicy, view_from_blocks, view_from_openai
 
 ANCHOR = 24
 BLOCK_TOKENS = 16

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import xxhash
 
@@ -45,8 +46,8 @@ class Agent:
     payload: Any = None
     uses: int = 0
     last_seen: float = 0.0
-    gaps: deque = field(default_factory=deque)  # response end -> next request (other finishes)
-    tool_gaps: deque = field(default_factory=deque)  # same, after finish_reason == "tool_calls"
+    gaps: deque[float] = field(default_factory=deque)  # response end -> next request (other finishes)
+    tool_gaps: deque[float] = field(default_factory=deque)  # same, after finish_reason == "tool_calls"
     gap_median: float | None = None  # medians, kept current by record_gap
     tool_gap_median: float | None = None
     forgotten: bool = False  # evicted (sessions drop it lazily)
@@ -85,7 +86,7 @@ class AgentRegistry:
         self.tenants: dict[str, TenantState] = {}
         self.by_id: dict[str, Agent] = {}
         self.evictions = 0
-        self.on_evict = None  # callable(Agent): lets the session tracker drop references
+        self.on_evict: Callable[[Agent], None] | None = None  # lets the session tracker drop references
         self.index = PrefixIndex(config.prefix_index_max_bytes, config.min_sources_below_agent)
         self.promotions = 0
         self.retirements = 0
@@ -93,7 +94,8 @@ class AgentRegistry:
         self.shared_depth = 0  # of the last identify(): blocks other sources share (session floor)
         self.restored_pending = 0  # snapshot-restored agents not yet seen again
         self.seen = 0  # identify() calls (the tentative agents' clock)
-        self.tentative: deque = deque()  # (expiry in identify() calls, agent promoted on first sight)
+        # (expiry in identify() calls, agent promoted on first sight)
+        self.tentative: deque[tuple[int, Agent]] = deque()
         self.discarded = 0  # tentative agents dropped: never reached again
 
     def tenant(self, tenant: str) -> TenantState:
@@ -150,7 +152,7 @@ class AgentRegistry:
             self.index.attach(node, agent)
             if node.passes == 1:  # a marked context on first sight: tentative
                 tentative.append((seen + self.config.first_sight_window, agent))
-        agent = node.agent
+        agent = node.agent  # an Agent, or True for a node that may never be one
         if agent is True:
             return None
         n = node.depth
@@ -169,7 +171,7 @@ class AgentRegistry:
             self.repeats += 1
         agent.uses += 1
         agent.last_seen = now
-        return agent
+        return cast(Agent, agent)
 
     def _expire_tentative(self, seen: int) -> None:
         """Drop agents promoted on first sight that were not reached again within their window."""

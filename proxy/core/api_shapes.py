@@ -53,7 +53,7 @@ def _text_of(content: Any) -> str | None:
     return "\n".join(out)
 
 
-def responses_tools(tools: Any) -> list[dict] | None:
+def responses_tools(tools: Any) -> list[dict[str, Any]] | None:
     if tools is None:
         return None
     if not isinstance(tools, list):
@@ -70,9 +70,9 @@ def responses_tools(tools: Any) -> list[dict] | None:
     return out or None
 
 
-def responses_to_chat(body: Mapping) -> tuple[dict, bool]:
+def responses_to_chat(body: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
     """(chat body {model, messages, tools}, hidden_history)."""
-    messages: list[dict] = []
+    messages: list[dict[str, Any]] = []
     instructions = body.get("instructions")
     if isinstance(instructions, str) and instructions:
         messages.append({"role": "system", "content": instructions})
@@ -91,7 +91,7 @@ def responses_to_chat(body: Mapping) -> tuple[dict, bool]:
     return {"model": body.get("model"), "messages": messages, "tools": responses_tools(body.get("tools"))}, hidden
 
 
-def _response_item(item: Any, messages: list[dict]) -> None:
+def _response_item(item: Any, messages: list[dict[str, Any]]) -> None:
     if not isinstance(item, Mapping):
         raise ShapeError("input item is not an object")
     kind = item.get("type", "message")
@@ -124,9 +124,9 @@ def _response_item(item: Any, messages: list[dict]) -> None:
         raise ShapeError(f"unsupported input item {kind!r}")
 
 
-def messages_to_chat(body: Mapping) -> dict:
+def messages_to_chat(body: Mapping[str, Any]) -> dict[str, Any]:
     """An Anthropic /v1/messages body as a chat body {model, messages, tools}."""
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     system = body.get("system")
     if isinstance(system, str) and system:
         out.append({"role": "system", "content": system})
@@ -146,8 +146,8 @@ def messages_to_chat(body: Mapping) -> dict:
         if not isinstance(content, list):
             raise ShapeError("content must be a string or blocks")
         msg: dict[str, Any] = {"role": role}
-        parts: list[dict] = []
-        calls: list[dict] = []
+        parts: list[dict[str, Any]] = []
+        calls: list[dict[str, Any]] = []
         for b in content:
             if not isinstance(b, Mapping):
                 raise ShapeError("content block is not an object")

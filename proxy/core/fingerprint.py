@@ -102,7 +102,7 @@ def _canon_content(content: Any) -> Any:
     raise ValueError("bad content")
 
 
-def _canon_message(msg: Any) -> dict:
+def _canon_message(msg: Any) -> dict[str, Any]:
     if not isinstance(msg, Mapping):
         raise ValueError("message is not an object")
     role = msg.get("role")
@@ -115,7 +115,7 @@ def _canon_message(msg: Any) -> dict:
     return out
 
 
-def _segment(cm: dict) -> tuple[str, int, bool]:
+def _segment(cm: dict[str, Any]) -> tuple[str, int, bool]:
     """(segment text, chars before the content, content is a plain string: cuttable)."""
     content = cm.pop("content")
     head = "M" + _canon(cm) + _SEP
@@ -130,7 +130,7 @@ def _int_or_none(v: Any) -> int | None:
     return int(v)
 
 
-def _session_id(body: Mapping, headers: Mapping[str, str] | None) -> str | None:
+def _session_id(body: Mapping[str, Any], headers: Mapping[str, str] | None) -> str | None:
     sid = _get_header(headers, SESSION_HEADER)
     if isinstance(sid, str) and sid:
         return sid
@@ -177,14 +177,16 @@ def view_from_openai(
         return None
 
 
-def _choices(body: Mapping) -> int:
+def _choices(body: Mapping[str, Any]) -> int:
     """OpenAI ``n`` (completions also ``best_of``): sequences forked from one prompt."""
     n = _int_or_none(body.get("n"))
     b = _int_or_none(body.get("best_of"))
     return max(1, n or 1, b or 1)
 
 
-def _common(body: Mapping, headers: Mapping[str, str] | None) -> tuple[str, str, int | None, bool, str | None]:
+def _common(
+    body: Mapping[str, Any], headers: Mapping[str, str] | None
+) -> tuple[str, str, int | None, bool, str | None]:
     model = body.get("model")
     model = model if isinstance(model, str) else ""
     salt = body.get("cache_salt")
@@ -202,7 +204,12 @@ def _common(body: Mapping, headers: Mapping[str, str] | None) -> tuple[str, str,
 
 
 def _chat_view(
-    body: Mapping, headers, block_chars: int, cpt: float, chat: Mapping | None = None, hidden_history: bool = False
+    body: Mapping[str, Any],
+    headers: Mapping[str, str] | None,
+    block_chars: int,
+    cpt: float,
+    chat: Mapping[str, Any] | None = None,
+    hidden_history: bool = False,
 ) -> RequestView | None:
     """``chat``: the chat form of a Responses/Messages body (``body`` still gives the envelope)."""
     src = body if chat is None else chat
@@ -264,7 +271,9 @@ def salt_or_none(tenant: str) -> str | None:
     return tenant or None
 
 
-def _completion_view(body: Mapping, headers, block_chars: int, cpt: float) -> RequestView | None:
+def _completion_view(
+    body: Mapping[str, Any], headers: Mapping[str, str] | None, block_chars: int, cpt: float
+) -> RequestView | None:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
@@ -323,7 +332,7 @@ def truncate_payload(payload: Any, n_blocks: int) -> Any:
     if kind == "completion":
         body_blocks = max(0, n_blocks - int(payload.get("header_blocks", 0)))
         unit = int(payload.get("block_unit", 64))
-        prompt = payload.get("prompt")
+        prompt = payload.get("prompt") or ""
         return {"kind": "completion", "model": payload.get("model", ""), "prompt": prompt[: body_blocks * unit]}
     segs = payload.get("segs")
     if kind != "chat" or segs is None:

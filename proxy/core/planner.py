@@ -65,7 +65,7 @@ class Planner:
         self.residency = residency
         self.host_residency: ResidencyShadow | None = None  # the engine's host tier, when it has one
         self.dirty: dict[tuple[str, str], None] = {}
-        self.fanout: dict[tuple[str, str], tuple] = {}  # session -> (agent, parent hashes, tokens, payload)
+        self.fanout: dict[tuple[str, str], tuple[Any, ...]] = {}  # session -> (agent, parent hashes, tokens, payload)
         self.bucket = config.warm_budget()[1]
         self._refilled: float | None = None
         self.inflight: dict[tuple[str, float], tuple[float, tuple[int, ...]]] = {}
@@ -219,7 +219,7 @@ class Planner:
             tool = s.finish == "tool_calls"
             samples = agent.tool_gaps if tool else agent.gaps
             med = agent.tool_gap_median if tool else agent.gap_median
-            elapsed = now - s.last_end
+            elapsed = now - s.last_end if s.last_end is not None else 0.0  # (paused: it is set)
             if med is not None and elapsed < med:
                 lead = med - elapsed
             if s.finish == "tool_calls" and s.hashes and s.context_payload is not None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from . import snapshot as _snapshot
 from .actions import Action, ObservedRequest, PolicyStats
-from .agents import AgentRegistry
+from .agents import Agent, AgentRegistry
 from .config import PolicyConfig
 from .planner import Planner
 from .residency import ResidencyShadow
@@ -142,7 +142,7 @@ class ScoutPolicy:
         )
 
     def _detect_fanout(
-        self, view: RequestView, session: Session, agent, floor: int, now: float, ctx_payload: Any = None
+        self, view: RequestView, session: Session, agent: Agent | None, floor: int, now: float, ctx_payload: Any = None
     ) -> None:
         """Fan-out: a request of a session whose previous request is still running shares a parent
         prefix with it (parallel tool calls, map steps), or asks for n > 1 choices. The parent,
@@ -176,7 +176,7 @@ class ScoutPolicy:
                 {"context": ctx_payload, "assistant": None},
             )
 
-    def _conversion(self, agent, session: Session, now: float) -> tuple[str, int, int] | None:
+    def _conversion(self, agent: Agent | None, session: Session, now: float) -> tuple[str, int, int] | None:
         """The executed action (if any) that prepared this request: its context, else its anchor."""
         acted = self._acted
         horizon = now - self.config.conversion_window_s
@@ -281,7 +281,7 @@ class ScoutPolicy:
         )
 
     # --- persistence ---------------------------------------------------------------------------------
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, Any]:
         cfg = self.config
         return _snapshot.dump(self.agents, self._dormant, cfg.snapshot_max_bytes, cfg.age_lambda)
 
@@ -291,7 +291,7 @@ class ScoutPolicy:
         if saved is not None:
             _snapshot.apply_tenant(self.agents, tenant, saved)
 
-    def restore(self, data: dict) -> None:
+    def restore(self, data: dict[str, Any]) -> None:
         """Load learned state (raises ValueError on a foreign/too-large/wrong-version document).
         Live sessions are dropped: they would point at agents that no longer exist."""
         self._dormant = _snapshot.load(self.agents, data, self.config)

@@ -98,6 +98,7 @@ class Node:
         self.end_srcs: tuple[int, ...] = ()
         self.ends = 0
         self.agent: Any = None  # the registry's Agent while this node is one
+        self.tenant = ""  # roots only: whose tree this is
         self.agents_below = 0  # agent nodes strictly below
         self.lineage: Any = 0  # source of the latest request that ended here
         self.marked = False  # a view marked its end as the fixed context (system message)
@@ -166,7 +167,7 @@ class PrefixIndex:
         r = self.roots.get(tenant)
         if r is None:
             r = self.roots[tenant] = Node((), None, 0)
-            r.tenant = tenant  # (roots only)
+            r.tenant = tenant
             self._charge(r)
         return r
 
@@ -283,7 +284,7 @@ class PrefixIndex:
         mark: int = 0,
         recut: bool = False,
         floor: int = 0,
-    ) -> tuple:
+    ) -> tuple[Any, ...]:
         """Insert one request's chain and apply the agent rules (module docstring). ``mark``: blocks
         the view marks as its fixed context (a system/developer message; a generator's anchor).
         ``recut``: the last block is partial and a follow-up will re-cut it (raw prompts, traces):

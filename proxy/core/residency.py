@@ -37,6 +37,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from itertools import accumulate, compress
 from operator import eq, itemgetter
+from typing import Any
 
 from .view import RequestView
 
@@ -80,7 +81,8 @@ class ResidencyShadow:
         self.last_forward_at: float | None = None
         self.tail_reuse = 0.0  # tokens hit in the tail zone per inserted token (EWMA): pollution
         self._zone_hits = self._rate_zh = self._forwards = self._rate_fw = 0
-        self._shapes: dict[tuple[int, int, int], tuple] = {}  # (blocks, extra, stride) -> (positions, gather, segs)
+        # (blocks, extra, stride) -> (positions, gather, segs)
+        self._shapes: dict[tuple[int, int, int], tuple[Any, ...]] = {}
 
     # --- feeding ----------------------------------------------------------------------------
     def on_forward(self, view: RequestView, now: float, anchor_blocks: int | None = None) -> int:

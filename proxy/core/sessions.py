@@ -42,7 +42,7 @@ class Session:
     context_payload: Any = None
     assistant_payload: Any = None
     inferred: bool = False
-    index_keys: tuple = ()
+    index_keys: tuple[int, ...] = ()
     nbytes: int = 0  # estimated bytes held (chain + payloads), see session_bytes
 
     @property
@@ -127,6 +127,7 @@ class SessionTracker:
         if len(self.sessions) > self.config.max_sessions or now - self._expired_at >= 1.0:
             self.expire(now)  # (its own early-out, checked here to save the call)
         tenant = view.tenant
+        key: tuple[str, str] | None
         if view.session_id:
             key = (tenant, view.session_id)
             s = self.sessions.get(key)
@@ -145,7 +146,7 @@ class SessionTracker:
             self.sessions[key] = s
             if len(self.sessions) > self.config.max_sessions:
                 self.expire(now)
-        self.sessions.move_to_end(key)
+        self.sessions.move_to_end(s.key)
         s.last_activity = now
         return s
 
@@ -185,19 +186,19 @@ class SessionTracker:
         s.block_tokens = view.block_tokens
         s.context_payload = view.context_payload if context_payload is None else context_payload
         s.assistant_payload = None
-        for k in s.index_keys:
-            if self._index.get(k) == s.key:
-                del self._index[k]
+        for old in s.index_keys:
+            if self._index.get(old) == s.key:
+                del self._index[old]
         h, t = view.block_hashes, view.block_tokens
-        keys: tuple = ()
+        keys: tuple[int, ...] = ()
         n = len(h)
         if n > anchor_len:  # a prompt that is only the anchor starts no chain
             keys = (h[-1],)
             # globally cut prompts (raw/trace views) re-cut a partial last block in the follow-up
             if view.anchor_blocks == 0 and n - 2 >= anchor_len and t[-1] < t[-2]:
                 keys += (h[-2],)
-        for k in keys:
-            self._index[k] = s.key
+        for new in keys:
+            self._index[new] = s.key
         s.index_keys = keys
         self._charge(s, session_bytes(len(h), s.context_payload))
 

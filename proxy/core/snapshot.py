@@ -199,7 +199,7 @@ def _num(v: Any, what: str, lo: float, hi: float, integer: bool = False) -> Any:
     return float(v)
 
 
-def _list(v: Any, what: str, limit: int) -> list:
+def _list(v: Any, what: str, limit: int) -> list[Any]:
     if not isinstance(v, list):
         raise ValueError(f"{what}: not a list")
     if len(v) > limit:

@@ -182,12 +182,7 @@ class HttpEngineAdapter:
     name = "base"
 
     def __init__(
-        self,
-        client: httpx.AsyncClient,
-        base_url: str,
-        api_key: str | None = None,
-        *,
-        timeout_s: float = 30.0,
+        self, client: httpx.AsyncClient, base_url: str, api_key: str | None = None, *, timeout_s: float = 30.0
     ) -> None:
         self.client = client
         self.base_url = base_url.rstrip("/")

@@ -15,13 +15,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-KNOWN_ROUTES = (
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/v1/responses",
-    "/v1/embeddings",
-    "/v1/models",
-)
+KNOWN_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings", "/v1/models")
 OTHER_ROUTE = "other"
 CODE_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 UPSTREAM_ERROR_KINDS = ("connect", "timeout", "protocol", "other")
@@ -82,9 +76,7 @@ class ProxyMetrics:
             registry=r,
         )
         self.inflight_requests = Gauge(
-            "cachescout_inflight_requests",
-            "Client requests currently being forwarded",
-            registry=r,
+            "cachescout_inflight_requests", "Client requests currently being forwarded", registry=r
         )
         self.upstream_errors_total = Counter(
             "cachescout_upstream_errors_total",
@@ -101,14 +93,10 @@ class ProxyMetrics:
             registry=r,
         )
         self.warmup_tokens_total = Counter(
-            "cachescout_warmup_tokens_total",
-            "Prompt tokens sent in warmup/touch requests",
-            registry=r,
+            "cachescout_warmup_tokens_total", "Prompt tokens sent in warmup/touch requests", registry=r
         )
         self.action_queue_depth = Gauge(
-            "cachescout_action_queue_depth",
-            "Actions waiting in the executor queue",
-            registry=r,
+            "cachescout_action_queue_depth", "Actions waiting in the executor queue", registry=r
         )
 
         # --- learned state (proxy/runtime/live_policy) --------------------------------------
@@ -139,14 +127,10 @@ class ProxyMetrics:
 
         # --- cache effect (usage + engine scrape) ------------------------------------------
         self.engine_prefix_cache_hit_ratio = Gauge(
-            "cachescout_engine_prefix_cache_hit_ratio",
-            "Engine-reported prefix cache hit ratio, 0..1",
-            registry=r,
+            "cachescout_engine_prefix_cache_hit_ratio", "Engine-reported prefix cache hit ratio, 0..1", registry=r
         )
         self.prompt_tokens_total = Counter(
-            "cachescout_prompt_tokens_total",
-            "usage.prompt_tokens of client requests",
-            registry=r,
+            "cachescout_prompt_tokens_total", "usage.prompt_tokens of client requests", registry=r
         )
         self.cached_prompt_tokens_total = Counter(
             "cachescout_cached_prompt_tokens_total",
@@ -305,10 +289,7 @@ class ProxyMetrics:
             registry=r,
         )
         self.switchback_decisions_total = Counter(
-            "cachescout_switchback_decisions_total",
-            "Switchback decisions, by verdict",
-            ("verdict",),
-            registry=r,
+            "cachescout_switchback_decisions_total", "Switchback decisions, by verdict", ("verdict",), registry=r
         )
         for reason in ACTION_REASONS:
             for m in (
