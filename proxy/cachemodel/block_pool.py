@@ -295,6 +295,7 @@ class BlockPool:
     def _access_priority(self, hashes: Sequence[Hashable], now: float, priority: int) -> int:
         """`access()` for priority mode with nothing held: allocate + free in one pass."""
         ref, meta, pq, ret = self._ref, self._meta, self._pq, self.retention_seconds
+        assert pq is not None, "access() dispatches here only in priority mode"
         hit = 0
         for h in hashes:
             if h not in ref:

@@ -140,7 +140,7 @@ class PriorityFreeQueue:
     def _negative_scan(self, now: float) -> tuple[int, Hashable]:
         """Full scan, used only while a negative-priority bucket exists: decay *raises* a negative
         priority to 0, so such a bucket's best entry is its oldest entry that has not decayed."""
-        best = None
+        best: tuple[int, float, int, int, Hashable] | None = None
         ret = self.retention
         for prio, bucket in self.buckets.items():
             key = next(iter(bucket))
@@ -153,4 +153,5 @@ class PriorityFreeQueue:
                         break
             if best is None or cand[:3] < best[:3]:
                 best = cand
+        assert best is not None, "only called while a (negative-priority) bucket exists"
         return best[3], best[4]

@@ -66,7 +66,8 @@ class LmcacheClient:
             return {}
         # Controller versions answer {"event_id", "<instance>": [location, matched]} or nest the
         # instances under "layout_info"; accept both.
-        layout = data.get("layout_info") if isinstance(data.get("layout_info"), dict) else data
+        nested = data.get("layout_info")
+        layout: dict = nested if isinstance(nested, dict) else data
         out: dict[str, int] = {}
         for inst, info in layout.items():
             if isinstance(info, (list, tuple)) and len(info) >= 2 and isinstance(info[1], int):

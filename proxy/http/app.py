@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
+from starlette.types import Receive, Scope, Send
 
 from proxy.http.forwarder import Forwarder
 from proxy.http.health import ReadinessProbe
@@ -47,7 +48,7 @@ class ProxyApp(FastAPI):
     forwarder: Forwarder | None = None
     own_paths: frozenset[str] = frozenset(OWN_PATHS)
 
-    async def __call__(self, scope, receive, send) -> None:  # type: ignore[override]
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self.forwarder is not None and scope["path"] not in self.own_paths:
             await self.forwarder(scope, receive, send)
             return

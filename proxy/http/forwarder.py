@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+from starlette.types import Scope
 
 from proxy.http.errors import UPSTREAM_FAILURES, classify_upstream_error, describe_upstream_error, send_error
 from proxy.http.observer import NullObserver, RequestContext, RequestObserver
@@ -122,7 +123,7 @@ class Forwarder:
         else:
             log.debug("observer %s failed", hook, exc_info=True)  # noqa: LOG014
 
-    def _make_context(self, scope: dict, body: Any, started: float) -> RequestContext:
+    def _make_context(self, scope: Scope, body: Any, started: float) -> RequestContext:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         parsed: Any | None = None
         if isinstance(body, _ChunkedBody):  # too large to read: the observer sees its size only
@@ -137,7 +138,7 @@ class Forwarder:
         return RequestContext(next(self._ids), scope["method"], scope["path"], headers, body, parsed, started)
 
     # --- ASGI entry ----------------------------------------------------------------------------
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: Scope, receive: Callable, send: Callable) -> None:
         started = self.clock()
         route = route_label(scope["path"])
         metrics = self.metrics
@@ -149,7 +150,7 @@ class Forwarder:
             metrics.inflight_requests.dec()
             metrics.observe_request(route, status, self.clock() - started)
 
-    async def _read_body(self, scope: dict, receive: Callable) -> bytes:
+    async def _read_body(self, scope: Scope, receive: Callable) -> bytes | _ChunkedBody:
         limit = self.max_body_bytes
         for name, value in scope["headers"]:
             if name == b"content-length":
@@ -177,9 +178,9 @@ class Forwarder:
             return _ChunkedBody(chunks, size)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-    async def _forward(self, scope: dict, receive: Callable, send: Callable, started: float, route: str) -> int:
+    async def _forward(self, scope: Scope, receive: Callable, send: Callable, started: float, route: str) -> int:
         try:
-            body = await self._read_body(scope, receive)
+            body: bytes | bytearray | _ChunkedBody = await self._read_body(scope, receive)
         except BodyTooLarge:
             await send_error(
                 send,
@@ -221,9 +222,9 @@ class Forwarder:
 
     async def _relay(
         self,
-        scope: dict,
+        scope: Scope,
         send: Callable,
-        body: bytes,
+        body: bytes | bytearray | _ChunkedBody,
         ctx: RequestContext | None,
         route: str,
         started: float,
@@ -262,7 +263,7 @@ class Forwarder:
             status = response.status_code
             out_headers = filter_headers(response.headers.raw, RESPONSE_DROP)
             observer = self.observer if ctx is not None else None
-            if observer is not None:
+            if observer is not None and ctx is not None:  # (observer is set only with a context)
                 try:
                     observer.on_response_start(
                         ctx, status, {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in out_headers}, now
@@ -276,7 +277,7 @@ class Forwarder:
             finished = False
             try:
                 async for chunk in _raw_chunks(response):
-                    if observer is not None:
+                    if observer is not None and ctx is not None:
                         try:
                             observer.on_response_chunk(ctx, chunk, self.clock())
                         except Exception:  # noqa: BLE001
@@ -307,7 +308,9 @@ class Forwarder:
         finally:
             await response.aclose()
 
-    def _maybe_rewrite(self, observer: RequestObserver, ctx: RequestContext | None, body: bytes) -> bytes:
+    def _maybe_rewrite(
+        self, observer: RequestObserver, ctx: RequestContext | None, body: bytes | bytearray | _ChunkedBody
+    ) -> bytes | bytearray | _ChunkedBody:
         """Opt-in exception to byte-exactness: an observer that defines `rewrite_body(ctx) -> bytes | None`
         may replace the forwarded body (e.g. engine cache hints the operator enabled). None, an
         absent method, or any failure forwards the original bytes."""
@@ -321,7 +324,7 @@ class Forwarder:
             return body
         return new if isinstance(new, bytes | bytearray) else body
 
-    def _url(self, scope: dict) -> httpx.URL:
+    def _url(self, scope: Scope) -> httpx.URL:
         query = scope.get("query_string") or b""
         raw_path = scope.get("raw_path") or scope["path"].encode()
         key = (raw_path, query)

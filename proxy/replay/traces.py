@@ -218,7 +218,8 @@ def parse_openai(obj: dict) -> ReplayRequest:
         logged_path = "/v1/responses"  # Responses API body: instructions + input items
     if logged_path is None and not isinstance(body.get("messages"), list) and not isinstance(body.get("prompt"), str):
         raise Malformed("body has neither 'messages' nor a string 'prompt'")
-    headers = obj.get("headers") if isinstance(obj.get("headers"), dict) else {}
+    raw_headers = obj.get("headers")
+    headers: dict = raw_headers if isinstance(raw_headers, dict) else {}
     path = logged_path or ("/v1/chat/completions" if "messages" in body else "/v1/completions")
     max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
     out_tokens = int(max_tokens) if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else 0
@@ -301,7 +302,7 @@ def load_lines(lines: Iterable[str], fmt: str = "auto") -> LoadResult:
         result.lines += 1
         try:
             obj = json.loads(line)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             result.note(lineno, f"not JSON: {exc.msg}")
             continue
         if not isinstance(obj, dict):

@@ -183,9 +183,9 @@ def _branch(
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """A fan-out branch: the parent (anchor + the history's full blocks) + the branch's own blocks."""
     bs = chains.bs
-    hashes, tokens = chains.prompt(agent, session, hist_tokens)
+    all_hashes, all_tokens = chains.prompt(agent, session, hist_tokens)
     full = len(chains.anchor[agent]) + hist_tokens // bs
-    hashes, tokens = list(hashes[:full]), list(tokens[:full])
+    hashes, tokens = list(all_hashes[:full]), list(all_tokens[:full])
     parent = hashes[-1] if hashes else 0
     for j in range(max(1, -(-branch_tokens // bs))):
         parent = _h(parent, "branch", *key, j)

@@ -84,7 +84,7 @@ class _ReqState:
         self.skip = False
         self.accepted = False  # the engine answered 2xx: only then is the request learned
         self.parsing = False  # the view is being built on the worker thread
-        self.end: tuple | None = None  # (error, now) once the response ended
+        self.end: tuple[str | None, float] | None = None  # (error, now) once the response ended
         self.done = False  # its response was observed
 
 
@@ -371,6 +371,7 @@ class LivePolicyObserver:
 
     def _end_response(self, ctx: Any, st: _ReqState) -> None:
         if st.observed is not None:
+            assert st.end is not None, "on_response_end sets it before scheduling this"
             self._observe_response(ctx, st, *st.end)
         elif not st.parsing and st.tap is not None:  # never observed (skipped): free the tap
             st.tap.close()
@@ -378,6 +379,7 @@ class LivePolicyObserver:
     def _observe_request(self, ctx: Any, st: _ReqState) -> None:
         t0 = self.clock()
         view = st.view
+        assert view is not None, "only called from _maybe_observe, once the view is built"
         # the session keeps the context as the body bytes (shared with the forwarder), not parsed JSON
         kept = (
             BodyPayload(ctx.path, ctx.body)

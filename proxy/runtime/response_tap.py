@@ -97,6 +97,7 @@ class ResponseTap:
             self._charge(0 if self._overflow else self._json_size)
             return
         parser = self._parser
+        assert parser is not None, "stream taps own a parser until close(), which sets _off"
         for event in parser.feed(chunk):
             self._event(event.data, now)
         self._charge(parser.buffered_bytes)
@@ -133,6 +134,7 @@ class ResponseTap:
                 except _BAD_JSON:
                     pass
         else:
+            assert self._parser is not None, "stream taps own a parser until close(), which sets _off"
             for event in self._parser.flush():
                 self._event(event.data, None)
         self.close()

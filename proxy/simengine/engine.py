@@ -245,7 +245,8 @@ class SimEngine:
             budget -= n
         if not decode and not chunks:
             # nothing to compute: wait for the first host-tier load to land (or for nothing)
-            end = min(r.ready_at for r in loading) if loading else now
+            # every request in `loading` was put there with a ready_at set (see the checks above)
+            end = min(r.ready_at for r in loading if r.ready_at is not None) if loading else now
             return StepResult(now, end, 0, 0, tuple(admitted), (), ())
         end = now + cfg.cost.step_s([(s, n) for _, s, n in chunks], len(decode))
         emitted = list(decode)

@@ -282,6 +282,7 @@ class SimEngineMetrics:
 
     def _refresh_tier(self) -> None:
         eng, lv = self.engine, self._lv
+        assert eng.host is not None, "called only when self.tier (the engine has a host tier)"
         host = eng.host.stats()
         self.ext_queries.labels(*lv).inc(self._delta("ext_q", eng.external_queried))
         self.ext_hits.labels(*lv).inc(self._delta("ext_h", eng.external_hit))

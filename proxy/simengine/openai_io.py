@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from proxy.simengine.chat_template import TemplateError, render_chat
 from proxy.simengine.generation import Output
@@ -45,7 +45,12 @@ class Job:
     min_tokens: int
 
 
+@overload
+def _int(body: Mapping, key: str, default: int, lo: int | None = None) -> int: ...
+@overload
+def _int(body: Mapping, key: str, default: None, lo: int | None = None) -> int | None: ...
 def _int(body: Mapping, key: str, default: int | None, lo: int | None = None) -> int | None:
+    """An optional integer field; with an int `default` the result is always an int."""
     v = body.get(key, default)
     if v is None:
         return default

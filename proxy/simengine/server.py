@@ -221,7 +221,7 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
                 calls = io.tool_calls_json(out)
                 delta = {"tool_calls": [dict(c, index=0) for c in calls]}
                 yield frame(io.stream_chunk(job, rid, config.model, created_s, delta=delta))
-            last = {} if job.kind == "chat" else None
+            last: dict | None = {} if job.kind == "chat" else None
             yield frame(
                 io.stream_chunk(job, rid, config.model, created_s, delta=last, text="", finish=out.finish_reason)
             )
@@ -314,6 +314,7 @@ def _add_lmcache_routes(app: FastAPI, sim: SimService) -> None:
     "num_tokens"}. Tokens hash like the engine's blocks (no cache_salt: LMCache keys are unsalted),
     and a match is the leading run of whole blocks resident in the host tier."""
     host = sim.engine.host
+    assert host is not None, "added only for an engine with a host tier"
     bs = sim.config.block_size
     events = iter(range(1, 1 << 62))
 

@@ -140,6 +140,7 @@ class SimService:
         p = Pending(req, output, asyncio.Queue())
         self._pending[req.req_id] = p
         self.metrics.refresh()
+        assert self._wake is not None, "_ensure_loop() above created it"
         self._wake.set()
         return p
 

@@ -86,7 +86,7 @@ class SimTokenizer:
 
     def encode_with_pieces(self, text: str) -> tuple[list[int], list[str]]:
         ps = self.pieces(text)
-        return [self.special_ids.get(p) if p in self.special_ids else self.piece_id(p) for p in ps], ps
+        return [self.special_ids[p] if p in self.special_ids else self.piece_id(p) for p in ps], ps
 
     # ----------------------------------------------------------------- decode
     def decode(self, ids: Sequence[int], skip_special: bool = False) -> str:
