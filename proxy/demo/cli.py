@@ -446,6 +446,8 @@ def run(args: argparse.Namespace) -> int:
             direct, proxied = asyncio.run(run_both())
             both.close()
         time.sleep(0.3)  # let the last planned actions finish
+        eng: dict[str, Any]  # the proxy's /debug/engine and /debug/state answers (JSON objects)
+        state: dict[str, Any]
         if args.passthrough:
             eng = {
                 "executor": dict.fromkeys(

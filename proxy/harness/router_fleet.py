@@ -255,7 +255,7 @@ def landing(logs: Sequence[Sequence[dict]], by_session: bool = False) -> dict[st
     for t, k, sess, hashes in clients:
         for h in hashes:
             uses.setdefault(h, []).append((t, k, sess))
-    out = {"warmups": 0, "landed": 0, "wrong_replica": 0, "unused": 0, "used_here_later": 0}
+    out: dict[str, float] = {"warmups": 0, "landed": 0, "wrong_replica": 0, "unused": 0, "used_here_later": 0}
     for k, log in enumerate(logs):
         for r in log:
             if not r["warmup"] or not r["hashes"]:

@@ -26,10 +26,14 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from proxy.cachemodel.cost_model import CostModel
+
+if TYPE_CHECKING:
+    from proxy.replay.tiers import LruHostTier, MinHostTier
 
 
 @dataclass
@@ -63,7 +67,7 @@ class RunRecorder:
         self._marks: dict[int, list[tuple[str, float, int, float]]] = {}  # block -> [(reason, t, tokens, need s)]
         self.actions_by_kind: dict[str, int] = defaultdict(int)
         self.unsupported = 0
-        self.tier = None  # host tier model (tiers.py) or None
+        self.tier: LruHostTier | MinHostTier | None = None  # host tier model (tiers.py) or None
         self.load_tokens = np.zeros(n_requests, dtype=np.int64)
         self.action_load_s = 0.0  # host-tier load seconds of the actions (prefetches)
         self.resume = np.zeros(n_requests, dtype=bool)  # request resumes a session paused on a tool call

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from proxy.core.policy import ScoutPolicy
 from proxy.replay.measure import RunRecorder
 from proxy.replay.runner import DECODE_BATCH, POLICIES, ReplaySettings, make_policy, run_policy
 from proxy.replay.tiers import resolve_cpu_capacity
@@ -129,7 +130,10 @@ def learned_snapshot(
     s = settings or ReplaySettings()
     pol = make_policy(policy, s)
     run_policy(pol, requests, capacity, s.cost, None, s.engines)
-    return pol.sp.snapshot()
+    sp = getattr(pol, "sp", None)  # the scout policies' core (ReplayPolicy itself has none)
+    if not isinstance(sp, ScoutPolicy):
+        raise ValueError(f"policy {policy!r} learns no CacheScout state")
+    return sp.snapshot()
 
 
 def replay_fleet(

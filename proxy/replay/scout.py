@@ -65,6 +65,11 @@ def build_config(
 
 class _ScoutBase(ReplayPolicy):
     wants_responses = True
+    retention_s: float = 300.0  # priority engine's retention; make_policy sets the run's value
+    # built by each subclass's setup():
+    sp: ScoutPolicy
+    _rid: dict[int, int]  # replay request index -> the core's request id, while in flight
+    inflight: int
 
     def __init__(
         self,
@@ -144,7 +149,7 @@ class ScoutProxyPolicy(_ScoutBase):
                 host_tier_blocks=host,
             )
         )
-        self.pool = BlockPool(capacity_blocks, self.eviction, getattr(self, "retention_s", 300.0))
+        self.pool = BlockPool(capacity_blocks, self.eviction, self.retention_s)
         self.queue = EngineQueue(engines)
         self.executor = ReplayExecutor(executor_limits(self.settings), self._execute, self.sp.record_action_result)
         self._rid: dict[int, int] = {}

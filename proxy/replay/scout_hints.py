@@ -55,6 +55,7 @@ class ScoutProxyHintsPolicy(ScoutProxyPolicy):
         self.emitter = HintEmitter(self.stream, requests)
         self._due: list[tuple[float, int, str, Hint]] = []
         self._seq = 0
+        self.dropped_stale = 0  # planned actions already past their deadline when the plan came back
 
     # -- hint delivery ------------------------------------------------------------------------------
     def _queue(self, items, now: float) -> None:
