@@ -30,18 +30,28 @@ import hashlib
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from proxy.core.economics import RunningSet
 from proxy.core.fingerprint import view_from_openai
+from proxy.core.policy import ScoutPolicy
 from proxy.core.view import EngineLoad, RequestView, ResponseOutcome
 from proxy.core.yield_ledger import counterfactual_cached, remaining_life
 from proxy.engines.base import WarmResult
+from proxy.http.observer import RequestContext
+from proxy.observability.metrics import ProxyMetrics
 from proxy.runtime.hint_inputs import request_hints, strip_fields
 from proxy.runtime.offload import ObserveLimits, ParseOffload
 from proxy.runtime.payload import BodyPayload
 from proxy.runtime.response_tap import ResponseTap, TapBudget
+
+if TYPE_CHECKING:  # set by LiveRuntime after construction; imported for their types only
+    from proxy.core.actions import Action
+    from proxy.runtime.executor import ActionExecutor
+    from proxy.runtime.hint_inputs import HintService
+    from proxy.runtime.prefill import PrefillRate
+    from proxy.runtime.switchback import SelfEvaluation
 
 log = logging.getLogger("cachescout.live_policy")
 
@@ -93,8 +103,8 @@ class LivePolicyObserver:
 
     def __init__(
         self,
-        policy: Any,
-        metrics: Any,
+        policy: ScoutPolicy,
+        metrics: ProxyMetrics | None,
         clock: Callable[[], float],
         *,
         block_chars: int = 64,
@@ -107,14 +117,14 @@ class LivePolicyObserver:
         self.block_chars = block_chars
         self.chars_per_token = chars_per_token
         self.defer = defer
-        self.executor: Any = None  # set by LiveRuntime (submit(actions))
+        self.executor: ActionExecutor | None = None  # set by LiveRuntime (submit(actions))
         self.engine_waiting: Callable[[], int] = lambda: 0
         self._inflight: dict[int, float] = {}
         self._states: dict[int, _ReqState] = {}  # in flight: first token seen yet? (slack)
         self.running = RunningSet()  # distinct view tokens of the requests in flight
         self.utilisation = 0.0  # engine prefill busy share (LiveRuntime, scraped)
         self.deferred = 0  # call_soon work scheduled but not yet run
-        self.prefill: Any = None  # PrefillRate: streamed requests' computed tokens / TTFT
+        self.prefill: PrefillRate | None = None  # PrefillRate: streamed requests' computed tokens / TTFT
         self.token_ratio: float | None = None  # engine tokens per estimated view token (EWMA)
         # Opt-in engine hints on forwarded requests (kv_hints / request_priority): LiveRuntime sets
         # `extras_for` to the adapter's request_extras and switches `rewrite_enabled` on.
@@ -123,9 +133,9 @@ class LivePolicyObserver:
         self._anchor_priority: OrderedDict[str, tuple[int, float]] = OrderedDict()
         # Runtime hints (proxy.runtime.hint_inputs.HintService), set by LiveRuntime; strip_hint_fields:
         # the operator asked to forward bodies without the engines' proposal fields.
-        self.hints: Any = None
+        self.hints: HintService | None = None
         self.strip_hint_fields = False
-        self.selfeval: Any = None  # runtime.switchback.SelfEvaluation (LiveRuntime sets it)
+        self.selfeval: SelfEvaluation | None = None  # runtime.switchback.SelfEvaluation (LiveRuntime sets it)
         self._last_request_at = float("-inf")  # when the latest client request started
         # (tenant, last hash of an executed action's prefix) -> (engine prompt tokens, already cached,
         # remaining LRU life in shadow tokens, shadow inserted tokens then): the yield counterfactual
@@ -189,7 +199,7 @@ class LivePolicyObserver:
         return now < self._inflight.get(rid, now) + todo / max(1.0, rate)
 
     # -- hooks (request path) ------------------------------------------------------------------------
-    def on_request(self, ctx: Any) -> None:
+    def on_request(self, ctx: RequestContext) -> None:
         self._inflight[ctx.request_id] = ctx.started
         self._last_request_at = ctx.started
         st = _ReqState()
@@ -222,7 +232,7 @@ class LivePolicyObserver:
         else:
             st.skip = True
 
-    def _allowed(self, headers: Any) -> bool:
+    def _allowed(self, headers: Mapping[str, str]) -> bool:
         for name in AUTH_HEADERS:
             value = headers.get(name)
             if value and hashlib.sha256(value.encode("latin-1")).hexdigest() in self.allowed_auth:
@@ -235,7 +245,7 @@ class LivePolicyObserver:
         if self.metrics is not None:
             self.metrics.policy_skipped_total.labels(reason).inc()
 
-    def rewrite_body(self, ctx: Any) -> bytes | None:
+    def rewrite_body(self, ctx: RequestContext) -> bytes | None:
         """Opt-in: the forwarded body plus the adapter's engine hints for this request's agent
         (`priority` from the survival the planner last gave its anchor, or a `kv_hints` envelope).
         None (forward the original bytes) when off, unparsed, unknown agent or nothing to add. Builds
@@ -265,7 +275,7 @@ class LivePolicyObserver:
         body = (strip_fields(ctx.json) if self.strip_hint_fields else None) or ctx.json
         return json.dumps({**body, **extras}, separators=(",", ":"), ensure_ascii=False).encode()
 
-    def _stripped(self, ctx: Any) -> bytes | None:
+    def _stripped(self, ctx: RequestContext) -> bytes | None:
         """Opt-in (`hints_strip_fields`): the body without the engines' hint-proposal fields, for
         engines that reject unknown fields; None (original bytes) when it carries none."""
         if ctx.method != "POST" or not isinstance(ctx.json, dict):
@@ -276,7 +286,7 @@ class LivePolicyObserver:
         self.counts["stripped"] = self.counts.get("stripped", 0) + 1
         return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
-    def on_response_start(self, ctx: Any, status: int, headers: Any, now: float) -> None:
+    def on_response_start(self, ctx: RequestContext, status: int, headers: Mapping[str, str], now: float) -> None:
         st = ctx.state.get("cachescout")
         if st is None or st.skip:
             return
@@ -289,12 +299,12 @@ class LivePolicyObserver:
         else:
             self._skip(st, "rejected")  # the engine refused it (auth, validation, overload): learn nothing
 
-    def on_response_chunk(self, ctx: Any, chunk: bytes, now: float) -> None:
+    def on_response_chunk(self, ctx: RequestContext, chunk: bytes, now: float) -> None:
         st = ctx.state.get("cachescout")
         if st is not None and st.tap is not None:
             st.tap.feed(chunk, now)
 
-    def on_response_end(self, ctx: Any, error: str | None, now: float) -> None:
+    def on_response_end(self, ctx: RequestContext, error: str | None, now: float) -> None:
         self._inflight.pop(ctx.request_id, None)
         self._states.pop(ctx.request_id, None)
         st = ctx.state.get("cachescout")
@@ -338,7 +348,7 @@ class LivePolicyObserver:
             if self.counts["errors"] == 1:
                 log.exception("policy step failed (counted in cachescout_policy_errors_total)")
 
-    def _build_view(self, ctx: Any, st: _ReqState) -> None:
+    def _build_view(self, ctx: RequestContext, st: _ReqState) -> None:
         if st.view is None:  # (rewrite_body may have built it already)
             st.view = view_from_openai(
                 ctx.path, ctx.json, ctx.headers, block_chars=self.block_chars, chars_per_token=self.chars_per_token
@@ -349,7 +359,7 @@ class LivePolicyObserver:
             return
         self._maybe_observe(ctx, st)
 
-    def _view_ready(self, ctx: Any, st: _ReqState, fut: Any) -> None:
+    def _view_ready(self, ctx: RequestContext, st: _ReqState, fut: Any) -> None:
         """The worker built (or failed to build) a large body's view; back on the loop."""
         st.parsing = False
         view = None if fut.cancelled() or fut.exception() is not None else fut.result()
@@ -360,7 +370,7 @@ class LivePolicyObserver:
         st.view = view
         self._guard(self._maybe_observe, ctx, st)
 
-    def _maybe_observe(self, ctx: Any, st: _ReqState) -> None:
+    def _maybe_observe(self, ctx: RequestContext, st: _ReqState) -> None:
         """Observe once the view is built and the engine accepted the request (either order); a
         response that already ended is observed right after."""
         if st.skip or st.view is None or not st.accepted or st.observed is not None:
@@ -369,14 +379,14 @@ class LivePolicyObserver:
         if st.end is not None:
             self._observe_response(ctx, st, *st.end)
 
-    def _end_response(self, ctx: Any, st: _ReqState) -> None:
+    def _end_response(self, ctx: RequestContext, st: _ReqState) -> None:
         if st.observed is not None:
             assert st.end is not None, "on_response_end sets it before scheduling this"
             self._observe_response(ctx, st, *st.end)
         elif not st.parsing and st.tap is not None:  # never observed (skipped): free the tap
             st.tap.close()
 
-    def _observe_request(self, ctx: Any, st: _ReqState) -> None:
+    def _observe_request(self, ctx: RequestContext, st: _ReqState) -> None:
         t0 = self.clock()
         view = st.view
         assert view is not None, "only called from _maybe_observe, once the view is built"
@@ -408,7 +418,7 @@ class LivePolicyObserver:
         if self.metrics is not None:  # the forwarder does not time hooks; observe+plan is recorded here
             self.metrics.policy_observe_seconds.observe(spent)
 
-    def _observe_response(self, ctx: Any, st: _ReqState, error: str | None, now: float) -> None:
+    def _observe_response(self, ctx: RequestContext, st: _ReqState, error: str | None, now: float) -> None:
         if st.held and st.view is not None:
             st.held = False
             self.running.remove(st.view.block_hashes)
@@ -485,7 +495,7 @@ class LivePolicyObserver:
         actions = self.policy.plan(now, self.load())
         return self.executor.submit(actions) if actions else 0
 
-    def on_action_result(self, action: Any, result: WarmResult, now: float) -> None:
+    def on_action_result(self, action: Action, result: WarmResult, now: float) -> None:
         """Executor callback: report to the core, remember warmed prefixes for conversion."""
         computed = None
         if result.ok and result.prompt_tokens:  # engine tokens -> the views' token estimate
@@ -498,7 +508,7 @@ class LivePolicyObserver:
                 self._anchor_priority.popitem(last=False)
 
     # -- yield per signal (runtime/switchback.SelfEvaluation) ---------------------------------------
-    def note_action(self, action: Any, result: WarmResult, now: float) -> None:
+    def note_action(self, action: Action, result: WarmResult, now: float) -> None:
         """An executed action, before the core marks its blocks fresh (LiveRuntime calls this just
         before `on_action_result`): charge its signal what the engine prefilled for it, and keep what
         the yield counterfactual needs — what was already cached, and how long the shadow gave that
@@ -545,6 +555,7 @@ class LivePolicyObserver:
         if cached < CONVERSION_SHARE * min(tokens, prompt):
             return
         cf = counterfactual_cached(pre_cached, life, inserted_at, self.policy.residency.inserted_tokens)
+        assert self.selfeval is not None, "the only caller checks selfeval first"
         self.selfeval.record_saved(reason, max(0, min(cached, tokens) - cf), now)
 
     def update_gauges(self) -> None:
@@ -573,6 +584,7 @@ def view_from_openai_bytes(
 def _memory_metrics(observer: LivePolicyObserver) -> None:
     """Byte budgets -> metrics: drops since the last tick as counter increments, kept bytes as gauges."""
     m, policy = observer.metrics, observer.policy
+    assert m is not None, "update_gauges calls this only with metrics"
     sessions = getattr(policy, "sessions", None)
     now = {
         "sessions": getattr(sessions, "dropped_for_bytes", 0),
