@@ -19,9 +19,14 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxy.engines.base import WarmResult
+
+if TYPE_CHECKING:
+    from proxy.core.actions import Action
+    from proxy.observability.metrics import ProxyMetrics
+    from proxy.runtime.prefill import PrefillRate
 
 log = logging.getLogger("cachescout.executor")
 
@@ -36,7 +41,7 @@ class ExecutorLimits:
     max_waiting: int = 4  # engine's waiting queue (from the scraper)
 
 
-def action_key(action: Any) -> tuple:
+def action_key(action: Action) -> tuple:
     hashes = getattr(action, "block_hashes", ()) or ()
     return (action.tenant, action.anchor_id, len(hashes), hashes[-1] if hashes else None)
 
@@ -47,11 +52,11 @@ class ActionExecutor:
     def __init__(
         self,
         adapter: Any,
-        metrics: Any,
+        metrics: ProxyMetrics | None,
         clock: Callable[[], float],
         limits: ExecutorLimits = ExecutorLimits(),
         load: Callable[[], tuple[int, int]] = lambda: (0, 0),
-        on_result: Callable[[Any, WarmResult, float], None] | None = None,
+        on_result: Callable[[Action, WarmResult, float], None] | None = None,
     ) -> None:
         self.adapter = adapter
         self.metrics = metrics
@@ -66,7 +71,7 @@ class ActionExecutor:
         self.recent: deque[dict] = deque(maxlen=64)
         self.paused = False
         self.sending = 0  # actions inside adapter.warm (the engine may already count them)
-        self.prefill: Any = None  # PrefillRate: ok warmups' computed tokens / duration
+        self.prefill: PrefillRate | None = None  # PrefillRate: ok warmups' computed tokens / duration
         self.stats = {
             "submitted": 0,
             "deduped": 0,
@@ -107,7 +112,7 @@ class ActionExecutor:
             await asyncio.sleep(0.005)
 
     # -- submission (sync, request path) -------------------------------------------------------
-    def submit(self, actions: Iterable[Any]) -> int:
+    def submit(self, actions: Iterable[Action]) -> int:
         """Queue actions; returns how many were queued. Never blocks, never raises on a full queue."""
         queued = 0
         for action in actions:
@@ -185,7 +190,7 @@ class ActionExecutor:
                 queue.task_done()
                 self._depth()
 
-    async def _run_one(self, action: Any) -> None:
+    async def _run_one(self, action: Action) -> None:
         while True:
             if self.clock() > action.deadline:
                 self._finish(action, "dropped_stale", None)
@@ -208,7 +213,7 @@ class ActionExecutor:
         outcome = "ok" if result.ok else ("unsupported" if result.unsupported else "error")
         self._finish(action, outcome, result)
 
-    def _finish(self, action: Any, outcome: str, result: WarmResult | None) -> None:
+    def _finish(self, action: Action, outcome: str, result: WarmResult | None) -> None:
         self.stats[outcome] = self.stats.get(outcome, 0) + 1
         if self.metrics is not None:
             self.metrics.actions_total.labels(kind=action.kind, reason=action.reason, outcome=outcome).inc()
@@ -233,7 +238,7 @@ class ActionExecutor:
         )
         self._report(action, result if result is not None else WarmResult(ok=False, error=outcome))
 
-    def _report(self, action: Any, result: WarmResult) -> None:
+    def _report(self, action: Action, result: WarmResult) -> None:
         if self.on_result is not None:
             try:
                 self.on_result(action, result, self.clock())

@@ -15,7 +15,7 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -36,13 +36,17 @@ from proxy.runtime.state_file import harden_observer as _harden
 from proxy.runtime.state_file import read_state_file, tenant_tag, write_state_file
 from proxy.runtime.switchback import SelfEvaluation, switchback_config, yield_config
 
+if TYPE_CHECKING:
+    from proxy.core.actions import Action
+    from proxy.settings import Settings
+
 log = logging.getLogger("cachescout.live")
 
 
 class LiveRuntime:
     def __init__(
         self,
-        settings: Any,
+        settings: Settings,
         client: httpx.AsyncClient,
         metrics: Any,
         clock: Callable[[], float],
@@ -190,7 +194,7 @@ class LiveRuntime:
                     self.metrics.policy_errors_total.inc()
                 log.debug("plan tick failed", exc_info=True)
 
-    def _on_result(self, action: Any, result: WarmResult, now: float) -> None:
+    def _on_result(self, action: Action, result: WarmResult, now: float) -> None:
         self.observer.note_action(action, result, now)  # yield: before the shadow moves
         self.observer.on_action_result(action, result, now)
         lm = self.lmcache
@@ -370,7 +374,7 @@ class LiveRuntime:
         return out
 
 
-def describe_policy(policy: Any, now: float, top: int = 20) -> dict:
+def describe_policy(policy: ScoutPolicy, now: float, top: int = 20) -> dict:
     """Agents (short id, tokens, uses, last seen) and top transitions per tenant; no prompt text."""
     agents: list[dict] = []
     transitions: list[dict] = []
@@ -420,7 +424,7 @@ def _plain(obj: Any) -> Any:
 
 
 def build_live(
-    settings: Any, client: httpx.AsyncClient, metrics: Any, clock: Callable[[], float]
+    settings: Settings, client: httpx.AsyncClient, metrics: Any, clock: Callable[[], float]
 ) -> LiveRuntime | None:
     """The live policy for `create_app`; None when the policy is switched off."""
     if not getattr(settings, "policy_enabled", True):

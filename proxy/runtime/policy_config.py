@@ -9,14 +9,17 @@ simulated engine's values where the live proxy would measure them.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxy.core.config import PolicyConfig
 from proxy.runtime.executor import ExecutorLimits
 
+if TYPE_CHECKING:
+    from proxy.settings import Settings
+
 
 def policy_config(
-    settings: Any,
+    settings: Settings,
     *,
     capacity_tokens: int | None = None,
     prefill_tokens_per_s: float | None = None,
@@ -42,8 +45,9 @@ def policy_config(
         overrides["host_tier_tokens"] = int(host_tier_tokens)
     if reload is not None:  # a host tier's load price: (tokens/s, latency s)
         overrides["reload_tokens_per_s"], overrides["reload_latency_s"] = float(reload[0]), float(reload[1])
-    if getattr(settings, "warmup_prefill_share", None) is not None:
-        overrides["warmup_share"] = float(settings.warmup_prefill_share)
+    share = getattr(settings, "warmup_prefill_share", None)
+    if share is not None:
+        overrides["warmup_share"] = float(share)
     if capacity_tokens is not None:
         overrides["residency_capacity_tokens"] = int(capacity_tokens)
     if prefill_tokens_per_s:
@@ -57,7 +61,7 @@ def policy_config(
     return cfg.with_overrides(**{**overrides, **typed})
 
 
-def executor_limits(settings: Any) -> ExecutorLimits:
+def executor_limits(settings: Settings) -> ExecutorLimits:
     """The live executor's rules (queue bound, workers, yield-to-traffic thresholds)."""
     return ExecutorLimits(
         queue_size=settings.action_queue_size,

@@ -14,11 +14,14 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxy.core.actions import REASONS
 from proxy.core.switchback import Switchback, SwitchbackConfig
 from proxy.core.yield_ledger import YieldConfig, YieldLedger
+
+if TYPE_CHECKING:
+    from proxy.settings import Settings
 
 log = logging.getLogger("cachescout.switchback")
 
@@ -27,7 +30,7 @@ NAN = float("nan")
 YIELD_PUBLISH_S = 1.0
 
 
-def switchback_config(settings: Any) -> SwitchbackConfig:
+def switchback_config(settings: Settings) -> SwitchbackConfig:
     return SwitchbackConfig(
         mode=str(settings.switchback),
         window_min_s=float(settings.switchback_window_min_s),
@@ -43,7 +46,7 @@ def switchback_config(settings: Any) -> SwitchbackConfig:
     )
 
 
-def yield_config(settings: Any) -> YieldConfig:
+def yield_config(settings: Settings) -> YieldConfig:
     return YieldConfig(
         enabled=bool(settings.yield_throttle),
         half_life_s=float(settings.yield_half_life_s),
