@@ -34,12 +34,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxy.core.hint_actions import Hint, HintDriver
 from proxy.core.hints import ACCEPTED, FACT, HINT_KINDS, PREDICTION, REFUSED, SESSION_ENDED, HintConfig, source_id
+
+if TYPE_CHECKING:
+    from proxy.core.policy import ScoutPolicy
+    from proxy.observability.metrics import ProxyMetrics
 
 HINTS_PATH = "/v1/cachescout/hints"
 SOURCE_HEADER = "x-cachescout-source"
@@ -228,12 +232,12 @@ def hint_config(settings: Any) -> HintConfig:
 class HintService:
     """The endpoint's logic and the observer's request-field hints, over one HintDriver."""
 
-    def __init__(self, driver: HintDriver, metrics: Any = None, max_body_bytes: int = 65536) -> None:
+    def __init__(self, driver: HintDriver, metrics: ProxyMetrics | None = None, max_body_bytes: int = 65536) -> None:
         self.driver = driver
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.counts = {"batches": 0, "invalid": 0, "refused_batches": 0}
-        self.after_submit: Any = None  # LiveRuntime: plan at once, not on the next tick
+        self.after_submit: Callable[[], object] | None = None  # LiveRuntime: plan at once, not on the next tick
 
     def handle(self, raw: bytes, headers: Mapping[str, str], now: float) -> tuple[int, dict]:
         """(status, JSON body) for one POST; applies nothing unless the whole batch is acceptable."""
@@ -372,7 +376,7 @@ __all__ = [
 ]
 
 
-def build_hint_service(settings: Any, policy: Any, metrics: Any = None) -> HintService | None:
+def build_hint_service(settings: Any, policy: ScoutPolicy, metrics: ProxyMetrics | None = None) -> HintService | None:
     """The live proxy's hint service (None when ``hints_enabled`` is off). The driver attaches
     itself to the planner only when the first hint arrives, so a proxy that never receives one
     plans exactly as before."""
