@@ -387,11 +387,11 @@ class Planner:
         cfg, res = self.cfg, self.residency
         return Market(
             capacity_tokens=float(res.capacity_tokens),
-            insert_rate=res.insert_rate,
+            insert_rate=res.rates.insert_rate,
             zone_tokens=res.zone_tokens() if res.capacity_tokens else 0.0,
-            tail_reuse=res.tail_reuse,
+            tail_reuse=res.rates.tail_reuse,
             prefill_tokens_per_s=cfg.prefill_tokens_per_s,
-            request_rate=res.request_rate,
+            request_rate=res.rates.request_rate,
             waiting=load.waiting,
             prefilling=load.prefilling,
             utilisation=load.utilisation,
