@@ -25,37 +25,19 @@ be exempted with ``session_gated=False``); with a shut gate the planner does not
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from .actions import REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, REASON_TRANSITION, RETAIN, TOUCH, Action
+from .actions import REASON_FANOUT, REASON_HINT, RETAIN, TOUCH, Action
 from .agents import AgentRegistry, TenantState, agent_id_for
+from .candidates import Candidate, CandidateSources
 from .config import PolicyConfig
 from .economics import NOTHING, WAIT, Market, Prospect, assess
 from .residency import ResidencyShadow
-from .sessions import Session, SessionTracker
-from .survival import anchor_score, continuation_probability, reachable_agents
+from .sessions import SessionTracker
 from .view import EngineLoad
 
 
-@dataclass(slots=True)
-class _Candidate:
-    score: float
-    reason: str
-    tenant: str
-    anchor_id: str
-    hashes: tuple[int, ...]
-    block_tokens: tuple[int, ...]
-    payload: Any
-    prob: float
-    lead: float | None  # seconds until the predicted demand; None = unknown (not imminent)
-    warm_ok: bool = True  # False: only touch (planned while the session's request still runs)
-    context: bool = False  # a session's whole context (not an agent anchor)
-    session: tuple[str, str] | None = None  # the session it was planned for (re-planned if it waits)
-    soon: bool = False  # the demand follows a request still running (its pause is too short)
-
-
-class Planner:
+class Planner(CandidateSources):
     def __init__(
         self, config: PolicyConfig, registry: AgentRegistry, sessions: SessionTracker, residency: ResidencyShadow
     ) -> None:
@@ -80,6 +62,7 @@ class Planner:
         self.declined = 0  # candidates the economics found not worth acting on
         self.touch_prefill = float(config.touch_cost_tokens)  # measured tokens a touch prefills (EWMA)
         self.overflow_ticks = 0  # plan() calls skipped: the running set alone overflows the cache
+        self._overflow_until = float("-inf")  # ... or did within the last cache lifetime
         # the one outside veto (runtime wiring): (reason, kind, now) -> may this action be emitted?
         # Observe-only windows and throttled signals (core/yield_ledger.py) answer False.
         self.action_gate: Callable[[str, str, float], bool] | None = None
@@ -135,13 +118,12 @@ class Planner:
         slots = min(cfg.max_actions_per_tick, cfg.max_concurrent - len(self.inflight))
         if slots <= 0:
             return []
-        cap = self.residency.capacity_tokens
-        if 0 < cap <= load.running_tokens:  # Market.overflowing, before building one
-            self.dirty.clear()  # the running set alone overflows the cache:
-            self.fanout.clear()  # anything kept now is evicted by it; observe only
+        if self._overflowing(now, load):  # anything kept now is evicted: observe only
+            self.dirty.clear()
+            self.fanout.clear()
             self.overflow_ticks += 1
             return []
-        cands: list[_Candidate] = []
+        cands: list[Candidate] = []
         gates: dict[str, bool] = {}
         sessions = self.sessions.sessions
         for key in self.dirty:
@@ -154,7 +136,7 @@ class Planner:
                 # a fact (the siblings are running), so not gated; touch/retain only
                 out_id = agent_id_for(agent.tenant, hashes[-1])
                 cands.append(
-                    _Candidate(
+                    Candidate(
                         float(sum(toks)),
                         REASON_FANOUT,
                         agent.tenant,
@@ -173,7 +155,7 @@ class Planner:
             for h in self.hints.candidates(now):
                 # a runtime hint carries its own timing (the driver defers far ones): imminent
                 cands.append(
-                    _Candidate(
+                    Candidate(
                         h.score,
                         h.reason,
                         h.tenant,
@@ -201,197 +183,31 @@ class Planner:
             self.hints.note(actions)  # a hint pays for one warm
         return actions
 
+    def _overflowing(self, now: float, load: EngineLoad) -> bool:
+        """Market.overflowing as a regime: now, or within one cache lifetime (capacity / insert rate,
+        <= continuation_horizon_s); what is kept in a dip (a tool pause) the next overflow evicts."""
+        cap, rate = self.residency.capacity_tokens, self.residency.rates.insert_rate
+        if 0 < cap <= load.running_tokens:
+            life = min(cap / rate, self.cfg.continuation_horizon_s) if rate and rate > 0 else 0.0
+            self._overflow_until = max(self._overflow_until, now + life)
+        return cap > 0 and (cap <= load.running_tokens or now < self._overflow_until)
+
     def _gate(self, tenant: str, gates: dict[str, bool]) -> bool:
         g = gates.get(tenant)
         if g is None:
             g = gates[tenant] = self.gate_open(self.registry.tenant(tenant), self._now)
         return g
 
-    def _session_candidates(self, s: Session, now: float, gates: dict[str, bool], out: list[_Candidate]) -> None:
-        cfg = self.cfg
-        agent = s.agent
-        registry = self.registry
-        if agent is None or registry.by_id.get(agent.agent_id) is not agent:  # registry.alive
-            return
-        paused = s.inflight == 0 and s.last_end is not None
-        lead = None
-        if paused:
-            tool = s.finish == "tool_calls"
-            samples = agent.tool_gaps if tool else agent.gaps
-            med = agent.tool_gap_median if tool else agent.gap_median
-            elapsed = now - s.last_end if s.last_end is not None else 0.0  # (paused: it is set)
-            if med is not None and elapsed < med:
-                lead = med - elapsed
-            if s.finish == "tool_calls" and s.hashes and s.context_payload is not None:
-                p = continuation_probability(
-                    samples,
-                    elapsed,
-                    cfg.continuation_horizon_s,
-                    True,
-                    cfg.tool_resume_prior,
-                    cfg.continuation_prior,
-                    cfg.continuation_min_samples,
-                )
-                if p >= cfg.tool_resume_min_p and (not cfg.tool_resume_gated or self._gate(agent.tenant, gates)):
-                    payload = {"context": s.context_payload, "assistant": s.assistant_payload}
-                    out.append(
-                        _Candidate(
-                            p * sum(s.block_tokens),
-                            REASON_TOOL_RESUME,
-                            agent.tenant,
-                            agent_id_for(agent.tenant, s.hashes[-1]),
-                            s.hashes,
-                            s.block_tokens,
-                            payload,
-                            p,
-                            lead,
-                            True,
-                            True,
-                            s.key,
-                        )
-                    )
-        tenant = agent.tenant
-        g = gates.get(tenant)
-        if g is None:
-            g = self._gate(tenant, gates)
-        if not g:
-            return
-        ts = registry.tenant(tenant)
-        trigger = cfg.plan_trigger
-        by_slot = ts.by_slot
-        # _settled, inlined (this loop runs for nearly every request)
-        last_acted, safe, cooldown = self.last_acted, self._safe, cfg.cooldown_s
-        res = self.residency
-        epoch, inserted = res.epoch, res.inserted_tokens
-        for rank, (slot, p) in enumerate(ts.learner.successors(agent.slot, cfg.top_k, cfg.tau)):
-            nxt = by_slot.get(slot)
-            if nxt is None or nxt.payload is None or not nxt.anchor_hashes:
-                continue
-            aid = nxt.agent_id
-            last = last_acted.get(aid)
-            if last is not None and now - last < cooldown:
-                continue
-            memo = safe.get(aid)
-            if memo is not None and memo[0] == epoch and inserted < memo[1]:
-                continue
-            if rank >= cfg.warm_top_k:
-                warm_ok = False  # lower-ranked successors are only kept, not re-made
-            else:
-                warm_ok = paused or trigger == "request"
-            if not paused and trigger == "auto":
-                # act now only if the pause after this response is too short for a warm then
-                gap = agent.gap_median
-                if gap is not None and gap >= max(cfg.min_lead_s, cfg.reload_s(nxt.tokens)):
-                    continue  # planned again when the response ends
-                warm_ok = rank < cfg.warm_top_k
-            reason = REASON_TRANSITION if rank == 0 else REASON_FANOUT
-            score = anchor_score(p, now - nxt.last_seen, nxt.tokens, cfg.delta, cfg.age_lambda)
-            out.append(
-                _Candidate(
-                    score,
-                    reason,
-                    nxt.tenant,
-                    nxt.agent_id,
-                    nxt.anchor_hashes,
-                    nxt.anchor_block_tokens,
-                    nxt.payload,
-                    p,
-                    lead,
-                    warm_ok,
-                    False,
-                    s.key,
-                    not paused,
-                )
-            )
-
-    def _sweep_candidates(self, now: float, gates: dict[str, bool], out: list[_Candidate]) -> None:
-        cfg = self.cfg
-        scored: list[_Candidate] = []
-        for a, p in reachable_agents(
-            self.registry, self.sessions.on_agent, cfg.max_hops, cfg.tau, lambda tenant: self._gate(tenant, gates)
-        ):
-            if a.payload is None or not a.anchor_hashes:
-                continue
-            score = anchor_score(p, now - a.last_seen, a.tokens, cfg.delta, cfg.age_lambda)
-            scored.append(
-                _Candidate(
-                    score, REASON_HINT, a.tenant, a.agent_id, a.anchor_hashes, a.anchor_block_tokens, a.payload, p, None
-                )
-            )
-        scored.sort(key=lambda c: c.score, reverse=True)
-        out.extend(scored[: cfg.sweep_top_n])
-        if cfg.sweep_sessions:
-            self._sweep_paused_sessions(now, gates, out)
-
-    def _sweep_paused_sessions(self, now: float, gates: dict[str, bool], out: list[_Candidate]) -> None:
-        """Paused sessions likely to resume soon keep their context (session continuation).
-
-        Walks the most recently active sessions only (``sweep_sessions`` of them), so a sweep
-        stays O(that) however many sessions are live. A session continuing is a fact of its own
-        history, not an agent-to-agent guess, but by default only tool_resume ignores the gate
-        (``tool_resume_gated``/``session_gated``)."""
-        cfg = self.cfg
-        scored: list[_Candidate] = []
-        for k, s in enumerate(reversed(self.sessions.sessions.values())):
-            if k >= cfg.sweep_sessions:
-                break
-            agent = s.agent
-            if (
-                s.inflight
-                or s.last_end is None
-                or agent is None
-                or agent.forgotten
-                or not s.hashes
-                or s.context_payload is None
-            ):
-                continue
-            tool = s.finish == "tool_calls"
-            if (cfg.tool_resume_gated if tool else cfg.session_gated) and not self._gate(agent.tenant, gates):
-                continue
-            p = continuation_probability(
-                agent.tool_gaps if tool else agent.gaps,
-                now - s.last_end,
-                cfg.continuation_horizon_s,
-                tool,
-                cfg.tool_resume_prior,
-                cfg.continuation_prior,
-                cfg.continuation_min_samples,
-            )
-            if p < cfg.tool_resume_min_p:
-                continue
-            med = agent.tool_gap_median if tool else agent.gap_median
-            elapsed = now - s.last_end
-            lead = med - elapsed if med is not None and elapsed < med else None
-            payload = {"context": s.context_payload, "assistant": s.assistant_payload}
-            scored.append(
-                _Candidate(
-                    p * sum(s.block_tokens),
-                    REASON_TOOL_RESUME if tool else REASON_HINT,
-                    agent.tenant,
-                    agent_id_for(agent.tenant, s.hashes[-1]),
-                    s.hashes,
-                    s.block_tokens,
-                    payload,
-                    p,
-                    lead,
-                    tool,
-                    True,
-                    s.key,
-                )
-            )
-        scored.sort(key=lambda c: c.score, reverse=True)
-        out.extend(scored[: cfg.sweep_top_n])
-
     def market(self, load: EngineLoad) -> Market:
         """The engine as the economics sees it now: the shadow's turnover and tail reuse, the load."""
         cfg, res = self.cfg, self.residency
         return Market(
             capacity_tokens=float(res.capacity_tokens),
-            insert_rate=res.insert_rate,
+            insert_rate=res.rates.insert_rate,
             zone_tokens=res.zone_tokens() if res.capacity_tokens else 0.0,
-            tail_reuse=res.tail_reuse,
+            tail_reuse=res.rates.tail_reuse,
             prefill_tokens_per_s=cfg.prefill_tokens_per_s,
-            request_rate=res.request_rate,
+            request_rate=res.rates.request_rate,
             waiting=load.waiting,
             prefilling=load.prefilling,
             utilisation=load.utilisation,
@@ -404,7 +220,7 @@ class Planner:
             touch_hidden_tokens=max(0.0, self.touch_prefill - cfg.touch_cost_tokens),
         )
 
-    def _host_prefetch(self, c: _Candidate, missing: float, busy: bool) -> bool:
+    def _host_prefetch(self, c: Candidate, missing: float, busy: bool) -> bool:
         """Load a host-resident prefix back now? Predictions (transition, tool resume) are loaded
         so the load lands just before the predicted demand — lead >= load time, and no earlier than
         `prefetch_window_s` before that (an early load only crowds the GPU); with no predicted time,
@@ -417,7 +233,7 @@ class Planner:
         return need <= c.lead <= need + self.cfg.prefetch_window_s
 
     def _select(
-        self, cands: list[_Candidate], now: float, slots: int, busy: bool = False, market: Market | None = None
+        self, cands: list[Candidate], now: float, slots: int, busy: bool = False, market: Market | None = None
     ) -> list[Action]:
         """Each candidate becomes the action the economics finds worth most (touch, warm, retain)
         or nothing; the best net values are taken first, within slots and the token bucket."""
@@ -426,7 +242,7 @@ class Planner:
         m = market if market is not None else Market(capacity_tokens=float(res.capacity_tokens))
         life = res.lifetime_s()
         max_warm = cfg.warm_max_cache_share * res.capacity_tokens
-        priced: list[tuple[float, float, str, _Candidate]] = []
+        priced: list[tuple[float, float, str, Candidate]] = []
         seen: set[str] = set()
         for c in cands:
             if c.anchor_id in seen:

@@ -39,6 +39,7 @@ from itertools import accumulate, compress
 from operator import eq, itemgetter
 from typing import Any
 
+from .turnover import Turnover
 from .view import RequestView
 
 _COMPACT_SLACK = 4096
@@ -73,14 +74,10 @@ class ResidencyShadow:
         self._used = 0
         self._inserted = 0  # tokens inserted so far
         self.horizon_s = float(horizon_s)  # >0: the tail zone grows to what arrives in this long
-        self.insert_rate: float | None = None  # tokens inserted per second (EWMA, client traffic)
-        self._rate_t: float | None = None
-        self._rate_ins = 0
+        self.rates = Turnover()  # insert rate, request rate, tail reuse (client traffic)
         self.evicted_tokens = 0
-        self.request_rate = 0.0  # forwards per second (EWMA, same window as insert_rate)
         self.last_forward_at: float | None = None
-        self.tail_reuse = 0.0  # tokens hit in the tail zone per inserted token (EWMA): pollution
-        self._zone_hits = self._rate_zh = self._forwards = self._rate_fw = 0
+        self._zone_hits = self._forwards = 0
         # (blocks, extra, stride) -> (positions, gather, segs)
         self._shapes: dict[tuple[int, int, int], tuple[Any, ...]] = {}
 
@@ -92,17 +89,7 @@ class ResidencyShadow:
             anchor_blocks = view.anchor_blocks
         self._forwards += 1
         self.last_forward_at = now
-        if self._rate_t is None:
-            self._rate_t, self._rate_ins = now, self._inserted
-        elif now - self._rate_t >= 1.0:
-            ins, dt = self._inserted - self._rate_ins, now - self._rate_t
-            r = ins / dt
-            self.insert_rate = r if self.insert_rate is None else 0.7 * self.insert_rate + 0.3 * r
-            self.request_rate = 0.7 * self.request_rate + 0.3 * (self._forwards - self._rate_fw) / dt
-            if ins > 0:
-                self.tail_reuse = 0.7 * self.tail_reuse + 0.3 * (self._zone_hits - self._rate_zh) / ins
-            self._rate_t, self._rate_ins = now, self._inserted
-            self._rate_zh, self._rate_fw = self._zone_hits, self._forwards
+        self.rates.update(now, self._inserted, self._forwards, self._zone_hits)
         if self.stride == 0 and view.block_tokens:
             self.stride = max(1, self.stride_tokens // max(1, max(view.block_tokens)))
         hashes, seg = self._sample(view.block_hashes, view.block_tokens, anchor_blocks - 1)
@@ -123,7 +110,7 @@ class ResidencyShadow:
         """How long a block just made most recent survives untouched: capacity over the client
         insert rate (None while either is unknown). A warm whose demand is further away than this
         is evicted again before it pays."""
-        rate = self.insert_rate
+        rate = self.rates.insert_rate
         if not self.capacity_tokens or not rate or rate <= 0:
             return None
         return self.capacity_tokens / rate
@@ -359,8 +346,8 @@ class ResidencyShadow:
         traffic will insert within ``horizon_s``, whichever is larger, at most the capacity."""
         cap = self.capacity_tokens
         zone = self.near_eviction_fraction * cap
-        if self.horizon_s > 0 and self.insert_rate:
-            zone = min(float(cap), max(zone, self.insert_rate * self.horizon_s))
+        if self.horizon_s > 0 and self.rates.insert_rate:
+            zone = min(float(cap), max(zone, self.rates.insert_rate * self.horizon_s))
         return zone
 
     def safe_until(self) -> float:

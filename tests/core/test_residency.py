@@ -123,7 +123,7 @@ def test_horizon_grows_the_tail_zone_with_the_insert_rate():
     for k in range(40):  # 4 blocks (64 tokens) a second, cache full after 25 s
         r.on_forward(view_from_blocks("", [1000 + 4 * k + j for j in range(4)], 16), t)
         t += 1.0
-    assert r.insert_rate == pytest.approx(64.0, rel=0.05)
+    assert r.rates.insert_rate == pytest.approx(64.0, rel=0.05)
     assert r.zone_tokens() == pytest.approx(max(0.1 * 1600, 2.0 * 64.0), rel=0.05)
     fast = ResidencyShadow(capacity_tokens=1600, near_eviction_fraction=0.1, horizon_s=60.0)
     for k in range(40):
