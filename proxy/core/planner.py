@@ -79,6 +79,7 @@ class Planner:
         self.declined = 0               # candidates the economics found not worth acting on
         self.touch_prefill = float(config.touch_cost_tokens)   # measured tokens a touch prefills (EWMA)
         self.overflow_ticks = 0         # plan() calls skipped: the running set alone overflows the cache
+        self._overflow_until = float("-inf")   # ... or did within the last cache lifetime
         # the one outside veto (runtime wiring): (reason, kind, now) -> may this action be emitted?
         # Observe-only windows and throttled signals (branch i11b: core/yield_ledger.py) answer False.
         self.action_gate: Callable[[str, str, float], bool] | None = None
@@ -134,8 +135,7 @@ class Planner:
         slots = min(cfg.max_actions_per_tick, cfg.max_concurrent - len(self.inflight))
         if slots <= 0:
             return []
-        cap = self.residency.capacity_tokens
-        if 0 < cap <= load.running_tokens:                  # Market.overflowing, before building one
+        if self._overflowing(now, load):
             self.dirty.clear()                          # the running set alone overflows the cache:
             self.fanout.clear()                         # anything kept now is evicted by it; observe only
             self.overflow_ticks += 1
@@ -171,6 +171,22 @@ class Planner:
         if self.hints is not None and actions:
             self.hints.note(actions)                     # a hint pays for one warm
         return actions
+
+    def _overflowing(self, now: float, load: EngineLoad) -> bool:
+        """Market.overflowing as a regime, not an instant: the running set alone needs more than the
+        cache now, or did within the last cache lifetime (capacity / insert rate, at most
+        ``continuation_horizon_s``). The running set dips between one request's end and the next
+        one's start (a tool pause); an action planned in that dip is evicted by the next overflow
+        before its demand, since that demand comes within a lifetime or survival rules it out."""
+        cap = self.residency.capacity_tokens
+        if cap <= 0:
+            return False
+        if cap <= load.running_tokens:
+            rate = self.residency.insert_rate
+            life = cap / rate if rate and rate > 0 else 0.0
+            self._overflow_until = max(self._overflow_until, now + min(life, self.cfg.continuation_horizon_s))
+            return True
+        return now < self._overflow_until
 
     def _gate(self, tenant: str, gates: dict[str, bool]) -> bool:
         g = gates.get(tenant)
