@@ -81,7 +81,6 @@ class Planner:
         self.overflow_ticks = 0         # plan() calls skipped: the running set alone overflows the cache
         self._overflow_until = float("-inf")   # ... or did within the last cache lifetime
         # the one outside veto (runtime wiring): (reason, kind, now) -> may this action be emitted?
-        # Observe-only windows and throttled signals (branch i11b: core/yield_ledger.py) answer False.
         self.action_gate: Callable[[str, str, float], bool] | None = None
         self.hints: Any = None      # runtime hints (core.hint_actions.HintDriver): extra candidates
 
@@ -135,9 +134,8 @@ class Planner:
         slots = min(cfg.max_actions_per_tick, cfg.max_concurrent - len(self.inflight))
         if slots <= 0:
             return []
-        if self._overflowing(now, load):
-            self.dirty.clear()                          # the running set alone overflows the cache:
-            self.fanout.clear()                         # anything kept now is evicted by it; observe only
+        if self._overflowing(now, load):                # anything kept now is evicted: observe only
+            self.dirty.clear(), self.fanout.clear()
             self.overflow_ticks += 1
             return []
         cands: list[_Candidate] = []
@@ -173,20 +171,15 @@ class Planner:
         return actions
 
     def _overflowing(self, now: float, load: EngineLoad) -> bool:
-        """Market.overflowing as a regime, not an instant: the running set alone needs more than the
-        cache now, or did within the last cache lifetime (capacity / insert rate, at most
-        ``continuation_horizon_s``). The running set dips between one request's end and the next
-        one's start (a tool pause); an action planned in that dip is evicted by the next overflow
-        before its demand, since that demand comes within a lifetime or survival rules it out."""
-        cap = self.residency.capacity_tokens
-        if cap <= 0:
-            return False
-        if cap <= load.running_tokens:
-            rate = self.residency.insert_rate
-            life = cap / rate if rate and rate > 0 else 0.0
-            self._overflow_until = max(self._overflow_until, now + min(life, self.cfg.continuation_horizon_s))
+        """Market.overflowing as a regime: the running set alone overflows the cache now, or did
+        within one cache lifetime (capacity / insert rate, <= continuation_horizon_s). Between two
+        requests (a tool pause) it dips; what is kept in that dip is evicted by the next overflow."""
+        cap, rate = self.residency.capacity_tokens, self.residency.insert_rate
+        if 0 < cap <= load.running_tokens:
+            life = min(cap / rate, self.cfg.continuation_horizon_s) if rate and rate > 0 else 0.0
+            self._overflow_until = max(self._overflow_until, now + life)
             return True
-        return now < self._overflow_until
+        return cap > 0 and now < self._overflow_until
 
     def _gate(self, tenant: str, gates: dict[str, bool]) -> bool:
         g = gates.get(tenant)
