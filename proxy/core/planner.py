@@ -171,9 +171,8 @@ class Planner:
         return actions
 
     def _overflowing(self, now: float, load: EngineLoad) -> bool:
-        """Market.overflowing as a regime: the running set alone overflows the cache now, or did
-        within one cache lifetime (capacity / insert rate, <= continuation_horizon_s). Between two
-        requests (a tool pause) it dips; what is kept in that dip is evicted by the next overflow."""
+        """Market.overflowing as a regime: now, or within one cache lifetime (capacity / insert rate,
+        <= continuation_horizon_s); what is kept in a dip (a tool pause) the next overflow evicts."""
         cap, rate = self.residency.capacity_tokens, self.residency.insert_rate
         if 0 < cap <= load.running_tokens:
             life = min(cap / rate, self.cfg.continuation_horizon_s) if rate and rate > 0 else 0.0
