@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry
 from proxy.core.hint_actions import Hint
 from proxy.core.policy import ScoutPolicy
 from proxy.core.view import ResponseOutcome
-from proxy.demo_workload import DemoSpec, build_agents
+from proxy.demo.workload import DemoSpec, build_agents
 from proxy.http.observer import RequestContext
 from proxy.observability.metrics import ProxyMetrics
 from proxy.runtime.hint_inputs import build_hint_service

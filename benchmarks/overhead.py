@@ -36,7 +36,7 @@ from pathlib import Path
 
 import aiohttp
 
-from proxy.child_process import free_port
+from proxy.harness.child_process import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BODY = json.dumps({"model": "bench", "max_tokens": 64, "messages": [

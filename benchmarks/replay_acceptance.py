@@ -21,10 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from proxy.sim.cost_model import CostModel
-from proxy.sim.replay.runner import ReplaySettings, replay, resolve_capacity
-from proxy.sim.replay_cli import DEFAULT_WORKLOAD_CAPACITY, parse_overrides
-from proxy.sim.workloads import generate, preset
+from proxy.cachemodel.cost_model import CostModel
+from proxy.replay.runner import ReplaySettings, replay, resolve_capacity
+from proxy.replay.cli import DEFAULT_WORKLOAD_CAPACITY, parse_overrides
+from proxy.replay.workloads import generate, preset
 
 POLICY = "scout-proxy"
 

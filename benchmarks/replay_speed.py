@@ -20,10 +20,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from proxy.sim.cost_model import CostModel  # noqa: E402
-from proxy.sim.replay.runner import ReplaySettings, make_policy, resolve_capacity, run_policy  # noqa: E402
-from proxy.sim.traces import load_trace  # noqa: E402
-from proxy.sim.workloads import generate, preset  # noqa: E402
+from proxy.cachemodel.cost_model import CostModel  # noqa: E402
+from proxy.replay.runner import ReplaySettings, make_policy, resolve_capacity, run_policy  # noqa: E402
+from proxy.replay.traces import load_trace  # noqa: E402
+from proxy.replay.workloads import generate, preset  # noqa: E402
 
 DEFAULT_TRACE = REPO.parent / "shared" / "traces" / "conversation_trace.jsonl"
 TARGET_LRU_RPS = 20_000

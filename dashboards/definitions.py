@@ -272,6 +272,51 @@ POLICY = Dashboard(
                   (Target("max by (store) (cachescout_kept_bytes)", "kept {{store}}"),
                    Target(rate("cachescout_memory_drops_total", "store"), "drops {{store}}")), unit="bytes"),
         )),
+        # --- self-evaluation (issue 11): does acting pay on this traffic? --------------------------
+        Row("Self-evaluation", (
+            Panel("Realised yield per signal",
+                  "Does each signal save more than it costs? Decayed saved − spent critical-path tokens "
+                  "(engine-reported cached_tokens beyond the no-action counterfactual, minus the actions' "
+                  "own prefill; idle-time prefill charged at yield_idle_cost_share). Below 0 the signal "
+                  "is throttled.",
+                  (Target("sum by (reason) (cachescout_signal_yield_tokens)", "{{reason}}"),)),
+            Panel("Saved vs spent tokens per signal",
+                  "Token flows behind the yield: tokens saved for clients against tokens prefilled for "
+                  "actions (spent split by whether client traffic ran alongside).",
+                  (Target(rate("cachescout_signal_saved_tokens_total", "reason"), "saved {{reason}}"),
+                   Target(rate("cachescout_signal_spent_tokens_total", "reason, contended"),
+                          "spent {{reason}} contended={{contended}}"))),
+            Panel("Throttled signals",
+                  "Which signals are held back for negative yield, and how many actions that cost them "
+                  "(each still acts once per yield_explore_interval_s, so it can recover)?",
+                  (Target("max by (reason) (cachescout_signal_throttled)", "throttled {{reason}}"),
+                   Target(rate("cachescout_signal_held_back_total", "reason"), "held back/s {{reason}}"))),
+            Panel("Switchback: TTFT effect of acting",
+                  "Does acting lower client TTFT? Load-adjusted difference of policy-on and observe-only "
+                  "window means relative to observe-only TTFT, with its confidence interval (last decision "
+                  "and the running batch). Negative = faster.",
+                  (Target("avg by (bound) (cachescout_switchback_ttft_effect_ratio{source=\"decision\"})",
+                          "decision {{bound}}"),
+                   Target("avg by (bound) (cachescout_switchback_ttft_effect_ratio{source=\"running\"})",
+                          "running {{bound}}"),
+                   Target("avg by (bound) (cachescout_switchback_ttft_effect_seconds{source=\"decision\"})",
+                          "decision seconds {{bound}}")),
+                  unit="percentunit"),
+            Panel("Switchback: hit ratio by arm",
+                  "Client-visible prefix hit ratio of policy-on vs observe-only windows (reported beside "
+                  "the TTFT effect, never instead of it).",
+                  (Target("avg by (source, arm) (cachescout_switchback_hit_ratio)", "{{source}} {{arm}}"),),
+                  unit="percentunit", min=0, max=1),
+            Panel("Switchback: state",
+                  "Is the policy acting now, has it switched itself to observe-only (acting confidently "
+                  "hurt TTFT), and what did the decisions and windows say?",
+                  (Target("max (cachescout_switchback_policy_active)", "acting"),
+                   Target("max (cachescout_switchback_observe_only)", "observe-only (auto)"),
+                   Target(f"sum by (verdict) (increase(cachescout_switchback_decisions_total[{RI}]))",
+                          "decisions {{verdict}}"),
+                   Target(rate("cachescout_switchback_windows_total", "arm, usable"),
+                          "windows/s {{arm}} usable={{usable}}"))),
+        )),
         # --- runtime hints (issue 16) ---
         Row("Runtime hints", (
             Panel("Hints by kind and outcome",

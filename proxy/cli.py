@@ -12,9 +12,9 @@ import sys
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("proxy.http.serve", "run the proxy in front of an OpenAI-compatible engine"),
-    "sim-engine": ("proxy.sim.server_cli", "run the simulated engine (OpenAI-compatible, prefix cache model)"),
-    "demo": ("proxy.demo", "simulated engine + proxy + multi-agent workload, direct vs proxied"),
-    "replay": ("proxy.sim.replay_cli", "replay a workload or trace under several policies in virtual time"),
+    "sim-engine": ("proxy.simengine.server_cli", "run the simulated engine (OpenAI-compatible, prefix cache model)"),
+    "demo": ("proxy.demo.cli", "simulated engine + proxy + multi-agent workload, direct vs proxied"),
+    "replay": ("proxy.replay.cli", "replay a workload or trace under several policies in virtual time"),
 }
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
@@ -108,6 +108,10 @@ class Settings(BaseSettings):
     kv_events_endpoint: str | None = Field(None, description="vLLM KV-events ZMQ endpoint, e.g. tcp://127.0.0.1:5557")
     lmcache_url: str | None = Field(None, description="LMCache controller base URL (lookup/pin), optional")
     state_path: str | None = Field(None, description="file to save learned state at shutdown and load at start")
+    # --- i17: more than one replica -------------------------------------------------------------
+    state_bootstrap_path: str | None = Field(
+        None, description="read-only learned state to start from when state_path has none yet (a snapshot on a "
+        "shared volume or ConfigMap: a new replica is useful from its first minute); never written")
     kv_hints: bool = Field(False, description="opt-in: add vLLM kv_hints to forwarded requests")
     request_priority: bool = Field(False, description="opt-in: add SGLang priority to forwarded requests")
     host_tier_tokens: int = Field(
@@ -126,6 +130,49 @@ class Settings(BaseSettings):
         return low
     # --- end policy and engine (live wiring) ---
 
+    # --- self-evaluation (issue 11: yield per signal, switchback) ---
+    yield_throttle: bool = Field(True, description="throttle a signal (transition, tool_resume, fanout, hint) "
+                                 "whose realised yield (saved - spent tokens, engine-reported) is negative")
+    yield_half_life_s: float = Field(300.0, gt=0, description="seconds after which a signal's yield evidence halves")
+    yield_min_evidence_tokens: float = Field(
+        2000.0, ge=0, description="tokens a signal must have spent (decayed) before it can be throttled")
+    yield_explore_interval_s: float = Field(
+        30.0, gt=0, description="a throttled signal still acts once per this many seconds (so it can recover)")
+    yield_idle_cost_share: float = Field(
+        0.25, ge=0, le=1, description="share of an action's prefill charged to its signal when no client "
+        "traffic ran alongside (a warm in idle time delays nobody)")
+    switchback: str = Field("auto", description="self-evaluation: auto (alternate policy-on and observe-only "
+                            "windows, go observe-only when acting confidently hurts TTFT) | on | off (pins)")
+    switchback_window_min_s: float = Field(30.0, gt=0, description="shortest switchback window, seconds")
+    switchback_window_max_s: float = Field(120.0, gt=0, description="longest switchback window, seconds")
+    switchback_burn_in_min_s: float = Field(
+        5.0, ge=0, description="least burn-in discarded at the start of each window (else one cache turnover)")
+    switchback_control_share_confident: float = Field(
+        0.2, gt=0, le=0.5, description="share of observe-only windows once acting was found helpful")
+    switchback_decision_windows: int = Field(12, ge=4, description="usable windows per decision (fixed-size test)")
+    switchback_min_window_requests: int = Field(3, ge=1, description="counted requests a window needs to be used")
+    switchback_confidence: float = Field(0.9, gt=0.5, lt=1, description="two-sided confidence of the effect interval")
+    switchback_harm_margin: float = Field(
+        0.0, ge=0, description="relative TTFT increase tolerated: harmful = interval's low end above this")
+    switchback_retry_s: float = Field(1800.0, gt=0, description="seconds observe-only before experimenting again")
+    switchback_start_after_s: float = Field(
+        300.0, ge=0, description="seconds after start before the first switchback window (the policy learns first)")
+    switchback_seed: int | None = Field(None, description="seed of the switchback schedule (None = random)")
+
+    @field_validator("switchback")
+    @classmethod
+    def _check_switchback(cls, value: str) -> str:
+        low = value.lower()
+        if low not in ("auto", "on", "off"):
+            raise ValueError("must be one of auto, on, off")
+        return low
+
+    @model_validator(mode="after")
+    def _check_switchback_windows(self) -> "Settings":
+        if self.switchback_window_min_s > self.switchback_window_max_s:
+            raise ValueError("switchback_window_min_s must not exceed switchback_window_max_s")
+        return self
+    # --- end self-evaluation ---
     # --- hardening (issue 13): client-facing server limits, upstream header limits, policy bounds ---
     server_max_connections: int = Field(
         4096, ge=1, description="open client connections at most (one more gets 503 and is closed); "

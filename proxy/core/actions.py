@@ -44,6 +44,7 @@ class ObservedRequest:
     resident_tokens: int = 0           # residency shadow's prefix-hit estimate before this request
     acted_reason: str | None = None    # an executed action (within conversion_window_s) prepared
     acted_tokens: int = 0              # ... this request's anchor/context: its reason and tokens
+    acted_hash: int | None = None      # ... and the last block hash of the prefix it acted on
 
 
 @dataclass(frozen=True, slots=True)

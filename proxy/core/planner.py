@@ -81,6 +81,7 @@ class Planner:
         self.overflow_ticks = 0         # plan() calls skipped: the running set alone overflows the cache
         self._overflow_until = float("-inf")   # ... or did within the last cache lifetime
         # the one outside veto (runtime wiring): (reason, kind, now) -> may this action be emitted?
+        # Observe-only windows and throttled signals (core/yield_ledger.py) answer False.
         self.action_gate: Callable[[str, str, float], bool] | None = None
         self.hints: Any = None      # runtime hints (core.hint_actions.HintDriver): extra candidates
 
@@ -177,8 +178,7 @@ class Planner:
         if 0 < cap <= load.running_tokens:
             life = min(cap / rate, self.cfg.continuation_horizon_s) if rate and rate > 0 else 0.0
             self._overflow_until = max(self._overflow_until, now + life)
-            return True
-        return cap > 0 and now < self._overflow_until
+        return cap > 0 and (cap <= load.running_tokens or now < self._overflow_until)
 
     def _gate(self, tenant: str, gates: dict[str, bool]) -> bool:
         g = gates.get(tenant)

@@ -112,7 +112,8 @@ class ScoutPolicy:
         elif trigger != "response":
             self.planner.dirty[session.key] = None
         return ObservedRequest(rid, agent.agent_id if agent else None, session.sid, predicted, hit,
-                               acted[0] if acted else None, acted[1] if acted else 0)
+                               acted[0] if acted else None, acted[1] if acted else 0,
+                               acted[2] if acted else None)
 
     def _detect_fanout(self, view: RequestView, session: Session, agent, floor: int, now: float,
                        ctx_payload: Any = None) -> None:
@@ -144,7 +145,7 @@ class ScoutPolicy:
             self.planner.fanout[session.key] = (agent, hashes[:k], view.block_tokens[:k],
                                                 {"context": ctx_payload, "assistant": None})
 
-    def _conversion(self, agent, session: Session, now: float) -> tuple[str, int] | None:
+    def _conversion(self, agent, session: Session, now: float) -> tuple[str, int, int] | None:
         """The executed action (if any) that prepared this request: its context, else its anchor."""
         acted = self._acted
         horizon = now - self.config.conversion_window_s
@@ -160,7 +161,7 @@ class ScoutPolicy:
         for k in keys:
             hit = acted.pop(k, None)
             if hit is not None and hit[2] >= horizon:
-                return hit[0], hit[1]
+                return hit[0], hit[1], k[1]
         return None
 
     def observe_response(self, request_id: int, outcome: ResponseOutcome, now: float) -> None:

@@ -187,6 +187,77 @@ class ProxyMetrics:
         for kind in HINT_KINDS:
             for outcome in HINT_OUTCOMES:
                 self.hints_total.labels(kind, outcome)
+        self._define_self_evaluation(r)
+
+    # --- self-evaluation (proxy/runtime/switchback.py): yield per signal, switchback ----------
+    def _define_self_evaluation(self, r: CollectorRegistry) -> None:
+        self.signal_saved_tokens_total = Counter(
+            "cachescout_signal_saved_tokens_total", "Client prompt tokens an action saved (engine cached_tokens "
+            "beyond the no-action counterfactual), by signal", ("reason",), registry=r,
+        )
+        self.signal_spent_tokens_total = Counter(
+            "cachescout_signal_spent_tokens_total", "Tokens the engine prefilled for actions (their own "
+            "prompt_tokens - cached_tokens), by signal and whether client traffic ran alongside",
+            ("reason", "contended"), registry=r,
+        )
+        self.signal_yield_tokens = Gauge(
+            "cachescout_signal_yield_tokens", "Decayed realised yield of a signal: saved - spent critical-path "
+            "tokens (idle-time spending charged at yield_idle_cost_share)",
+            ("reason",), registry=r,
+        )
+        self.signal_throttled = Gauge(
+            "cachescout_signal_throttled", "1 while a signal is throttled for negative realised yield",
+            ("reason",), registry=r,
+        )
+        self.signal_held_back_total = Counter(
+            "cachescout_signal_held_back_total", "Actions not emitted because their signal is throttled",
+            ("reason",), registry=r,
+        )
+        self.switchback_policy_active = Gauge(
+            "cachescout_switchback_policy_active", "1 while the policy may act (0: observe-only window or state)",
+            registry=r,
+        )
+        self.switchback_observe_only = Gauge(
+            "cachescout_switchback_observe_only", "1 while the proxy has switched itself to observe-only "
+            "(actions confidently hurt TTFT)", registry=r,
+        )
+        self.switchback_ttft_effect_seconds = Gauge(
+            "cachescout_switchback_ttft_effect_seconds", "Load-adjusted TTFT effect of acting (on - off window "
+            "means), seconds (source: decision or running; bound: estimate, low or high)", ("source", "bound"), registry=r,
+        )
+        self.switchback_ttft_effect_ratio = Gauge(
+            "cachescout_switchback_ttft_effect_ratio", "The TTFT effect relative to observe-only windows' mean "
+            "TTFT (-0.1 = 10% faster)", ("source", "bound"), registry=r,
+        )
+        self.switchback_hit_ratio = Gauge(
+            "cachescout_switchback_hit_ratio", "Client-visible prefix hit ratio of the experiment's windows, "
+            "by arm, 0..1", ("source", "arm"), registry=r,
+        )
+        self.switchback_windows_total = Counter(
+            "cachescout_switchback_windows_total", "Switchback windows closed, by arm and whether they had "
+            "enough requests to count", ("arm", "usable"), registry=r,
+        )
+        self.switchback_decisions_total = Counter(
+            "cachescout_switchback_decisions_total", "Switchback decisions, by verdict", ("verdict",), registry=r,
+        )
+        for reason in ACTION_REASONS:
+            for m in (self.signal_saved_tokens_total, self.signal_yield_tokens, self.signal_throttled,
+                      self.signal_held_back_total):
+                m.labels(reason)
+            for contended in ("yes", "no"):
+                self.signal_spent_tokens_total.labels(reason, contended)
+        for arm in ("on", "off"):
+            for usable in ("yes", "no"):
+                self.switchback_windows_total.labels(arm, usable)
+        for verdict in ("harmful", "helpful", "inconclusive"):
+            self.switchback_decisions_total.labels(verdict)
+        # no estimate yet: NaN (Prometheus stores it, Grafana draws a gap) rather than a missing series
+        for source in ("decision", "running"):
+            for bound in ("estimate", "low", "high"):
+                self.switchback_ttft_effect_seconds.labels(source, bound).set(float("nan"))
+                self.switchback_ttft_effect_ratio.labels(source, bound).set(float("nan"))
+            for arm in ("on", "off"):
+                self.switchback_hit_ratio.labels(source, arm).set(float("nan"))
 
     # --- fast paths for the forwarder ---------------------------------------------------------
     def observe_request(self, route: str, status: int, duration_s: float) -> None:

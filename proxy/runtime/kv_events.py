@@ -2,9 +2,11 @@
 
 vLLM started with `--kv-events-config '{"enable_kv_cache_events":true,"publisher":"zmq",
 "endpoint":"tcp://*:5557","topic":""}'` publishes multipart messages `[topic, seq(8 bytes BE),
-payload]`; the payload is a msgspec array-like `KVEventBatch(ts, events, data_parallel_rank)` whose
-events are tagged arrays: `["BlockStored", block_hashes, parent_block_hash, token_ids, block_size,
-lora_id, medium, ...]`, `["BlockRemoved", block_hashes, medium]`, `["AllBlocksCleared"]`.
+payload]`; the payload is a msgspec array-like `KVEventBatch(ts, events, data_parallel_rank)`.
+vLLM 0.32 sends each event as a map tagged under `"type"` (`{"type": "BlockStored",
+"block_hashes", "parent_block_hash", "token_ids", "block_size", "medium", ...}`); older releases
+sent tagged arrays (`["BlockStored", block_hashes, parent_block_hash, token_ids, block_size,
+lora_id, medium]`, `["BlockRemoved", block_hashes, medium]`, `["AllBlocksCleared"]`). Both decode.
 
 Why re-key by tokens: vLLM's block hashes depend on its hash function and seed, which the proxy
 cannot reproduce; but BlockStored carries each block's token ids. Chaining our own xxh3 over
@@ -55,6 +57,17 @@ def token_chain_hashes(token_ids: Sequence[int], block_size: int) -> list[int]:
     return out
 
 
+def _map_to_array(ev: dict) -> list:
+    """vLLM 0.32's tagged-map event as the older positional array (one decoder for both)."""
+    tag = ev.get("type")
+    if tag == "BlockStored":
+        return [tag, ev.get("block_hashes"), ev.get("parent_block_hash"), ev.get("token_ids"),
+                ev.get("block_size"), ev.get("lora_id"), ev.get("medium")]
+    if tag == "BlockRemoved":
+        return [tag, ev.get("block_hashes"), ev.get("medium")]
+    return [tag] if isinstance(tag, str) else []
+
+
 def decode_batch(payload: bytes) -> list[KvEvent]:
     """Decode one msgpack KVEventBatch payload; unknown event tags are skipped."""
     import msgpack  # optional dependency
@@ -63,6 +76,8 @@ def decode_batch(payload: bytes) -> list[KvEvent]:
     events = batch[1] if isinstance(batch, (list, tuple)) and len(batch) >= 2 else []
     out: list[KvEvent] = []
     for ev in events:
+        if isinstance(ev, dict):
+            ev = _map_to_array(ev)
         if not isinstance(ev, (list, tuple)) or not ev:
             continue
         tag = ev[0]

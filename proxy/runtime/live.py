@@ -32,6 +32,7 @@ from proxy.runtime.policy_config import executor_limits, policy_config
 from proxy.runtime.prefill import PrefillRate
 from proxy.runtime.reload_price import ReloadPrice
 from proxy.runtime.scraper import EngineScraper
+from proxy.runtime.switchback import SelfEvaluation, switchback_config, yield_config
 from proxy.runtime.state_file import harden_observer as _harden
 from proxy.runtime.state_file import read_state_file, tenant_tag, write_state_file
 
@@ -79,6 +80,12 @@ class LiveRuntime:
         self.state_loaded: str | None = None
         self.lmcache = LmcacheClient(client, settings.lmcache_url) if settings.lmcache_url else None
         self._side_tasks: set[asyncio.Task] = set()
+        # self-evaluation: switchback windows and per-signal yield veto actions through one planner hook
+        self.selfeval = SelfEvaluation(switchback_config(settings), yield_config(settings), metrics, clock,
+                                       seed=settings.switchback_seed,
+                                       turnover_s=lambda: self.policy.residency.lifetime_s())
+        self.policy.planner.action_gate = self.selfeval.gate
+        self.observer.selfeval = self.selfeval
 
     # -- lifecycle ------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -104,6 +111,7 @@ class LiveRuntime:
         if s.kv_events_endpoint:
             self.kv_events = KvEventSubscriber(s.kv_events_endpoint, on_event=self._on_kv_event)
             await self.kv_events.start()
+        self.selfeval.tick(self.clock())
         self._tick = asyncio.create_task(self._tick_loop(), name="cachescout-plan-tick")
 
     async def stop(self) -> None:
@@ -145,6 +153,7 @@ class LiveRuntime:
         while True:
             await asyncio.sleep(interval)
             try:
+                self.selfeval.tick(self.clock())
                 self.observer.plan(self.clock())
                 self.observer.update_gauges()
             except Exception:  # noqa: BLE001 - keep ticking; the forwarder is unaffected
@@ -153,6 +162,7 @@ class LiveRuntime:
                 log.debug("plan tick failed", exc_info=True)
 
     def _on_result(self, action: Any, result: WarmResult, now: float) -> None:
+        self.observer.note_action(action, result, now)          # yield: before the shadow moves
         self.observer.on_action_result(action, result, now)
         lm = self.lmcache
         if lm is None or not result.ok or lm.disabled or action.priority < lm.pin_min_priority:
@@ -229,6 +239,12 @@ class LiveRuntime:
         log.info("engine host tier: reload %.0f tokens/s, %d tokens modelled", cfg.reload_tokens_per_s,
                  cfg.host_tier_tokens)
 
+    def _on_kv_event(self, ev: KvEvent) -> None:
+        """Engine block ids are not the views' ids: only a full clear maps onto the shadow directly
+        (stored/removed events feed the subscriber's own token-keyed residency and the usage figure)."""
+        if ev.kind == "cleared":
+            self.policy.residency.on_engine_truth(cleared=True)
+
     def _kv_events_usage(self, snap: EngineSnapshot) -> float | None:
         """Share of the engine's blocks holding cached prefixes, counted from KV events (exact, unlike
         the scraped usage gauge, which counts blocks held by running requests)."""
@@ -259,9 +275,17 @@ class LiveRuntime:
                            "warmup_tokens_per_s": round(refill), "warmup_burst_tokens": round(burst)}
 
     # -- state file -------------------------------------------------------------------------------------
+    def _initial_state_path(self) -> str | None:
+        """Where the initial state comes from: this replica's own `state_path` when it has saved one,
+        else the read-only `state_bootstrap_path` (a fleet snapshot on a shared volume/ConfigMap)."""
+        for path in (self.settings.state_path, self.settings.state_bootstrap_path):
+            if path and Path(path).is_file():
+                return path
+        return None
+
     def _load_state(self) -> None:
-        path = self.settings.state_path
-        if not path or not Path(path).is_file():
+        path = self._initial_state_path()
+        if path is None:
             return
         try:
             self.policy.restore(read_state_file(path, self.config.snapshot_max_bytes))
@@ -301,6 +325,7 @@ class LiveRuntime:
         out["recent_actions"] = list(self.executor.recent)[-20:]
         out["observer"] = dict(self.observer.counts, inflight=self.observer.inflight)
         out["state_loaded_from"] = self.state_loaded
+        out["self_evaluation"] = self.selfeval.describe()
         if self.hints is not None:
             out["hints"] = self.hints.driver.report()
         return out

@@ -36,6 +36,7 @@ from typing import Any
 from proxy.core.economics import RunningSet
 from proxy.core.fingerprint import view_from_openai
 from proxy.core.view import EngineLoad, RequestView, ResponseOutcome
+from proxy.core.yield_ledger import counterfactual_cached, remaining_life
 from proxy.engines.base import WarmResult
 from proxy.runtime.hint_inputs import request_hints, strip_fields
 from proxy.runtime.offload import ObserveLimits, ParseOffload
@@ -116,6 +117,11 @@ class LivePolicyObserver:
         # the operator asked to forward bodies without the engines' proposal fields.
         self.hints: Any = None
         self.strip_hint_fields = False
+        self.selfeval: Any = None               # runtime.switchback.SelfEvaluation (LiveRuntime sets it)
+        self._last_request_at = float("-inf")   # when the latest client request started
+        # (tenant, last hash of an executed action's prefix) -> (engine prompt tokens, already cached,
+        # remaining LRU life in shadow tokens, shadow inserted tokens then): the yield counterfactual
+        self._yield_info: OrderedDict[tuple[str, int], tuple[int, int, float | None, int]] = OrderedDict()
         self.counts = {"requests": 0, "observed": 0, "skipped": 0, "warmup_requests": 0, "responses": 0,
                        "errors": 0, "prompt_tokens": 0, "cached_tokens": 0, "converted_tokens": 0,
                        "deferred_observe_us": 0, "rewritten": 0, "rejected": 0, "not_allowed": 0,
@@ -159,6 +165,7 @@ class LivePolicyObserver:
     # -- hooks (request path) ------------------------------------------------------------------------
     def on_request(self, ctx: Any) -> None:
         self._inflight[ctx.request_id] = ctx.started
+        self._last_request_at = ctx.started
         st = _ReqState()
         self._states[ctx.request_id] = st
         st.alone = len(self._inflight) == 1 and not getattr(self.executor, "sending", 0)
@@ -207,7 +214,8 @@ class LivePolicyObserver:
         (`priority` from the survival the planner last gave its anchor, or a `kv_hints` envelope).
         None (forward the original bytes) when off, unparsed, unknown agent or nothing to add. Builds
         the view now (the deferred observation reuses it), so enabling hints costs ~0.3 ms inline."""
-        if not self.rewrite_enabled:
+        if not self.rewrite_enabled or (self.selfeval is not None and not self.selfeval.active()):
+            # off, or observe-only (no engine hints from the policy): only hint-field stripping remains
             return self._stripped(ctx) if self.strip_hint_fields else None
         st = ctx.state.get("cachescout")
         if st is None or st.skip or st.parsing or not isinstance(ctx.json, dict):
@@ -385,6 +393,11 @@ class LivePolicyObserver:
                 cached_tokens=tap.cached_tokens, output_tokens=tap.output_tokens,
                 assistant_payload=tap.assistant_message() if tap.finish_reason == "tool_calls" else None,
             )
+            if not st.view.is_warmup and self.selfeval is not None:   # switchback: client-visible timing
+                first = tap.first_token_at if tap.first_token_at is not None else now
+                self.selfeval.record_outcome(ctx.started, first - ctx.started, now - ctx.started,
+                                             tap.prompt_tokens or 0, tap.cached_tokens or 0)
+                self._credit_yield(st, tap.prompt_tokens or 0, tap.cached_tokens or 0, now)
             if not st.view.is_warmup and tap.prompt_tokens:
                 self._count_usage(st, tap.prompt_tokens, tap.cached_tokens or 0)
                 if self.prefill is not None and tap.stream and tap.first_token_at is not None:
@@ -444,6 +457,52 @@ class LivePolicyObserver:
             self._anchor_priority.move_to_end(action.anchor_id)
             while len(self._anchor_priority) > MAX_ACTED:
                 self._anchor_priority.popitem(last=False)
+
+    # -- yield per signal (runtime/switchback.SelfEvaluation) ---------------------------------------
+    def note_action(self, action: Any, result: WarmResult, now: float) -> None:
+        """An executed action, before the core marks its blocks fresh (LiveRuntime calls this just
+        before `on_action_result`): charge its signal what the engine prefilled for it, and keep what
+        the yield counterfactual needs — what was already cached, and how long the shadow gave that
+        part to live."""
+        if self.selfeval is None or not result.ok or not action.block_hashes:
+            return
+        res = self.policy.residency
+        resident, full, near = res.verdict(action.block_hashes)
+        if resident and not full:
+            near = res.near_eviction(action.block_hashes[:resident])
+        life = remaining_life(res.capacity_tokens, res.zone_tokens(), near)
+        # no usage reported (some adapters): charge a warm its whole prefix, a touch nothing
+        spent = result.computed_tokens if result.prompt_tokens else (action.tokens if action.kind == "warm" else 0)
+        # contended: client requests in flight now, or one arrived since the action was planned
+        contended = bool(self._inflight) or self._last_request_at >= action.created
+        self.selfeval.record_spent(action.reason, spent, contended, now)
+        if action.kind == "retain":
+            return
+        key = (action.tenant, action.block_hashes[-1])
+        self._yield_info[key] = (int(result.prompt_tokens or 0), int(result.cached_tokens or 0), life,
+                                 res.inserted_tokens)
+        self._yield_info.move_to_end(key)
+        while len(self._yield_info) > MAX_ACTED:
+            self._yield_info.popitem(last=False)
+
+    def _credit_yield(self, st: _ReqState, prompt: int, cached: int, now: float) -> None:
+        """A client request the core attributed to an executed action (its context or anchor, within
+        `conversion_window_s`): when the engine confirms the hit, credit the signal what the hit saved
+        beyond the no-action counterfactual (core/yield_ledger.py)."""
+        obs, view = st.observed, st.view
+        reason = getattr(obs, "acted_reason", None)
+        h = getattr(obs, "acted_hash", None)
+        if not reason or h is None or view is None or cached <= 0:
+            return
+        info = self._yield_info.pop((view.tenant, h), None)
+        if info is None:
+            return
+        tokens, pre_cached, life, inserted_at = info
+        tokens = tokens or int(obs.acted_tokens * (self.token_ratio or 1.0))
+        if cached < CONVERSION_SHARE * min(tokens, prompt):
+            return
+        cf = counterfactual_cached(pre_cached, life, inserted_at, self.policy.residency.inserted_tokens)
+        self.selfeval.record_saved(reason, max(0, min(cached, tokens) - cf), now)
 
     def update_gauges(self) -> None:
         if self.metrics is None:

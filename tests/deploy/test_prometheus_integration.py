@@ -33,7 +33,7 @@ import pytest
 
 from dashboards.engine_metrics import engine_metric_names
 from dashboards.promql import metric_names
-from proxy.child_process import child_process, free_port
+from proxy.harness.child_process import child_process, free_port
 from tests.deploy.conftest import REPO_ROOT, panel_targets
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.sockets, pytest.mark.slow]
@@ -105,8 +105,8 @@ def run_workload(proxy_url: str, model: str) -> int:
     """The project's multi-agent driver (selector group chat with tool calls), kept small, then one
     follow-up turn per agent: the agents coming back is what turns the proxy's warmups and touches
     into real hits, so the conversion series carry data."""
-    from proxy.demo_workload import DemoSpec, build_agents
-    from proxy.demo_workload import run_workload as drive
+    from proxy.demo.workload import DemoSpec, build_agents
+    from proxy.demo.workload import run_workload as drive
 
     spec = DemoSpec(sessions=8, concurrency=4, steps=(4, 6), anchor_words=(300, 400), max_tokens=16,
                     tool_seconds=(0.02, 0.08), seed=11)

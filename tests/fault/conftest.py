@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proxy.child_process import child_process, free_port
+from proxy.harness.child_process import child_process, free_port
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

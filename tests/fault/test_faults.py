@@ -103,7 +103,7 @@ def test_engine_replies_pass_through_or_fail_cleanly(engine_url, tmp_path):
 
 
 def test_engine_down_gives_502_without_query_string(tmp_path):
-    from proxy.child_process import free_port
+    from proxy.harness.child_process import free_port
 
     with proxy(f"http://127.0.0.1:{free_port()}", tmp_path) as px:
         p = httpx.get(px.url + "/v1/models?api_key=SECRET", timeout=30)

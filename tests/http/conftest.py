@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proxy.child_process import child_process, free_port  # noqa: F401 (free_port: used by tests)
+from proxy.harness.child_process import child_process, free_port  # noqa: F401 (free_port: used by tests)
 from proxy.http.app import create_app
 from proxy.settings import Settings
 

@@ -7,7 +7,7 @@ from proxy.observability.metrics import ProxyMetrics
 from proxy.core.policy import ScoutPolicy
 from proxy.runtime.live_policy import LivePolicyObserver
 from proxy.http.observer import RequestContext
-from proxy.demo_workload import DemoSpec, build_agents
+from proxy.demo.workload import DemoSpec, build_agents
 agents = build_agents(DemoSpec(agents=8))
 obs = LivePolicyObserver(ScoutPolicy(), ProxyMetrics(CollectorRegistry()), time.perf_counter, defer=False)
 class Ex:

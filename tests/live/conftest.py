@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from proxy.settings import Settings
-from proxy.sim.service import SimConfig
+from proxy.simengine.service import SimConfig
 
 MODEL = "sim-llama-3.1-8b"
 ADMIN = "admin-secret"

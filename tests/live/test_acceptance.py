@@ -11,8 +11,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from proxy.runtime.testing import run_proxy_server
-from proxy.sim.testing import run_sim_server
+from proxy.harness.proxy_server import run_proxy_server
+from proxy.harness.sim_server import run_sim_server
 
 from .conftest import ADMIN, agent_prompts, chat, engine_hits, proxy_settings, sim_config
 
@@ -220,6 +220,27 @@ def test_learned_state_survives_a_restart(http, tmp_path):
     assert after["state_loaded_from"] == str(path)
     assert {a["id"] for a in after["agents"]} == {a["id"] for a in before["agents"]}
     assert after["top_transitions"] and after["stats"]["sessions"] == 0    # chain restored, live sessions not
+
+
+def test_new_replica_starts_from_a_read_only_bootstrap_snapshot(http, tmp_path):
+    """A new replica (empty state_path) loads the fleet snapshot from state_bootstrap_path (a
+    read-only ConfigMap/shared-volume file), knows the chain before its first request, and saves
+    its own state to state_path, never to the snapshot."""
+    shared = tmp_path / "shared" / "state.json"
+    with run_sim_server(sim_config()) as sim:
+        with run_proxy_server(proxy_settings(sim.url, state_path=str(shared))) as px:
+            workflow(http, px.url, sessions=2, px=px)
+            learned = debug(http, px)
+        shared.chmod(0o444)
+        snapshot = shared.read_bytes()
+        own = tmp_path / "replica-2" / "state.json"
+        with run_proxy_server(proxy_settings(sim.url, state_path=str(own),
+                                             state_bootstrap_path=str(shared))) as px:
+            fresh = debug(http, px)
+    assert fresh["state_loaded_from"] == str(shared)
+    assert {a["id"] for a in fresh["agents"]} == {a["id"] for a in learned["agents"]}
+    assert fresh["top_transitions"]
+    assert own.is_file() and shared.read_bytes() == snapshot
 
 
 def test_no_agent_ids_or_prompt_text_in_metrics(proxied_run):

@@ -29,7 +29,7 @@ def test_demo_runs_both_phases(tmp_path, capsys):
 
 
 def test_table_formatting():
-    from proxy.demo import format_table
+    from proxy.demo.cli import format_table
 
     base = {"workload_hit_rate": 0.5, "engine_hit_rate": 0.5, "ttft_mean_s": 0.2, "ttft_p50_s": 0.1,
             "ttft_p99_s": 0.9, "turn_mean_s": 1.0, "requests": 10, "tool_resumes": 2, "prompt_tokens": 1000,
@@ -41,7 +41,7 @@ def test_table_formatting():
 
 
 def test_progress_without_a_tty_prints_a_line_per_ten_percent(capsys):
-    from proxy.demo import DualProgress, Progress
+    from proxy.demo.cli import DualProgress, Progress
 
     bars = {name: Progress(name, 40, False, tty=False) for name in ("direct", "via proxy")}
     both = DualProgress(bars, True, tty=False)

@@ -10,8 +10,8 @@ from proxy.engines.vllm import VllmAdapter
 from proxy.runtime.live import LiveRuntime
 from proxy.runtime.prefill import PrefillRate
 from proxy.runtime.scraper import EngineScraper
-from proxy.runtime.testing import run_proxy_server
-from proxy.sim.testing import run_sim_server
+from proxy.harness.proxy_server import run_proxy_server
+from proxy.harness.sim_server import run_sim_server
 
 from .conftest import proxy_settings, sim_config
 

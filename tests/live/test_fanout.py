@@ -8,8 +8,8 @@ import asyncio
 import httpx
 import pytest
 
-from proxy.runtime.testing import run_proxy_server
-from proxy.sim.testing import run_sim_server
+from proxy.harness.proxy_server import run_proxy_server
+from proxy.harness.sim_server import run_sim_server
 
 from .conftest import MODEL, agent_prompts, chat, proxy_settings, sim_config
 

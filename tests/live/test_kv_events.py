@@ -2,6 +2,7 @@
 
 import asyncio
 import socket
+import time
 
 import msgpack
 import pytest
@@ -54,3 +55,60 @@ async def test_zmq_round_trip():
         await sub.stop()
         pub.close(0)
         ctx.term()
+
+
+def test_decode_vllm_032_tagged_maps():
+    """vLLM 0.32 (msgspec `tag=True`, not array_like) sends each event as a map under "type"."""
+    toks = list(range(200, 232))
+    stored = {"type": "BlockStored", "block_hashes": [b"\x01" * 32, b"\x02" * 32], "parent_block_hash": None,
+              "token_ids": toks, "block_size": 16, "lora_id": None, "medium": "GPU", "lora_name": None}
+    evs = decode_batch(batch(stored, {"type": "BlockRemoved", "block_hashes": [b"\x02" * 32], "medium": "GPU"},
+                             {"type": "AllBlocksCleared"}, {"type": "Unknown"}, {"no": "tag"}))
+    assert [e.kind for e in evs] == ["stored", "removed", "cleared"]
+    assert evs[0].token_ids == tuple(toks) and evs[0].block_size == 16 and evs[0].medium == "GPU"
+    res = KvResidency()
+    res.apply(evs[0])
+    assert res.resident_prefix_blocks(toks, 16) == 2
+
+
+def test_sim_publisher_speaks_the_map_format():
+    from proxy.simengine.kv_publisher import to_wire
+
+    wire = to_wire(("BlockStored", [5, 6], 4, list(range(32)), 16, None, "GPU"))
+    assert wire["type"] == "BlockStored" and wire["parent_block_hash"] == 4 and wire["lora_name"] is None
+    assert [e.kind for e in decode_batch(batch(wire, to_wire(("BlockRemoved", [6], "GPU")),
+                                               to_wire(("AllBlocksCleared",))))] == ["stored", "removed", "cleared"]
+
+
+def test_live_proxy_subscribes_to_the_engines_kv_events(http):
+    """`kv_events_endpoint` set: the proxy starts, its subscriber decodes the sim's events, and an
+    engine-side cache reset (AllBlocksCleared) clears the residency shadow."""
+    pytest.importorskip("zmq")
+    from proxy.harness.proxy_server import run_proxy_server
+    from proxy.harness.sim_server import run_sim_server
+
+    from .conftest import agent_prompts, proxy_settings, sim_config
+
+    prompts = agent_prompts(2, 120)
+    with run_sim_server(sim_config(kv_events_endpoint="tcp://127.0.0.1:*")) as sim:
+        endpoint = sim.service.kv_publisher.endpoint
+        with run_proxy_server(proxy_settings(sim.url, kv_events_endpoint=endpoint)) as px:
+            sub = px.live.kv_events
+            assert sub is not None
+            deadline = time.monotonic() + 10
+            i = 0
+            while sub.messages == 0 and time.monotonic() < deadline:   # ZMQ slow joiner: keep sending
+                body = {"model": "sim-llama-3.1-8b", "max_tokens": 2,
+                        "messages": [{"role": "system", "content": prompts["AB"[i % 2]]},
+                                     {"role": "user", "content": f"q {i}"}]}
+                assert http.post(px.url + "/v1/chat/completions", json=body).status_code == 200
+                i += 1
+                time.sleep(0.1)
+            assert sub.messages > 0 and sub.residency.counts["stored"] > 0
+            assert px.live.policy.residency.used_tokens > 0
+            assert http.post(sim.url + "/reset_prefix_cache").status_code == 200
+            while sub.residency.counts["cleared"] == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert sub.residency.counts["cleared"] == 1
+            px.call(lambda: None)                                      # let the loop run the callback
+            assert px.live.policy.residency.used_tokens == 0

@@ -5,7 +5,7 @@ import pytest
 from proxy.engines.vllm import VllmAdapter
 from proxy.runtime.reload_price import ReloadPrice
 from proxy.runtime.scraper import EngineScraper
-from proxy.sim.engine import EngineRequest
+from proxy.simengine.engine import EngineRequest
 
 from .conftest import sim_config
 from .test_engine_truth import BASE, Scripted, runtime
@@ -15,7 +15,7 @@ def _sim_metrics_after_loads(**kw):
     """Drive a sim with a host tier in process (evict a prefix, bring it back) and read /metrics."""
     from prometheus_client import generate_latest
 
-    from proxy.sim.service import SimService
+    from proxy.simengine.service import SimService
 
     svc = SimService(sim_config(capacity_blocks=40, cpu_blocks=400, **kw))
     eng = svc.engine

@@ -8,8 +8,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from proxy.runtime.testing import run_proxy_server
-from proxy.sim.testing import run_sim_server
+from proxy.harness.proxy_server import run_proxy_server
+from proxy.harness.sim_server import run_sim_server
 
 from .conftest import MODEL, engine_hits, proxy_settings, sim_config
 from .test_acceptance import CAPACITY, FAST, ORDER, PROMPTS, debug, settle, workflow

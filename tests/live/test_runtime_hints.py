@@ -13,10 +13,10 @@ import httpx
 import pytest
 
 from proxy.core.hints import HintConfig, ignore_bound, source_id
-from proxy.runtime.testing import run_proxy_server
-from proxy.sim.server import create_sim_app
-from proxy.sim.testing import run_sim_server
-from proxy.uvicorn_thread import serve_in_thread
+from proxy.harness.proxy_server import run_proxy_server
+from proxy.simengine.server import create_sim_app
+from proxy.harness.sim_server import run_sim_server
+from proxy.harness.uvicorn_thread import serve_in_thread
 
 from .conftest import MODEL, agent_prompts, chat, proxy_settings, sim_config
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from proxy.sim import replay_cli
+from proxy.replay import cli as replay_cli
 
 
 def _args(*argv):
@@ -81,7 +81,7 @@ def test_cachescout_entry_point_dispatches_replay(tmp_path):
 
 def test_progress_without_tty_is_one_line_per_decile(capsys):
     """Logs (CI, redirected stderr) get one line per 10% per phase, never `\\r` progress bars."""
-    from proxy.sim.replay.runner import _bar
+    from proxy.replay.runner import _bar
 
     show = _bar("lru @ 100", 1000, True)
     assert show is not None

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from proxy.sim.block_pool import BlockPool
-from proxy.sim.cost_model import CostModel
-from proxy.sim.replay.grouped_cache import GroupedCache
-from proxy.sim.replay.measure import RunRecorder
-from proxy.sim.replay.policies import execute_on_pool
+from proxy.cachemodel.block_pool import BlockPool
+from proxy.cachemodel.cost_model import CostModel
+from proxy.replay.grouped_cache import GroupedCache
+from proxy.replay.measure import RunRecorder
+from proxy.replay.policies import execute_on_pool
 
 COST = CostModel()
 

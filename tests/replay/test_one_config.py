@@ -5,7 +5,7 @@ from __future__ import annotations
 from proxy.core.config import PolicyConfig
 from proxy.runtime.policy_config import executor_limits, policy_config
 from proxy.settings import Settings
-from proxy.sim.replay.scout import build_config
+from proxy.replay.scout import build_config
 
 
 def test_live_and_replay_build_identical_configs():

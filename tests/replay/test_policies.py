@@ -4,10 +4,10 @@ pipeline; the R-gate keeps it within 0.5 pp of LRU on random)."""
 
 import pytest
 
-from proxy.sim.cost_model import CostModel
-from proxy.sim.replay.runner import POLICIES, ReplaySettings, make_policy, replay, resolve_capacity, run_policy
-from proxy.sim.traces import ReplayRequest
-from proxy.sim.workloads import generate, preset
+from proxy.cachemodel.cost_model import CostModel
+from proxy.replay.runner import POLICIES, ReplaySettings, make_policy, replay, resolve_capacity, run_policy
+from proxy.replay.traces import ReplayRequest
+from proxy.replay.workloads import generate, preset
 
 COST = CostModel()
 
@@ -120,7 +120,7 @@ def test_capacity_accepts_shares_percentages_and_blocks(topo):
 
 
 def test_engine_queue_counts_jobs_waiting_to_start():
-    from proxy.sim.replay.engine_side import EngineQueue
+    from proxy.replay.engine_side import EngineQueue
     q = EngineQueue(1)
     q.push(0.0, 1.0)                      # runs 0-1
     q.push(0.1, 1.0)                      # waits until 1

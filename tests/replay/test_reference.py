@@ -6,8 +6,8 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from proxy.sim.block_pool import BlockPool
-from proxy.sim.replay.belady import INF, belady_hits, next_uses
+from proxy.cachemodel.block_pool import BlockPool
+from proxy.replay.belady import INF, belady_hits, next_uses
 
 from .conftest import trace_path
 

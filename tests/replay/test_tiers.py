@@ -2,11 +2,11 @@
 
 import pytest
 
-from proxy.sim.cost_model import CostModel
-from proxy.sim.replay.runner import ReplaySettings, make_policy, replay, resume_mask, run_policy
-from proxy.sim.replay.tiers import LruHostTier, MinHostTier, resolve_cpu_capacity
-from proxy.sim.traces import ReplayRequest
-from proxy.sim.workloads import generate, preset
+from proxy.cachemodel.cost_model import CostModel
+from proxy.replay.runner import ReplaySettings, make_policy, replay, resume_mask, run_policy
+from proxy.replay.tiers import LruHostTier, MinHostTier, resolve_cpu_capacity
+from proxy.replay.traces import ReplayRequest
+from proxy.replay.workloads import generate, preset
 
 COST = CostModel()
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from proxy.sim.traces import (Malformed, block_tokens_for, detect_format, load_lines, load_trace, text_blocks)
+from proxy.replay.traces import (Malformed, block_tokens_for, detect_format, load_lines, load_trace, text_blocks)
 
 
 def _lines(*objs):

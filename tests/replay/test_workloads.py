@@ -4,8 +4,8 @@ from dataclasses import replace
 
 import pytest
 
-from proxy.sim.cost_model import CostModel
-from proxy.sim.workloads import PRESETS, WorkloadSpec, anchor_share, describe, generate, preset
+from proxy.cachemodel.cost_model import CostModel
+from proxy.replay.workloads import PRESETS, WorkloadSpec, anchor_share, describe, generate, preset
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,8 @@
 import httpx
 import pytest
 
-from proxy.sim.server import create_sim_app
-from proxy.sim.service import SimConfig
+from proxy.simengine.server import create_sim_app
+from proxy.simengine.service import SimConfig
 
 MODEL = "sim-llama-3.1-8b"
 

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.sim.block_hash import chain_hashes, extend_chain
-from proxy.sim.block_pool import BlockPool
+from proxy.cachemodel.block_hash import chain_hashes, extend_chain
+from proxy.cachemodel.block_pool import BlockPool
 
 
 def test_prefix_hit_and_stats():

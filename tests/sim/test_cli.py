@@ -4,7 +4,7 @@ import argparse
 
 import pytest
 
-from proxy.sim import server_cli
+from proxy.simengine import server_cli
 
 
 def parse(*argv):

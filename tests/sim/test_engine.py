@@ -2,8 +2,8 @@
 
 import pytest
 
-from proxy.sim.cost_model import CostModel
-from proxy.sim.engine import EngineConfig, EngineRequest, SimEngine
+from proxy.cachemodel.cost_model import CostModel
+from proxy.simengine.engine import EngineConfig, EngineRequest, SimEngine
 
 COST = CostModel(step_base_s=0.01, prefill_token_s=0.001, attn_token2_s=0.0, decode_seq_s=0.0)
 

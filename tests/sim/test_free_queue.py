@@ -3,8 +3,8 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.sim.block_pool import BlockPool
-from proxy.sim.free_queue import PriorityFreeQueue
+from proxy.cachemodel.block_pool import BlockPool
+from proxy.cachemodel.free_queue import PriorityFreeQueue
 
 OPS = st.lists(st.tuples(st.sampled_from(["push", "push", "remove", "pop"]), st.integers(-2, 6),
                          st.floats(0, 3)), min_size=1, max_size=120)

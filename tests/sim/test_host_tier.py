@@ -3,10 +3,10 @@
 import pytest
 
 from proxy.engines.lmcache import LmcacheClient
-from proxy.sim.block_hash import chain_hashes
-from proxy.sim.cost_model import CostModel
-from proxy.sim.engine import EngineConfig, EngineRequest, SimEngine
-from proxy.sim.host_tier import HostTier
+from proxy.cachemodel.block_hash import chain_hashes
+from proxy.cachemodel.cost_model import CostModel
+from proxy.simengine.engine import EngineConfig, EngineRequest, SimEngine
+from proxy.cachemodel.host_tier import HostTier
 
 from .conftest import make_client
 

@@ -5,12 +5,12 @@ import random
 import httpx
 import pytest
 
-from proxy.sim.chat_template import render_chat
-from proxy.sim.engine import EngineRequest, SimEngine
-from proxy.sim.generation import plan_output
-from proxy.sim.service import SimConfig
-from proxy.sim.testing import run_sim_server
-from proxy.sim.tokenizer import SimTokenizer
+from proxy.simengine.chat_template import render_chat
+from proxy.simengine.engine import EngineRequest, SimEngine
+from proxy.simengine.generation import plan_output
+from proxy.simengine.service import SimConfig
+from proxy.harness.sim_server import run_sim_server
+from proxy.simengine.tokenizer import SimTokenizer
 
 pytestmark = pytest.mark.sockets
 MODEL = SimConfig().model

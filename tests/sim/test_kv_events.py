@@ -5,11 +5,11 @@ import time
 import httpx
 import pytest
 
-from proxy.sim.block_hash import chain_hashes
-from proxy.sim.cost_model import CostModel
-from proxy.sim.engine import EngineConfig, EngineRequest, SimEngine
-from proxy.sim.service import SimConfig
-from proxy.sim.testing import run_sim_server
+from proxy.cachemodel.block_hash import chain_hashes
+from proxy.cachemodel.cost_model import CostModel
+from proxy.simengine.engine import EngineConfig, EngineRequest, SimEngine
+from proxy.simengine.service import SimConfig
+from proxy.harness.sim_server import run_sim_server
 
 COST = CostModel(step_base_s=0.01, prefill_token_s=0.001, attn_token2_s=0.0, decode_seq_s=0.0)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.sim.block_pool import BlockPool
+from proxy.cachemodel.block_pool import BlockPool
 
 TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from proxy.sim.service import SimConfig
-from proxy.sim.testing import run_sim_server
+from proxy.simengine.service import SimConfig
+from proxy.harness.sim_server import run_sim_server
 
 openai = pytest.importorskip("openai")
 pytestmark = pytest.mark.sockets

@@ -6,9 +6,9 @@ import time
 import httpx
 import pytest
 
-from proxy.sim.cost_model import CostModel
-from proxy.sim.service import SimConfig
-from proxy.sim.testing import run_sim_server
+from proxy.cachemodel.cost_model import CostModel
+from proxy.simengine.service import SimConfig
+from proxy.harness.sim_server import run_sim_server
 
 pytestmark = pytest.mark.sockets
 MODEL = SimConfig().model

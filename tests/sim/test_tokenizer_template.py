@@ -5,10 +5,10 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.sim.block_hash import chain_hashes
-from proxy.sim.chat_template import GENERATION_PROMPT, render_chat, render_tool_call
-from proxy.sim.generation import plan_output
-from proxy.sim.tokenizer import IM_END, IM_START, SimTokenizer
+from proxy.cachemodel.block_hash import chain_hashes
+from proxy.simengine.chat_template import GENERATION_PROMPT, render_chat, render_tool_call
+from proxy.simengine.generation import plan_output
+from proxy.simengine.tokenizer import IM_END, IM_START, SimTokenizer
 
 TOOLS = [{"type": "function", "function": {"name": "search", "description": "web search", "parameters": {
     "type": "object", "properties": {"q": {"type": "string"}, "k": {"type": "integer"}}, "required": ["q", "k"]}}}]

@@ -1,0 +1,236 @@
+"""Replay runner: drives each policy over one request stream in virtual time, deterministically.
+
+Why events: the scout planner learns from responses (finish reasons, tool calls) and plans between
+requests, so a request's response end is an event of its own, at arrival + its prefill time (cost
+model, given its hit) + its output tokens at a nominal decode step. Policies that do not need
+responses skip the event heap entirely (that is what keeps `lru` fast).
+
+`lru` and `belady` always run (they define the gap every other policy is measured against), so a
+report can say what share of the LRU→Belady gap each policy closes.
+
+`cpu_capacity` puts a host-memory tier behind every policy's GPU cache (`tiers.py`): LRU and
+write-through for every policy, MIN for Belady; the report then adds GPU hits, host loads,
+recompute and the share of the LRU→Belady *TTFT* gap each policy closes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from proxy.cachemodel.cost_model import CostModel
+from proxy.replay.traces import ReplayRequest, unique_blocks
+from proxy.replay.measure import RunRecorder
+from proxy.replay.policies import BeladyPolicy, HistoryPolicy, LruPolicy, ReplayPolicy, TtlPolicy
+from proxy.replay.tiers import LruHostTier, MinHostTier, resolve_cpu_capacity
+
+POLICIES = ("lru", "history", "ttl", "scout-engine", "scout-proxy", "scout-proxy-priority", "belady")
+# scout-proxy with a runtime sending hints (truthful, noisy, lying; proxy/replay/hint_stream.py):
+# opt-in by name, not in the default --policies list
+HINT_POLICIES = ("scout-proxy+hints", "scout-proxy+noisy-hints", "scout-proxy+all-hints", "scout-proxy+liar",
+                 "scout-proxy+hints+liar")
+DECODE_BATCH = 16          # nominal running batch for the decode step of response timing
+
+
+@dataclass
+class ReplaySettings:
+    block_size: int = 16
+    latency_budget_s: float = 1.0
+    ttl_s: float = 10.0
+    scout_overrides: dict = field(default_factory=dict)
+    use_sessions: bool = True
+    engines: int = 1                 # parallel prefill servers in the TTFT queue (one shared cache)
+    retention_s: float = 300.0       # priority engine: a block's priority decays after this idle time
+    cost: CostModel = field(default_factory=CostModel)
+    proxy_settings: Any = None       # the proxy's Settings (None = defaults); scout_overrides go over
+                                     # its policy_overrides; the same builder as the live proxy
+    cpu_capacity: str | None = None  # host tier: "4x" (of the GPU capacity), a share, or blocks; None = none
+
+
+def make_policy(name: str, s: ReplaySettings) -> ReplayPolicy:
+    if name == "lru":
+        return LruPolicy()
+    if name == "belady":
+        return BeladyPolicy()
+    if name == "history":
+        return HistoryPolicy()
+    if name == "ttl":
+        return TtlPolicy(s.ttl_s)
+    if name in ("scout-proxy", "scout-proxy-priority", "scout-engine"):
+        from proxy.replay.scout import ScoutEnginePolicy, ScoutProxyPolicy, ScoutProxyPriorityPolicy
+        cls = {"scout-proxy": ScoutProxyPolicy, "scout-proxy-priority": ScoutProxyPriorityPolicy,
+               "scout-engine": ScoutEnginePolicy}[name]
+        from proxy.replay.scout import default_settings
+        base = s.proxy_settings
+        if base is None:
+            settings = default_settings(s.scout_overrides)
+        else:
+            settings = base.model_copy(update={"policy_overrides": {**base.policy_overrides, **s.scout_overrides}})
+        pol = cls(s.scout_overrides, s.use_sessions, s.block_size, settings=settings)
+        pol.retention_s = s.retention_s
+        return pol
+    if name in HINT_POLICIES:
+        from proxy.replay.scout_hints import make_hint_policy
+        pol = make_hint_policy(name, s.scout_overrides, s.use_sessions, s.block_size)
+        pol.retention_s = s.retention_s
+        return pol
+    raise ValueError(f"unknown policy {name!r}; choose from {POLICIES}")
+
+
+def resolve_capacity(spec: float | int | str, requests: Sequence[ReplayRequest]) -> int:
+    """`0.05` (below 1) or `5%`: share of the stream's unique blocks; an integer >= 1: blocks."""
+    if isinstance(spec, str):
+        spec = spec.strip()
+        if spec.endswith("%"):
+            return round(float(spec[:-1]) / 100.0 * unique_blocks(requests))
+        spec = float(spec)
+    if spec < 1:
+        return round(float(spec) * unique_blocks(requests))
+    return int(spec)
+
+
+def resume_mask(requests: Sequence[ReplayRequest]) -> np.ndarray:
+    """True for a request whose session's previous request ended in a tool call (a tool resume)."""
+    last: dict[str, str | None] = {}
+    out = np.zeros(len(requests), dtype=bool)
+    for i, r in enumerate(requests):
+        if r.session_id is None:
+            continue
+        out[i] = last.get(r.session_id) == "tool_calls"
+        last[r.session_id] = r.finish_reason
+    return out
+
+
+def run_policy(policy: ReplayPolicy, requests: Sequence[ReplayRequest], capacity: int,
+               cost: CostModel, progress: Callable[[int], None] | None = None, engines: int = 1,
+               cpu_blocks: int = 0) -> RunRecorder:
+    """One policy over the stream (with a host tier of `cpu_blocks` behind it); returns its recorder."""
+    outputs = np.fromiter((r.output_tokens for r in requests), dtype=np.int64, count=len(requests))
+    rec = RunRecorder(cost, outputs, engines)
+    rec.resume = resume_mask(requests)
+    if cpu_blocks > 0:
+        rec.tier = (MinHostTier(cpu_blocks, [r.block_hashes for r in requests]) if isinstance(policy, BeladyPolicy)
+                    else LruHostTier(cpu_blocks))
+    policy.setup(requests, capacity, cost, rec)
+    tick = max(1, len(requests) // 50)
+    if not policy.wants_responses:
+        on_request, record = policy.on_request, rec.request
+        for i, r in enumerate(requests):
+            hit = on_request(i, r, r.t)
+            record(i, r.t, r.block_hashes, r.block_tokens, hit)
+            if progress is not None and i % tick == 0:
+                progress(i)
+        if progress is not None:
+            progress(len(requests) - 1)
+        return rec
+    step = cost.step_base_s + cost.decode_seq_s * DECODE_BATCH
+    pending: list[tuple[float, int, int]] = []     # (end time, seq, request index)
+    hits: dict[int, int] = {}
+    seq = 0
+    for i, r in enumerate(requests):
+        while pending and pending[0][0] <= r.t:
+            t_end, _, j = heapq.heappop(pending)
+            policy.on_response(j, requests[j], hits.pop(j), t_end)
+        hit = policy.on_request(i, r, r.t)
+        rec.request(i, r.t, r.block_hashes, r.block_tokens, hit)
+        hits[i] = hit
+        cached = int(rec.hit_tokens[i] + rec.load_tokens[i])
+        end = (r.t + cost.load_s(int(rec.load_tokens[i])) + cost.prefill_s(r.prompt_tokens, cached)
+               + r.output_tokens * step)
+        seq += 1
+        heapq.heappush(pending, (end, seq, i))
+        if progress is not None and i % tick == 0:
+            progress(i)
+    while pending:
+        t_end, _, j = heapq.heappop(pending)
+        policy.on_response(j, requests[j], hits.pop(j), t_end)
+    if progress is not None:
+        progress(len(requests) - 1)
+    return rec
+
+
+def _bar(name: str, n: int, enabled: bool) -> Callable[[int], None] | None:
+    if not enabled or n == 0:
+        return None
+
+    if not sys.stderr.isatty():
+        # Logs (CI, `> file`): one line per 10% per phase, never carriage-return bars.
+        last = [-1]
+
+        def log_line(i: int) -> None:
+            decile = (10 * (i + 1)) // n
+            if decile > last[0]:
+                last[0] = decile
+                sys.stderr.write(f"  {name:<22} {10 * decile:3d}% ({i + 1}/{n})\n")
+        return log_line
+
+    def show(i: int) -> None:
+        done = int(30 * (i + 1) / n)
+        sys.stderr.write(f"\r  {name:<22} [{'#' * done}{'.' * (30 - done)}] {i + 1}/{n}")
+        sys.stderr.flush()
+    return show
+
+
+def replay(requests: Sequence[ReplayRequest], capacities: Sequence[int], policies: Sequence[str],
+           settings: ReplaySettings | None = None, progress: bool = False) -> dict:
+    """Every policy at every capacity. Returns a JSON-ready dict (see report.py for its shape)."""
+    s = settings or ReplaySettings()
+    names = list(dict.fromkeys(["lru", *policies, "belady"]))
+    for n in names:
+        if n not in POLICIES and n not in HINT_POLICIES:
+            raise ValueError(f"unknown policy {n!r}; choose from {POLICIES + HINT_POLICIES}")
+    span = (requests[-1].t - requests[0].t) if requests else 0.0
+    out: dict = {"policies": names, "capacities": [], "span_s": span, "requests": len(requests),
+                 "unique_blocks": unique_blocks(requests)}
+    for cap in capacities:
+        cpu = resolve_cpu_capacity(s.cpu_capacity, int(cap), out["unique_blocks"])
+        row: dict = {"capacity_blocks": int(cap), "cpu_capacity_blocks": cpu, "policies": {}}
+        recs: dict[str, RunRecorder] = {}
+        for name in names:
+            pol = make_policy(name, s)
+            t0 = time.perf_counter()
+            rec = run_policy(pol, requests, cap, s.cost, _bar(f"{name} @ {cap}", len(requests), progress),
+                             s.engines, cpu)
+            elapsed = time.perf_counter() - t0
+            if progress:
+                sys.stderr.write(f"  {elapsed:.2f}s\n" if sys.stderr.isatty()
+                                 else f"  {name} @ {cap}: done in {elapsed:.2f}s\n")
+            recs[name] = rec
+            summ = rec.summary(span, s.latency_budget_s, recs.get("lru") if name != "lru" else None)
+            summ["replay_seconds"] = elapsed
+            summ["replay_rps"] = len(requests) / elapsed if elapsed > 0 else 0.0
+            summ["extra"] = pol.extra()
+            summ["_leads"] = rec.lead_samples()
+            summ["_ttft"] = rec.latencies(DECODE_BATCH)[0]
+            if any(r.finish_reason == "tool_calls" for r in requests):
+                from proxy.replay.scout_hints import resume_latency
+                summ.update(resume_latency(rec, requests))
+            row["policies"][name] = summ
+        lru = row["policies"]["lru"]
+        bel = row["policies"]["belady"]
+        for name, summ in row["policies"].items():
+            summ["gap_closed"] = gap_share(summ["hit_rate"], lru["hit_rate"], bel["hit_rate"])
+            summ["gap_closed_blocks"] = gap_share(summ["block_hit_rate"], lru["block_hit_rate"],
+                                                  bel["block_hit_rate"])
+            # TTFT: lower is better, so the gap runs from LRU's TTFT down to Belady's
+            summ["ttft_gap_closed"] = gap_share(-summ["ttft_mean_s"], -lru["ttft_mean_s"], -bel["ttft_mean_s"])
+            if None not in (summ.get("ttft_resume_mean_s"), lru.get("ttft_resume_mean_s"),
+                            bel.get("ttft_resume_mean_s")):
+                summ["ttft_resume_gap_closed"] = gap_share(-summ["ttft_resume_mean_s"], -lru["ttft_resume_mean_s"],
+                                                           -bel["ttft_resume_mean_s"])
+        out["capacities"].append(row)
+    return out
+
+
+def gap_share(hit: float, lru: float, bound: float) -> float | None:
+    """Share of the LRU→Belady gap a hit rate closes (None when there is no gap)."""
+    gap = bound - lru
+    if gap <= 1e-12:
+        return None
+    return (hit - lru) / gap

@@ -1,0 +1,288 @@
+"""Seeded multi-agent workload generators and the documented presets.
+
+Why: the public traces (Mooncake) carry session continuation but no agent structure, so whether
+agent foreknowledge pays has to be measured on generated traffic shaped like the workloads in the
+CacheScout paper: a 6-agent AutoGen-style group chat where every agent's prompt is its fixed
+context (system prompt + tool schemas: the *anchor*, 53–62% of prompt tokens) followed by the
+session's shared, append-only history; a supervisor picks who speaks next with tunable
+predictability; some agents call tools and resume after the tool ran; many sessions run at once.
+
+Block model (`block_size` tokens per block, chained hashes as vLLM's prefix cache has them):
+agent a's prompt in session s at step k is `anchor_a + H_s[0:k]`. Anchor blocks are shared by
+every session (chain of the agent's content); history blocks are chained after the anchor, so
+they are per-(agent, session) and each request extends that pair's previous prompt. The last,
+partial block carries its fill level in the hash, so it never hits (vLLM caches full blocks only).
+
+Timing is open loop: session starts are Poisson, at the rate that makes the engine's cold prefill
+work (every prompt computed from scratch, cost model) a `load` share of the span — or, with
+`load=None`, at the rate that keeps `concurrency` sessions live on average (Little's law); inside a session the next request follows the previous one's nominal
+latency plus a small orchestration gap, or the tool's duration after a tool call. The same seed
+gives the same stream.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+
+import xxhash
+
+from proxy.cachemodel.cost_model import CostModel
+from proxy.replay.traces import ReplayRequest
+
+TOPOLOGIES = ("pipeline", "debate", "selector", "random")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    name: str = "selector"
+    topology: str = "selector"
+    agents: int = 6
+    predictability: float = 0.85          # selector: P(supervisor follows the script); random ignores it
+    anchor_tokens: tuple[int, int] = (640, 960)     # per-agent fixed context (system prompt + tools)
+    task_tokens: tuple[int, int] = (60, 200)        # the user's opening message
+    reply_tokens: tuple[int, int] = (40, 160)       # each agent turn appended to the shared history
+    steps: tuple[int, int] = (8, 14)                # agent turns per session
+    sessions: int = 64
+    load: float | None = 0.8                        # target engine load: cold prefill seconds / span
+    concurrency: float = 16.0                       # mean live sessions, used when load is None
+    tool_agents: int = 0                            # agents 1..tool_agents may call tools
+    tool_prob: float = 0.0                          # P(a tool agent's turn ends in a tool call)
+    tool_seconds: tuple[float, float] = (0.5, 4.0)  # tool duration range (log-uniform)
+    tool_result_tokens: tuple[int, int] = (100, 400)
+    selector_calls: bool = False                    # the supervisor itself makes an LLM call per step
+    second_user_turn: bool = False                  # mt-bench: a follow-up question mid-session
+    block_size: int = 16
+    gap_seconds: float = 0.05                       # orchestration gap between turns
+    decode_tokens_per_s: float = 140.0              # nominal per-stream decode (cost model at batch 16)
+    prefill_tokens_per_s: float = 15000.0           # nominal prefill speed (cost model default)
+    seed: int = 0
+    fanout: int = 0                                 # >1: a turn may fork into this many parallel branches
+    fanout_prob: float = 0.0                        # P(a turn forks): map steps, parallel tool calls
+    fanout_stagger_s: float = 0.3                   # delay between the branches' starts
+    branch_tokens: tuple[int, int] = (32, 96)       # each branch's own instruction after the shared parent
+
+
+PRESETS: dict[str, WorkloadSpec] = {
+    # topology presets: the paper's four workflow shapes on the same 6 agents
+    "pipeline": WorkloadSpec(name="pipeline", topology="pipeline", steps=(6, 12)),
+    "debate": WorkloadSpec(name="debate", topology="debate", predictability=0.8),
+    "selector": WorkloadSpec(name="selector", topology="selector", predictability=0.85),
+    "random": WorkloadSpec(name="random", topology="random", predictability=0.0),
+    # workload presets shaped like the paper's benchmarks (6-agent SelectorGroupChat)
+    "gsm8k": WorkloadSpec(name="gsm8k", topology="selector", predictability=0.8, anchor_tokens=(560, 800),
+                          task_tokens=(60, 160), reply_tokens=(40, 140), steps=(6, 10), selector_calls=True),
+    "mtbench": WorkloadSpec(name="mtbench", topology="selector", predictability=0.75, anchor_tokens=(720, 1040),
+                            task_tokens=(80, 240), reply_tokens=(80, 200), steps=(6, 10), second_user_turn=True,
+                            selector_calls=True),
+    "gaia": WorkloadSpec(name="gaia", topology="selector", predictability=0.7, anchor_tokens=(1100, 1600),
+                         task_tokens=(80, 240), reply_tokens=(40, 140), steps=(8, 14), tool_agents=3,
+                         tool_prob=0.5, tool_seconds=(0.5, 8.0), tool_result_tokens=(80, 300),
+                         selector_calls=True),
+    "swebench": WorkloadSpec(name="swebench", topology="selector", predictability=0.75,
+                             anchor_tokens=(2400, 3600), task_tokens=(200, 600), reply_tokens=(60, 200),
+                             steps=(10, 16), tool_agents=3, tool_prob=0.6, tool_seconds=(1.0, 20.0),
+                             tool_result_tokens=(150, 500), sessions=48),
+    # fan-out: a selector chat whose turns fork into 4 parallel branches half of the time (the
+    # branches share the agent's anchor and the session's history: the parent)
+    "fanout": WorkloadSpec(name="fanout", topology="selector", predictability=0.8, steps=(6, 10),
+                           anchor_tokens=(720, 1040), fanout=4, fanout_prob=0.5, branch_tokens=(16, 48)),
+}
+
+
+def preset(name: str, **overrides) -> WorkloadSpec:
+    if name not in PRESETS:
+        raise KeyError(f"unknown workload preset {name!r}; choose from {sorted(PRESETS)}")
+    return replace(PRESETS[name], **overrides)
+
+
+def _h(parent: int, *key) -> int:
+    return xxhash.xxh3_64_intdigest(repr(key).encode(), seed=parent)
+
+
+class _Chains:
+    """Hash chains, extended incrementally: anchors per agent, histories per (agent, session)."""
+
+    def __init__(self, spec: WorkloadSpec, anchor_sizes: list[int]):
+        self.bs = spec.block_size
+        self.anchor: list[tuple[int, ...]] = []
+        for a, size in enumerate(anchor_sizes):
+            chain, parent = [], _h(spec.seed, "root")
+            for i in range(size // self.bs):
+                parent = _h(parent, "anchor", a, i)
+                chain.append(parent)
+            self.anchor.append(tuple(chain))
+        self.hist: dict[tuple[int, int], list[int]] = {}
+
+    def prompt(self, agent: int, session: int, hist_tokens: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        bs = self.bs
+        anchor = self.anchor[agent]
+        chain = self.hist.setdefault((agent, session), [])
+        full = hist_tokens // bs
+        parent = chain[-1] if chain else (anchor[-1] if anchor else 0)
+        while len(chain) < full:
+            parent = _h(parent, "hist", session, len(chain))
+            chain.append(parent)
+        hashes = anchor + tuple(chain[:full])
+        tokens = [bs] * len(hashes)
+        rest = hist_tokens - full * bs
+        if rest:
+            tail_parent = chain[full - 1] if full else (anchor[-1] if anchor else 0)
+            hashes += (_h(tail_parent, "partial", session, full, rest),)
+            tokens.append(rest)
+        return hashes, tuple(tokens)
+
+
+def _branch(chains: _Chains, agent: int, session: int, hist_tokens: int, key: tuple,
+            branch_tokens: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A fan-out branch: the parent (anchor + the history's full blocks) + the branch's own blocks."""
+    bs = chains.bs
+    hashes, tokens = chains.prompt(agent, session, hist_tokens)
+    full = len(chains.anchor[agent]) + hist_tokens // bs
+    hashes, tokens = list(hashes[:full]), list(tokens[:full])
+    parent = hashes[-1] if hashes else 0
+    for j in range(max(1, -(-branch_tokens // bs))):
+        parent = _h(parent, "branch", *key, j)
+        hashes.append(parent)
+        tokens.append(bs)
+    return tuple(hashes), tuple(tokens)
+
+
+def random_cycle(agents: int, rng: random.Random) -> list[int]:
+    """The supervisor's scripted successor of each agent (a random cycle over the agents);
+    shared with the live demo's workload so both script the same kind of group chat."""
+    order = list(range(agents))
+    rng.shuffle(order)
+    nxt = [0] * agents
+    for i, a in enumerate(order):
+        nxt[a] = order[(i + 1) % agents]
+    return nxt
+
+
+def _next_agent(spec: WorkloadSpec, cur: int | None, step: int, script: list[int], rng: random.Random) -> int:
+    n = spec.agents
+    if spec.topology == "pipeline":
+        return step % n
+    if spec.topology == "debate":             # debaters 0 and 1 alternate; judge 2 every third turn
+        if cur is None:
+            return 0
+        if step % 3 == 2:
+            return 2 if rng.random() < spec.predictability else rng.randrange(n)
+        base = 1 if cur == 0 else 0
+        return base if rng.random() < spec.predictability else rng.randrange(n)
+    if spec.topology == "random" or cur is None:
+        return rng.randrange(n)
+    if spec.topology == "selector":
+        return script[cur] if rng.random() < spec.predictability else rng.randrange(n)
+    raise ValueError(f"unknown topology {spec.topology!r}; expected one of {TOPOLOGIES}")
+
+
+def _session(spec: WorkloadSpec, sid: int, chains: _Chains, script: list[int], sel_agent: int | None,
+             rng: random.Random) -> list[tuple[float, ReplayRequest]]:
+    """One session's requests with times relative to its start."""
+    out: list[tuple[float, ReplayRequest]] = []
+    t = 0.0
+    hist = rng.randint(*spec.task_tokens)
+    steps = rng.randint(*spec.steps)
+    cur: int | None = None
+    sname = f"{spec.name}-{sid}"
+
+    def emit(agent: int, out_tokens: int, finish: str | None = None, tool_s: float | None = None,
+             category: str = "agent") -> float:
+        hashes, tokens = chains.prompt(agent, sid, hist)
+        prompt = sum(tokens)
+        out.append((t, ReplayRequest(
+            t=0.0, tenant="", block_hashes=hashes, block_tokens=tokens, output_tokens=out_tokens,
+            session_id=sname, agent=f"agent{agent}", category=category,
+            anchor_blocks=len(chains.anchor[agent]), finish_reason=finish, tool_seconds=tool_s)))
+        return prompt / spec.prefill_tokens_per_s + out_tokens / spec.decode_tokens_per_s
+
+    for step in range(steps):
+        if spec.second_user_turn and step == steps // 2:
+            hist += rng.randint(*spec.task_tokens)
+        if sel_agent is not None:              # the supervisor's own call picks the speaker
+            t += emit(sel_agent, 8, category="selector") + spec.gap_seconds
+        cur = _next_agent(spec, cur, step, script, rng)
+        reply = rng.randint(*spec.reply_tokens)
+        if spec.fanout > 1 and rng.random() < spec.fanout_prob:
+            # the turn forks: branches start `fanout_stagger_s` apart on the same parent, their
+            # results join the history when the slowest is done
+            end, joined = t, 0
+            for b in range(spec.fanout):
+                out_tokens = rng.randint(*spec.reply_tokens)
+                hashes, tokens = _branch(chains, cur, sid, hist, (sid, step, b), rng.randint(*spec.branch_tokens))
+                start = t + b * spec.fanout_stagger_s
+                out.append((start, ReplayRequest(
+                    t=0.0, tenant="", block_hashes=hashes, block_tokens=tokens, output_tokens=out_tokens,
+                    session_id=sname, agent=f"agent{cur}", category="branch",
+                    anchor_blocks=len(chains.anchor[cur]), finish_reason="stop")))
+                end = max(end, start + sum(tokens) / spec.prefill_tokens_per_s
+                          + out_tokens / spec.decode_tokens_per_s)
+                joined += out_tokens // 2
+            hist += joined
+            t = end + spec.gap_seconds
+            continue
+        uses_tool = 1 <= cur <= spec.tool_agents and rng.random() < spec.tool_prob
+        if uses_tool:
+            lo, hi = spec.tool_seconds
+            tool_s = lo * (hi / lo) ** rng.random()
+            call_tokens = min(reply, 60)
+            t += emit(cur, call_tokens, "tool_calls", tool_s) + tool_s
+            hist += call_tokens + rng.randint(*spec.tool_result_tokens)
+        t += emit(cur, reply, "stop") + spec.gap_seconds
+        hist += reply
+    return out
+
+
+def generate(spec: WorkloadSpec) -> list[ReplayRequest]:
+    """The workload's request stream, time ordered. Same spec (seed included) -> same stream."""
+    if spec.topology not in TOPOLOGIES:
+        raise ValueError(f"unknown topology {spec.topology!r}; expected one of {TOPOLOGIES}")
+    rng = random.Random(spec.seed)
+    n_agents = spec.agents + (1 if spec.selector_calls else 0)
+    bs = spec.block_size
+    sizes = [max(bs, rng.randint(*spec.anchor_tokens) // bs * bs) for _ in range(n_agents)]
+    chains = _Chains(spec, sizes)
+    script = random_cycle(spec.agents, rng)
+    sel_agent = spec.agents if spec.selector_calls else None
+    sessions = [_session(spec, s, chains, script, sel_agent, rng) for s in range(spec.sessions)]
+    mean_len = sum(s[-1][0] for s in sessions if s) / max(1, len(sessions))
+    if spec.load:
+        cost = CostModel()
+        cold = sum(cost.prefill_s(r.prompt_tokens) for sess in sessions for _, r in sess)
+        rate = len(sessions) / max(cold / spec.load - mean_len, mean_len / len(sessions), 1e-6)
+    else:
+        rate = spec.concurrency / max(mean_len, 1e-6)    # Little's law: L = λ·W
+    out: list[tuple[float, int, ReplayRequest]] = []
+    start = 0.0
+    seq = 0
+    for sess in sessions:
+        for rel, req in sess:
+            out.append((start + rel, seq, req))
+            seq += 1
+        start += rng.expovariate(rate)
+    out.sort(key=lambda x: (x[0], x[1]))
+    return [replace(req, t=round(t, 6)) for t, _, req in out]
+
+
+def anchor_share(requests: list[ReplayRequest]) -> float:
+    """Token-weighted share of prompt tokens that are agent anchors (the paper reports 53–62%)."""
+    anchor = total = 0
+    for r in requests:
+        anchor += sum(r.block_tokens[: r.anchor_blocks])
+        total += r.prompt_tokens
+    return anchor / total if total else 0.0
+
+
+def describe(spec: WorkloadSpec, requests: list[ReplayRequest]) -> dict:
+    """Summary numbers for the report."""
+    span = requests[-1].t - requests[0].t if requests else 0.0
+    return {
+        "preset": spec.name, "topology": spec.topology, "agents": spec.agents,
+        "predictability": spec.predictability, "sessions": spec.sessions, "seed": spec.seed,
+        "requests": len(requests), "span_s": round(span, 3),
+        "request_rate": round(len(requests) / span, 3) if span > 0 else 0.0,
+        "anchor_share": round(anchor_share(requests), 4),
+        "tool_calls": sum(1 for r in requests if r.finish_reason == "tool_calls"),
+        "prompt_tokens": sum(r.prompt_tokens for r in requests),
+    }
