@@ -13,8 +13,9 @@ it learned, as in production). Judged on vLLM's numbers: the proxy's warmup/touc
 forwarding), and over all runs mean per-request latency through the proxy <= direct + 3% and hit
 ratio (usage cached/prompt tokens) no lower than direct - 1 pp, each plus two standard errors of
 the run-to-run spread (a proxy confidently worse fails; noise alone does not). Each run logs the
-proxy's actions (kind/reason/outcome) so a failure says whether the proxy acted at all: two identical direct runs on the 2-core CPU build differ by up to ~14% in
-latency and ~4 pp in hit ratio.
+proxy's actions (kind/reason/outcome) so a failure says whether the proxy acted at all: two
+identical direct runs on the 2-core CPU build differ by up to ~14% in latency and ~8 pp in hit
+ratio.
 """
 
 from __future__ import annotations
