@@ -14,22 +14,45 @@ import argparse
 import asyncio
 import json
 
-COMPLETION = json.dumps({
-    "id": "chatcmpl-bench", "object": "chat.completion", "created": 1700000000, "model": "bench",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "The answer is 42, as computed."},
-                 "finish_reason": "stop", "logprobs": None}],
-    "usage": {"prompt_tokens": 57, "completion_tokens": 9, "total_tokens": 66,
-              "prompt_tokens_details": {"cached_tokens": 48}},
-}, separators=(",", ":")).encode()
-JSON_RESPONSE = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
-                 + str(len(COMPLETION)).encode() + b"\r\n\r\n" + COMPLETION)
+COMPLETION = json.dumps(
+    {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": "bench",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "The answer is 42, as computed."},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": 57,
+            "completion_tokens": 9,
+            "total_tokens": 66,
+            "prompt_tokens_details": {"cached_tokens": 48},
+        },
+    },
+    separators=(",", ":"),
+).encode()
+JSON_RESPONSE = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+    + str(len(COMPLETION)).encode()
+    + b"\r\n\r\n"
+    + COMPLETION
+)
 SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
 
 def _sse_chunk(i: int) -> bytes:
-    event = (b'data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,'
-             b'"model":"bench","choices":[{"index":0,"delta":{"content":"tok' + str(i).encode()
-             + b' "},"finish_reason":null}]}\n\n')
+    event = (
+        b'data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,'
+        b'"model":"bench","choices":[{"index":0,"delta":{"content":"tok'
+        + str(i).encode()
+        + b' "},"finish_reason":null}]}\n\n'
+    )
     return f"{len(event):x}\r\n".encode() + event + b"\r\n"
 
 
@@ -57,11 +80,11 @@ class Upstream(asyncio.Protocol):
             length = 0
             pos = head.find(b"content-length:")
             if pos >= 0:
-                length = int(head[pos + 15:head.find(b"\r\n", pos) if head.find(b"\r\n", pos) > 0 else None])
+                length = int(head[pos + 15 : head.find(b"\r\n", pos) if head.find(b"\r\n", pos) > 0 else None])
             if len(self.buf) < end + 4 + length:
                 return
-            body = self.buf[end + 4:end + 4 + length]
-            self.buf = self.buf[end + 4 + length:]
+            body = self.buf[end + 4 : end + 4 + length]
+            self.buf = self.buf[end + 4 + length :]
             if b'"stream": true' in body or b'"stream":true' in body:
                 asyncio.get_running_loop().create_task(self.stream())
             else:
@@ -93,6 +116,7 @@ def main() -> None:
     args = parser.parse_args()
     try:
         import uvloop
+
         uvloop.install()
     except ImportError:
         pass

@@ -25,8 +25,10 @@ def build(upstream: str) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.client = httpx.AsyncClient(
-            base_url=upstream, timeout=httpx.Timeout(600.0, connect=5.0),
-            limits=httpx.Limits(max_connections=512, max_keepalive_connections=128))
+            base_url=upstream,
+            timeout=httpx.Timeout(600.0, connect=5.0),
+            limits=httpx.Limits(max_connections=512, max_keepalive_connections=128),
+        )
         yield
         await app.state.client.aclose()
 
@@ -36,12 +38,14 @@ def build(upstream: str) -> FastAPI:
     async def forward(path: str, request: Request):
         client: httpx.AsyncClient = request.app.state.client
         headers = [(k, v) for k, v in request.headers.items() if k not in HOP]
-        req = client.build_request(request.method, "/" + path, params=request.query_params,
-                                   headers=headers, content=await request.body())
+        req = client.build_request(
+            request.method, "/" + path, params=request.query_params, headers=headers, content=await request.body()
+        )
         resp = await client.send(req, stream=True)
         out = {k: v for k, v in resp.headers.items() if k not in HOP}
-        return StreamingResponse(resp.aiter_raw(), status_code=resp.status_code, headers=out,
-                                 background=BackgroundTask(resp.aclose))
+        return StreamingResponse(
+            resp.aiter_raw(), status_code=resp.status_code, headers=out, background=BackgroundTask(resp.aclose)
+        )
 
     return app
 

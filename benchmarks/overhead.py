@@ -39,9 +39,16 @@ import aiohttp
 from proxy.harness.child_process import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
-BODY = json.dumps({"model": "bench", "max_tokens": 64, "messages": [
-    {"role": "system", "content": "You are a careful math tutor. " * 8},
-    {"role": "user", "content": "What is six times seven?"}]}).encode()
+BODY = json.dumps(
+    {
+        "model": "bench",
+        "max_tokens": 64,
+        "messages": [
+            {"role": "system", "content": "You are a careful math tutor. " * 8},
+            {"role": "user", "content": "What is six times seven?"},
+        ],
+    }
+).encode()
 STREAM_BODY = BODY[:-1] + b', "stream": true}'
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -80,8 +87,9 @@ class Target:
     ttfb: list[float] = field(default_factory=list)
 
 
-async def run_phase(session: aiohttp.ClientSession, url: str, concurrency: int, total: int,
-                    stream: bool) -> tuple[float, list[float], int]:
+async def run_phase(
+    session: aiohttp.ClientSession, url: str, concurrency: int, total: int, stream: bool
+) -> tuple[float, list[float], int]:
     """(wall seconds, per-request latency or TTFB, errors)."""
     samples: list[float] = []
     errors = 0
@@ -93,9 +101,11 @@ async def run_phase(session: aiohttp.ClientSession, url: str, concurrency: int, 
             remaining -= 1
             t0 = time.perf_counter()
             try:
-                async with session.post(url + "/v1/chat/completions", data=STREAM_BODY if stream else BODY,
-                                        headers={"content-type": "application/json",
-                                                 "authorization": "Bearer sk-bench"}) as r:
+                async with session.post(
+                    url + "/v1/chat/completions",
+                    data=STREAM_BODY if stream else BODY,
+                    headers={"content-type": "application/json", "authorization": "Bearer sk-bench"},
+                ) as r:
                     if stream:
                         await r.content.readany()
                         samples.append(time.perf_counter() - t0)
@@ -105,7 +115,7 @@ async def run_phase(session: aiohttp.ClientSession, url: str, concurrency: int, 
                         samples.append(time.perf_counter() - t0)
                     if r.status != 200:
                         errors += 1
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 errors += 1
 
     t0 = time.perf_counter()
@@ -151,20 +161,25 @@ async def bench(targets: list[Target], rounds: int, scale: float) -> None:
 def report(targets: list[Target]) -> str:
     direct = targets[0]
     d50, dt50 = pct(direct.lat, 0.5), pct(direct.ttfb, 0.5)
-    rows = ["| target | req/s @64 (median of rounds) | p50 / p99 ms @8 | added p50 ms @8 | stream TTFB p50 / p99 ms @32 "
-            "| added TTFB p50 ms | CPU ms/request (all / non-stream / stream) | errors |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    rows = [
+        "| target | req/s @64 (median of rounds) | p50 / p99 ms @8 | added p50 ms @8 | stream TTFB p50 / p99 ms @32 "
+        "| added TTFB p50 ms | CPU ms/request (all / non-stream / stream) | errors |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for t in targets:
         p50, p99 = pct(t.lat, 0.5), pct(t.lat, 0.99)
         f50, f99 = pct(t.ttfb, 0.5), pct(t.ttfb, 0.99)
         if t.proc and t.requests:
             plain = (t.cpu_s - t.cpu_stream_s) / (t.requests - t.stream_requests)
-            cpu = f"{1000 * t.cpu_s / t.requests:.2f} / {1000 * plain:.2f} / {1000 * t.cpu_stream_s / t.stream_requests:.2f}"
+            stream = 1000 * t.cpu_stream_s / t.stream_requests
+            cpu = f"{1000 * t.cpu_s / t.requests:.2f} / {1000 * plain:.2f} / {stream:.2f}"
         else:
             cpu = "(upstream)"
-        rows.append(f"| {t.name} | {statistics.median(t.rps):.0f} | {1000 * p50:.1f} / {1000 * p99:.1f} | "
-                    f"{1000 * (p50 - d50):+.1f} | {1000 * f50:.1f} / {1000 * f99:.1f} | {1000 * (f50 - dt50):+.1f} | "
-                    f"{cpu} | {t.errors} |")
+        rows.append(
+            f"| {t.name} | {statistics.median(t.rps):.0f} | {1000 * p50:.1f} / {1000 * p99:.1f} | "
+            f"{1000 * (p50 - d50):+.1f} | {1000 * f50:.1f} / {1000 * f99:.1f} | {1000 * (f50 - dt50):+.1f} | "
+            f"{cpu} | {t.errors} |"
+        )
     return "\n".join(rows)
 
 
@@ -174,23 +189,64 @@ def main() -> int:
     parser.add_argument("--scale", type=float, default=1.0, help="multiply request counts (default 2000/800/480)")
     parser.add_argument("--only", default="", help="comma list of target names to include (direct is always run)")
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
-    parser.add_argument("--baseline", type=Path, help="a checkout of the code to compare with (e.g. "
-                        "`git archive main | tar -x -C /tmp/base`): its cachescout[aiohttp] and "
-                        "cachescout[policy] run as baseline[...] rows, interleaved with this tree's")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a checkout of the code to compare with (e.g. "
+        "`git archive main | tar -x -C /tmp/base`): its cachescout[aiohttp] and "
+        "cachescout[policy] run as baseline[...] rows, interleaved with this tree's",
+    )
     args = parser.parse_args()
 
     py = sys.executable
     up_port = free_port()
     up_url = f"http://127.0.0.1:{up_port}"
     specs = [
-        ("cachescout[aiohttp]", [py, "-m", "proxy.cli", "serve", "--no-policy", "--log-level", "warning",
-                                 "--upstream-transport", "aiohttp"]),
-        ("cachescout[policy]", [py, "-m", "proxy.cli", "serve", "--log-level", "warning",
-                                "--upstream-transport", "aiohttp", "--set", "engine=none"]),
-        ("cachescout[httpx]", [py, "-m", "proxy.cli", "serve", "--no-policy", "--log-level", "warning",
-                               "--upstream-transport", "httpx"]),
-        ("cachescout[httpx-no-sniffio]", [py, str(ROOT / "benchmarks" / "serve_without_sniffio.py"), "--no-policy",
-                                           "--log-level", "warning", "--upstream-transport", "httpx"]),
+        (
+            "cachescout[aiohttp]",
+            [
+                py,
+                "-m",
+                "proxy.cli",
+                "serve",
+                "--no-policy",
+                "--log-level",
+                "warning",
+                "--upstream-transport",
+                "aiohttp",
+            ],
+        ),
+        (
+            "cachescout[policy]",
+            [
+                py,
+                "-m",
+                "proxy.cli",
+                "serve",
+                "--log-level",
+                "warning",
+                "--upstream-transport",
+                "aiohttp",
+                "--set",
+                "engine=none",
+            ],
+        ),
+        (
+            "cachescout[httpx]",
+            [py, "-m", "proxy.cli", "serve", "--no-policy", "--log-level", "warning", "--upstream-transport", "httpx"],
+        ),
+        (
+            "cachescout[httpx-no-sniffio]",
+            [
+                py,
+                str(ROOT / "benchmarks" / "serve_without_sniffio.py"),
+                "--no-policy",
+                "--log-level",
+                "warning",
+                "--upstream-transport",
+                "httpx",
+            ],
+        ),
         ("minimal", [py, str(ROOT / "benchmarks" / "minimal_passthrough.py")]),
     ]
     if args.baseline is not None:
@@ -218,6 +274,7 @@ def main() -> int:
             wait_up(t.url + ("/livez" if t.name.startswith(("cachescout", "baseline")) else "/v1/models"))
         try:
             import uvloop
+
             uvloop.install()
         except ImportError:
             pass
@@ -234,10 +291,23 @@ def main() -> int:
     print(f"\ncores: {os.cpu_count()}, rounds: {args.rounds}, scale: {args.scale}\n")
     print(table)
     if args.json:
-        args.json.write_text(json.dumps({t.name: {"rps": t.rps, "lat_p50": pct(t.lat, .5), "lat_p99": pct(t.lat, .99),
-                                                   "ttfb_p50": pct(t.ttfb, .5), "ttfb_p99": pct(t.ttfb, .99),
-                                                   "cpu_ms_per_request": 1000 * t.cpu_s / t.requests if t.proc else None,
-                                                   "errors": t.errors} for t in targets}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    t.name: {
+                        "rps": t.rps,
+                        "lat_p50": pct(t.lat, 0.5),
+                        "lat_p99": pct(t.lat, 0.99),
+                        "ttfb_p50": pct(t.ttfb, 0.5),
+                        "ttfb_p99": pct(t.ttfb, 0.99),
+                        "cpu_ms_per_request": 1000 * t.cpu_s / t.requests if t.proc else None,
+                        "errors": t.errors,
+                    }
+                    for t in targets
+                },
+                indent=2,
+            )
+        )
     return 1 if any(t.errors for t in targets) else 0
 
 

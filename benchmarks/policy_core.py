@@ -33,8 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from proxy.core import (EngineLoad, PolicyConfig, ResponseOutcome, ScoutPolicy,  # noqa: E402
-                        view_from_blocks, view_from_openai)
+from proxy.core import EngineLoad, PolicyConfig, ResponseOutcome, ScoutPolicy, view_from_blocks, view_from_openai
 
 ANCHOR = 24
 BLOCK_TOKENS = 16
@@ -57,15 +56,17 @@ def calibration_us() -> float:
     return round(best * 1e6, 1)
 
 
-def run_latency(n_agents: int, n_sessions: int, n_requests: int, seed: int, clock=time.thread_time,
-                history_blocks: int = 256) -> dict:
+def run_latency(
+    n_agents: int, n_sessions: int, n_requests: int, seed: int, clock=time.thread_time, history_blocks: int = 256
+) -> dict:
     rng = random.Random(seed)
-    cfg = PolicyConfig(residency_capacity_tokens=BLOCK_TOKENS * (ANCHOR * n_agents // 2 + 4000),
-                       max_sessions=max(4096, 2 * n_sessions))
+    cfg = PolicyConfig(
+        residency_capacity_tokens=BLOCK_TOKENS * (ANCHOR * n_agents // 2 + 4000), max_sessions=max(4096, 2 * n_sessions)
+    )
     policy = ScoutPolicy(cfg)
     anchors = [[(a << 40) | (b + 1) for b in range(ANCHOR)] for a in range(n_agents)]
-    state = []           # per session: (current agent, history ids, turn)
-    for s in range(n_sessions):
+    state = []  # per session: (current agent, history ids, turn)
+    for _s in range(n_sessions):
         state.append([0, [], 0])
     next_id = 1 << 60
     observe, respond = [], []
@@ -84,8 +85,15 @@ def run_latency(n_agents: int, n_sessions: int, n_requests: int, seed: int, cloc
         if len(hist) > history_blocks:
             del hist[: len(hist) - history_blocks]
         ids = anchors[agent] + hist
-        view = view_from_blocks("", ids, BLOCK_TOKENS, anchor_blocks=ANCHOR, session_id=f"s{sid}",
-                                anchor_payload=payload, context_payload=payload)
+        view = view_from_blocks(
+            "",
+            ids,
+            BLOCK_TOKENS,
+            anchor_blocks=ANCHOR,
+            session_id=f"s{sid}",
+            anchor_payload=payload,
+            context_payload=payload,
+        )
         t += 0.001
         t0 = clock()
         obs = policy.observe_request(view, t)
@@ -108,17 +116,25 @@ def run_latency(n_agents: int, n_sessions: int, n_requests: int, seed: int, cloc
         st[0] = (agent + 1) % n_agents if rng.random() < 0.85 else rng.randrange(n_agents)
     st = policy.stats()
     return {
-        "agents": st.agents, "sessions": st.sessions, "R": round(st.predictability, 3),
-        "top1": round(st.top1_accuracy, 3), "actions": st.actions_emitted,
-        "observe_plan_us": {"p50": round(pct(observe, 0.5) * 1e6, 1), "p99": round(pct(observe, 0.99) * 1e6, 1),
-                            "max": round(max(observe) * 1e6, 1), "mean": round(statistics.fmean(observe) * 1e6, 1)},
+        "agents": st.agents,
+        "sessions": st.sessions,
+        "R": round(st.predictability, 3),
+        "top1": round(st.top1_accuracy, 3),
+        "actions": st.actions_emitted,
+        "observe_plan_us": {
+            "p50": round(pct(observe, 0.5) * 1e6, 1),
+            "p99": round(pct(observe, 0.99) * 1e6, 1),
+            "max": round(max(observe) * 1e6, 1),
+            "mean": round(statistics.fmean(observe) * 1e6, 1),
+        },
         "observe_response_us": {"p50": round(pct(respond, 0.5) * 1e6, 1), "p99": round(pct(respond, 0.99) * 1e6, 1)},
         "n": len(observe),
     }
 
 
-def bytecodes_per_request(n_agents: int, n_sessions: int, seed: int, learn: int = 3000, count: int = 1200,
-                          history_blocks: int = 256) -> dict:
+def bytecodes_per_request(
+    n_agents: int, n_sessions: int, seed: int, learn: int = 3000, count: int = 1200, history_blocks: int = 256
+) -> dict:
     """Python bytecodes executed by observe_request + plan per request (a sys.settrace opcode
     tracer): deterministic, so two trees can be compared on a machine too noisy to time them.
     Counts Python-level work only (C calls count as one step)."""
@@ -134,7 +150,7 @@ def bytecodes_per_request(n_agents: int, n_sessions: int, seed: int, learn: int 
 
     def call(frame, event, arg):
         if frame.f_code.co_name == "observe_request":
-            planned[0] = True           # this window is observe+plan, not observe_response
+            planned[0] = True  # this window is observe+plan, not observe_response
         frame.f_trace_opcodes = True
         return line
 
@@ -142,6 +158,7 @@ def bytecodes_per_request(n_agents: int, n_sessions: int, seed: int, learn: int 
 
     class Clock:
         """run_latency's clock: switches the tracer on at t0 and off at t1 of each request."""
+
         def __call__(self):
             seen[0] += 1
             phase = seen[0] % 2
@@ -158,8 +175,12 @@ def bytecodes_per_request(n_agents: int, n_sessions: int, seed: int, learn: int 
     # run_latency calls the clock in pairs (observe+plan, then observe_response)
     run_latency(n_agents, n_sessions, (learn + count) * 4 // 5, seed, Clock(), history_blocks)
     tail = sorted(counts[-count:])
-    return {"requests": len(tail), "mean": round(statistics.fmean(tail)), "p50": tail[len(tail) // 2],
-            "p99": tail[int(0.99 * len(tail))]}
+    return {
+        "requests": len(tail),
+        "mean": round(statistics.fmean(tail)),
+        "p50": tail[len(tail) // 2],
+        "p99": tail[int(0.99 * len(tail))],
+    }
 
 
 def snapshot_size(n_agents: int, seed: int) -> dict:
@@ -172,16 +193,25 @@ def snapshot_size(n_agents: int, seed: int) -> dict:
         agent = rng.randrange(n_agents)
         for _turn in range(30):
             t += 0.5
-            obs = policy.observe_request(view_from_blocks("", anchors[agent] + [sess * 1000 + _turn], 16,
-                                                          anchor_blocks=ANCHOR, session_id=f"s{sess}"), t)
-            policy.observe_response(obs.request_id, ResponseOutcome("tool_calls" if rng.random() < 0.3 else "stop"), t + 0.2)
+            obs = policy.observe_request(
+                view_from_blocks(
+                    "", anchors[agent] + [sess * 1000 + _turn], 16, anchor_blocks=ANCHOR, session_id=f"s{sess}"
+                ),
+                t,
+            )
+            policy.observe_response(
+                obs.request_id, ResponseOutcome("tool_calls" if rng.random() < 0.3 else "stop"), t + 0.2
+            )
             agent = rng.randrange(n_agents)
     snap = policy.snapshot()
     raw = json.dumps(snap, separators=(",", ":"))
     restored = ScoutPolicy()
     restored.restore(snap)
-    return {"agents": policy.stats().agents, "snapshot_bytes": len(raw),
-            "transitions_kept": len(snap["tenants"][""]["transitions"])}
+    return {
+        "agents": policy.stats().agents,
+        "snapshot_bytes": len(raw),
+        "transitions_kept": len(snap["tenants"][""]["transitions"]),
+    }
 
 
 def index_memory(n_prompts: int, seed: int = 0, max_bytes: int = 16 << 20) -> dict:
@@ -191,6 +221,7 @@ def index_memory(n_prompts: int, seed: int = 0, max_bytes: int = 16 << 20) -> di
     import tracemalloc
 
     from proxy.core.agents import AgentRegistry
+
     rng = random.Random(seed)
     reg = AgentRegistry(PolicyConfig(prefix_index_max_bytes=max_bytes))
     template = [(1 << 50) + b for b in range(4)]
@@ -206,22 +237,37 @@ def index_memory(n_prompts: int, seed: int = 0, max_bytes: int = 16 << 20) -> di
         peak_bytes = max(peak_bytes, reg.index.bytes)
     traced = tracemalloc.get_traced_memory()[0] - base
     tracemalloc.stop()
-    return {"prompts": n_prompts, "cap_bytes": max_bytes, "accounted_bytes": reg.index.bytes,
-            "accounted_peak_bytes": peak_bytes, "traced_bytes": traced, "nodes": reg.index.nodes,
-            "evicted": reg.index.evicted, "agents": len(reg)}
+    return {
+        "prompts": n_prompts,
+        "cap_bytes": max_bytes,
+        "accounted_bytes": reg.index.bytes,
+        "accounted_peak_bytes": peak_bytes,
+        "traced_bytes": traced,
+        "nodes": reg.index.nodes,
+        "evicted": reg.index.evicted,
+        "agents": len(reg),
+    }
 
 
 def chat_view_cost(n: int = 2000) -> dict:
-    body = {"model": "m", "messages": [{"role": "system", "content": "You are a careful planner. " * 60},
-                                       {"role": "user", "content": "Solve: " + "x" * 2000}],
-            "tools": [{"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}}]}
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": "You are a careful planner. " * 60},
+            {"role": "user", "content": "Solve: " + "x" * 2000},
+        ],
+        "tools": [{"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}}],
+    }
     times = []
     for _ in range(n):
         t0 = time.thread_time()
         view_from_openai("/v1/chat/completions", body, {})
         times.append(time.thread_time() - t0)
-    return {"chars": len(json.dumps(body)), "p50_us": round(pct(times, 0.5) * 1e6, 1),
-            "p99_us": round(pct(times, 0.99) * 1e6, 1)}
+    return {
+        "chars": len(json.dumps(body)),
+        "p50_us": round(pct(times, 0.5) * 1e6, 1),
+        "p99_us": round(pct(times, 0.99) * 1e6, 1),
+    }
 
 
 def main() -> int:
@@ -233,34 +279,48 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="independent runs (the machine is shared)")
     ap.add_argument("--wall", action="store_true", help="time with perf_counter instead of CPU time")
     ap.add_argument("--history-blocks", type=int, default=256, help="cap on a session's history blocks")
-    ap.add_argument("--bytecodes", action="store_true",
-                    help="only count bytecodes per observe+plan (deterministic; slow: traced)")
-    ap.add_argument("--index-memory", type=int, default=0, metavar="N",
-                    help="only measure the prefix index's memory under N distinct prompts")
+    ap.add_argument(
+        "--bytecodes", action="store_true", help="only count bytecodes per observe+plan (deterministic; slow: traced)"
+    )
+    ap.add_argument(
+        "--index-memory",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only measure the prefix index's memory under N distinct prompts",
+    )
     args = ap.parse_args()
     if args.index_memory:
         print(json.dumps({"index_memory": index_memory(args.index_memory, args.seed)}, indent=2))
         return 0
     if args.bytecodes:
-        print(json.dumps({"bytecodes_observe_plan": bytecodes_per_request(args.agents, args.sessions, args.seed,
-                                                                          history_blocks=args.history_blocks)},
-                         indent=2))
+        print(
+            json.dumps(
+                {
+                    "bytecodes_observe_plan": bytecodes_per_request(
+                        args.agents, args.sessions, args.seed, history_blocks=args.history_blocks
+                    )
+                },
+                indent=2,
+            )
+        )
         return 0
     gc.collect()
     clock = time.perf_counter if args.wall else time.thread_time
     runs = []
     for r in range(args.repeat):
-        runs.append(run_latency(args.agents, args.sessions, args.requests, args.seed + r, clock,
-                                args.history_blocks))
+        runs.append(run_latency(args.agents, args.sessions, args.requests, args.seed + r, clock, args.history_blocks))
     best = min(runs, key=lambda x: x["observe_plan_us"]["p99"])
-    out = {"clock": "wall" if args.wall else "thread CPU time",
-           "calibration_1000_dict_stores_us": calibration_us(),
-           "loadavg": list(os.getloadavg()),
-           "latency_best_of_runs": best,
-           "p99_each_run_us": [x["observe_plan_us"]["p99"] for x in runs],
-           "p50_each_run_us": [x["observe_plan_us"]["p50"] for x in runs],
-           "snapshot_24_agents": snapshot_size(24, args.seed),
-           "view_from_openai_3_8KB": chat_view_cost()}
+    out = {
+        "clock": "wall" if args.wall else "thread CPU time",
+        "calibration_1000_dict_stores_us": calibration_us(),
+        "loadavg": list(os.getloadavg()),
+        "latency_best_of_runs": best,
+        "p99_each_run_us": [x["observe_plan_us"]["p99"] for x in runs],
+        "p50_each_run_us": [x["observe_plan_us"]["p50"] for x in runs],
+        "snapshot_24_agents": snapshot_size(24, args.seed),
+        "view_from_openai_3_8KB": chat_view_cost(),
+    }
     print(json.dumps(out, indent=2))
     return 0
 

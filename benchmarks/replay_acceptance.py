@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from proxy.cachemodel.cost_model import CostModel
-from proxy.replay.runner import ReplaySettings, replay, resolve_capacity
 from proxy.replay.cli import DEFAULT_WORKLOAD_CAPACITY, parse_overrides
+from proxy.replay.runner import ReplaySettings, replay, resolve_capacity
 from proxy.replay.workloads import generate, preset
 
 POLICY = "scout-proxy"
@@ -34,8 +34,7 @@ def one(job: tuple[str, int, dict, float]) -> list[dict]:
     spec = preset(workload, seed=seed)
     reqs = generate(spec)
     caps = [resolve_capacity(c, reqs) for c in DEFAULT_WORKLOAD_CAPACITY.split(",")]
-    s = ReplaySettings(block_size=spec.block_size, latency_budget_s=budget, scout_overrides=overrides,
-                       cost=CostModel())
+    s = ReplaySettings(block_size=spec.block_size, latency_budget_s=budget, scout_overrides=overrides, cost=CostModel())
     res = replay(reqs, caps, [POLICY], s)
     rows = []
     for row in res["capacities"]:
@@ -44,23 +43,35 @@ def one(job: tuple[str, int, dict, float]) -> list[dict]:
         gap = lru["ttft_mean_s"] - bel["ttft_mean_s"]
         sig = sp["signals"]
         spender = max(sig.items(), key=lambda kv: kv[1]["cost_s"] + kv[1]["pollution_s"])[0] if sig else "-"
-        rows.append({
-            "workload": workload, "seed": seed, "capacity": row["capacity_blocks"],
-            "thr_x": sp["throughput_at_budget_rps"] / lru["throughput_at_budget_rps"]
-            if lru["throughput_at_budget_rps"] else 1.0,
-            "bel_thr_x": bel["throughput_at_budget_rps"] / lru["throughput_at_budget_rps"]
-            if lru["throughput_at_budget_rps"] else 1.0,
-            "ttft_x": sp["ttft_mean_s"] / lru["ttft_mean_s"] if lru["ttft_mean_s"] else 1.0,
-            "turn_x": sp["turn_mean_s"] / lru["turn_mean_s"] if lru["turn_mean_s"] else 1.0,
-            "gap_closed": (lru["ttft_mean_s"] - sp["ttft_mean_s"]) / gap if gap > 1e-9 else None,
-            "hit_lru": lru["hit_rate"], "hit_scout": sp["hit_rate"], "hit_belady": bel["hit_rate"],
-            "net_saved_vs_lru_s": sp.get("net_saved_vs_lru_s", 0.0),
-            "warmup_s": sp["warmup_s"], "pollution_s": sp["pollution_s"],
-            "actions": sp["actions"], "spender": spender,
-            "signals": {k: {kk: round(vv, 3) if isinstance(vv, float) else vv for kk, vv in v.items()}
-                        for k, v in sig.items()},
-            "extra": {k: v for k, v in sp["extra"].items() if k != "actions_emitted"},
-        })
+        rows.append(
+            {
+                "workload": workload,
+                "seed": seed,
+                "capacity": row["capacity_blocks"],
+                "thr_x": sp["throughput_at_budget_rps"] / lru["throughput_at_budget_rps"]
+                if lru["throughput_at_budget_rps"]
+                else 1.0,
+                "bel_thr_x": bel["throughput_at_budget_rps"] / lru["throughput_at_budget_rps"]
+                if lru["throughput_at_budget_rps"]
+                else 1.0,
+                "ttft_x": sp["ttft_mean_s"] / lru["ttft_mean_s"] if lru["ttft_mean_s"] else 1.0,
+                "turn_x": sp["turn_mean_s"] / lru["turn_mean_s"] if lru["turn_mean_s"] else 1.0,
+                "gap_closed": (lru["ttft_mean_s"] - sp["ttft_mean_s"]) / gap if gap > 1e-9 else None,
+                "hit_lru": lru["hit_rate"],
+                "hit_scout": sp["hit_rate"],
+                "hit_belady": bel["hit_rate"],
+                "net_saved_vs_lru_s": sp.get("net_saved_vs_lru_s", 0.0),
+                "warmup_s": sp["warmup_s"],
+                "pollution_s": sp["pollution_s"],
+                "actions": sp["actions"],
+                "spender": spender,
+                "signals": {
+                    k: {kk: round(vv, 3) if isinstance(vv, float) else vv for kk, vv in v.items()}
+                    for k, v in sig.items()
+                },
+                "extra": {k: v for k, v in sp["extra"].items() if k != "actions_emitted"},
+            }
+        )
     return rows
 
 
@@ -70,14 +81,18 @@ def mean(xs):
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| workload | seed | cap | thr × LRU | (belady) | TTFT × LRU | turn × LRU | TTFT gap closed "
-           "| hit lru→scout (belady) | net_saved_vs_lru_s | warm s | top spender |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    out = [
+        "| workload | seed | cap | thr × LRU | (belady) | TTFT × LRU | turn × LRU | TTFT gap closed "
+        "| hit lru→scout (belady) | net_saved_vs_lru_s | warm s | top spender |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in rows:
         g = "-" if r["gap_closed"] is None else f"{100 * r['gap_closed']:.0f}%"
-        out.append(f"| {r['workload']} | {r['seed']} | {r['capacity']} | {r['thr_x']:.3f} | {r['bel_thr_x']:.2f} | "
-                   f"{r['ttft_x']:.3f} | {r['turn_x']:.3f} | {g} | {r['hit_lru']:.3f}→{r['hit_scout']:.3f} "
-                   f"({r['hit_belady']:.3f}) | {r['net_saved_vs_lru_s']:+.1f} | {r['warmup_s']:.1f} | {r['spender']} |")
+        out.append(
+            f"| {r['workload']} | {r['seed']} | {r['capacity']} | {r['thr_x']:.3f} | {r['bel_thr_x']:.2f} | "
+            f"{r['ttft_x']:.3f} | {r['turn_x']:.3f} | {g} | {r['hit_lru']:.3f}→{r['hit_scout']:.3f} "
+            f"({r['hit_belady']:.3f}) | {r['net_saved_vs_lru_s']:+.1f} | {r['warmup_s']:.1f} | {r['spender']} |"
+        )
     return "\n".join(out)
 
 
@@ -108,10 +123,12 @@ def main() -> int:
     thr = mean([r["thr_x"] for r in main_rows])
     gap = mean([r["gap_closed"] for r in main_rows])
     low = min(r["thr_x"] for r in main_rows)
-    print(f"\nmain cells: {len(main_rows)}; mean throughput × LRU {thr:.3f} (min {low:.3f}); "
-          f"mean TTFT gap closed {100 * gap:.1f}%; worst TTFT × LRU {max(r['ttft_x'] for r in main_rows):.4f}; "
-          f"worst turn × LRU {max(r['turn_x'] for r in main_rows):.4f}; "
-          f"net_saved_vs_lru_s < 0 in {sum(r['net_saved_vs_lru_s'] < 0 for r in main_rows)} cells")
+    print(
+        f"\nmain cells: {len(main_rows)}; mean throughput × LRU {thr:.3f} (min {low:.3f}); "
+        f"mean TTFT gap closed {100 * gap:.1f}%; worst TTFT × LRU {max(r['ttft_x'] for r in main_rows):.4f}; "
+        f"worst turn × LRU {max(r['turn_x'] for r in main_rows):.4f}; "
+        f"net_saved_vs_lru_s < 0 in {sum(r['net_saved_vs_lru_s'] < 0 for r in main_rows)} cells"
+    )
     verdicts = {
         "throughput >= LRU in every cell": all(r["thr_x"] >= 1.0 for r in main_rows),
         "throughput >= 1.15x on average": thr >= 1.15,
@@ -121,7 +138,8 @@ def main() -> int:
     }
     if ctrl_rows:
         verdicts["control workloads within 1% of LRU (TTFT, turn, throughput)"] = all(
-            abs(r["ttft_x"] - 1) <= 0.01 and abs(r["turn_x"] - 1) <= 0.01 and r["thr_x"] >= 0.99 for r in ctrl_rows)
+            abs(r["ttft_x"] - 1) <= 0.01 and abs(r["turn_x"] - 1) <= 0.01 and r["thr_x"] >= 0.99 for r in ctrl_rows
+        )
     for k, v in verdicts.items():
         print(f"  {'PASS' if v else 'FAIL'}  {k}")
     if args.json:

@@ -58,25 +58,36 @@ def main(argv: list[str] | None = None) -> int:
             best = min(best, time.perf_counter() - t0)
             cpu_best = min(cpu_best, time.process_time() - c0)
             if best > 5.0:
-                break                   # slow policies: one run is a stable enough figure
+                break  # slow policies: one run is a stable enough figure
         t0 = time.perf_counter()
         summ = rec.summary(reqs[-1].t - reqs[0].t, 2.0)
         summary_s = time.perf_counter() - t0
-        rows.append({"policy": name, "requests": len(reqs), "seconds": round(best, 4),
-                     "requests_per_s": round(len(reqs) / best),
-                     "requests_per_cpu_s": round(len(reqs) / max(cpu_best, 1e-9)),
-                     "hit_rate": round(summ["hit_rate"], 4),
-                     "block_hit_rate": round(summ["block_hit_rate"], 4), "summary_s": round(summary_s, 3)})
+        rows.append(
+            {
+                "policy": name,
+                "requests": len(reqs),
+                "seconds": round(best, 4),
+                "requests_per_s": round(len(reqs) / best),
+                "requests_per_cpu_s": round(len(reqs) / max(cpu_best, 1e-9)),
+                "hit_rate": round(summ["hit_rate"], 4),
+                "block_hit_rate": round(summ["block_hit_rate"], 4),
+                "summary_s": round(summary_s, 3),
+            }
+        )
     doc = {"source": source, "capacity_blocks": cap, "rows": rows, "target_lru_rps": TARGET_LRU_RPS}
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
         print(f"replay speed on {source} ({len(reqs)} requests, capacity {cap} blocks)")
-        print(f"{'policy':<22} {'req/s':>10} {'req/CPU-s':>10} {'seconds':>9} {'hit':>7} {'block hit':>9} "
-              f"{'summary s':>10}")
+        print(
+            f"{'policy':<22} {'req/s':>10} {'req/CPU-s':>10} {'seconds':>9} {'hit':>7} {'block hit':>9} "
+            f"{'summary s':>10}"
+        )
         for r in rows:
-            print(f"{r['policy']:<22} {r['requests_per_s']:>10} {r['requests_per_cpu_s']:>10} {r['seconds']:>9.3f} "
-                  f"{r['hit_rate']:>7.4f} {r['block_hit_rate']:>9.4f} {r['summary_s']:>10.3f}")
+            print(
+                f"{r['policy']:<22} {r['requests_per_s']:>10} {r['requests_per_cpu_s']:>10} {r['seconds']:>9.3f} "
+                f"{r['hit_rate']:>7.4f} {r['block_hit_rate']:>9.4f} {r['summary_s']:>10.3f}"
+            )
     lru = next((r for r in rows if r["policy"] == "lru"), None)
     if lru is not None and source != "workload:selector" and lru["requests_per_s"] < TARGET_LRU_RPS:
         print(f"lru below target: {lru['requests_per_s']} < {TARGET_LRU_RPS} req/s", file=sys.stderr)

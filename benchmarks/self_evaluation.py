@@ -63,7 +63,7 @@ class InstantExecutor:
         obs = self.observer
         for a in actions:
             r = WarmResult(ok=True, prompt_tokens=a.tokens, cached_tokens=a.tokens // 2)
-            if obs.selfeval is not None:                  # as LiveRuntime._on_result does
+            if obs.selfeval is not None:  # as LiveRuntime._on_result does
                 obs.note_action(a, r, obs.clock())
             obs.on_action_result(a, r, obs.clock())
         return len(actions)
@@ -78,13 +78,19 @@ def build(variant: str, clock) -> LivePolicyObserver:
     ex.observer = obs
     obs.executor = ex
     if variant != "before":
-        sb = SwitchbackConfig(mode="on" if variant == "after_pinned_on" else "auto", window_min_s=1.0,
-                              window_max_s=2.0, burn_in_min_s=0.2, decision_windows=6,
-                              min_window_requests=2, start_after_s=0.0)
+        sb = SwitchbackConfig(
+            mode="on" if variant == "after_pinned_on" else "auto",
+            window_min_s=1.0,
+            window_max_s=2.0,
+            burn_in_min_s=0.2,
+            decision_windows=6,
+            min_window_requests=2,
+            start_after_s=0.0,
+        )
         se = SelfEvaluation(sb, YieldConfig(), metrics, clock, seed=1, turnover_s=policy.residency.lifetime_s)
         policy.planner.action_gate = se.gate
         obs.selfeval = se
-        obs.tick = se.tick                                  # the runtime's plan tick
+        obs.tick = se.tick  # the runtime's plan tick
     return obs
 
 
@@ -98,16 +104,29 @@ def traffic(n: int, seed: int) -> list[tuple[int, bytes, dict, bytes]]:
         s = rng.randrange(64)
         a = agents[sess[s]]
         sess[s] = (sess[s] + 1) % 8 if rng.random() < 0.85 else rng.randrange(8)
-        body = {"model": "m", "messages": [{"role": "system", "content": a.system},
-                                           {"role": "user", "content": f"task {s} " + "x y " * 200}],
-                "user": f"s{s}"}
+        body = {
+            "model": "m",
+            "messages": [
+                {"role": "system", "content": a.system},
+                {"role": "user", "content": f"task {s} " + "x y " * 200},
+            ],
+            "user": f"s{s}",
+        }
         raw = json.dumps(body).encode()
         prompt = len(raw) // 4
-        resp = json.dumps({"id": f"r{i}", "object": "chat.completion",
-                           "choices": [{"index": 0, "finish_reason": "stop",
-                                        "message": {"role": "assistant", "content": "ok"}}],
-                           "usage": {"prompt_tokens": prompt, "completion_tokens": 2, "total_tokens": prompt + 2,
-                                     "prompt_tokens_details": {"cached_tokens": prompt * 9 // 10}}}).encode()
+        resp = json.dumps(
+            {
+                "id": f"r{i}",
+                "object": "chat.completion",
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}],
+                "usage": {
+                    "prompt_tokens": prompt,
+                    "completion_tokens": 2,
+                    "total_tokens": prompt + 2,
+                    "prompt_tokens_details": {"cached_tokens": prompt * 9 // 10},
+                },
+            }
+        ).encode()
         out.append((i, raw, body, resp))
     return out
 
@@ -124,7 +143,7 @@ def run(obs: LivePolicyObserver, reqs, wall) -> float:
         obs.on_response_start(ctx, 200, JSON_HEADERS, now)
         obs.on_response_chunk(ctx, resp, now)
         obs.on_response_end(ctx, None, now)
-        if tick is not None and now >= next_tick:       # the runtime's plan tick: every 0.25 s
+        if tick is not None and now >= next_tick:  # the runtime's plan tick: every 0.25 s
             tick(now)
             next_tick = now + 0.25
     return (time.thread_time() - t0) / len(reqs)
@@ -140,31 +159,42 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[float]] = {v: [] for v in variants}
     extra = {}
     for r in range(args.repeat):
-        order = variants[r % 3:] + variants[:r % 3]          # rotate the order run by run
+        order = variants[r % 3 :] + variants[: r % 3]  # rotate the order run by run
         for name in order:
             t = [0.0]
 
             def wall(t=t):
-                t[0] += 0.003                               # virtual time: ~330 requests/s
+                t[0] += 0.003  # virtual time: ~330 requests/s
                 return t[0]
+
             obs = build(name, wall)
             results[name].append(run(obs, reqs, wall))
             if name == "after_auto":
                 d = obs.selfeval.describe()
-                extra = {"windows": d["switchback"]["windows"], "decisions": d["switchback"]["decisions"],
-                         "signals_actions": {k: v["actions"] for k, v in d["signals"].items()},
-                         "conversions": {k: v["conversions"] for k, v in d["signals"].items()},
-                         "actions_emitted": sum(obs.policy.planner.emitted.values())}
+                extra = {
+                    "windows": d["switchback"]["windows"],
+                    "decisions": d["switchback"]["decisions"],
+                    "signals_actions": {k: v["actions"] for k, v in d["signals"].items()},
+                    "conversions": {k: v["conversions"] for k, v in d["signals"].items()},
+                    "actions_emitted": sum(obs.policy.planner.emitted.values()),
+                }
     med = {k: statistics.median(v) for k, v in results.items()}
-    best = {k: min(v) for k, v in results.items()}      # noise on a shared machine only adds time
-    print(json.dumps({"requests": args.requests, "repeat": args.repeat,
-                      "median_us_per_request": {k: round(v * 1e6, 1) for k, v in med.items()},
-                      "ratio_vs_before": {k: round(v / med["before"], 3) for k, v in med.items() if k != "before"},
-                      "best_us_per_request": {k: round(v * 1e6, 1) for k, v in best.items()},
-                      "best_ratio_vs_before": {k: round(v / best["before"], 3) for k, v in best.items()
-                                               if k != "before"},
-                      "runs_us": {k: [round(v * 1e6, 1) for v in vs] for k, vs in results.items()},
-                      "after_run": extra}, indent=1))
+    best = {k: min(v) for k, v in results.items()}  # noise on a shared machine only adds time
+    print(
+        json.dumps(
+            {
+                "requests": args.requests,
+                "repeat": args.repeat,
+                "median_us_per_request": {k: round(v * 1e6, 1) for k, v in med.items()},
+                "ratio_vs_before": {k: round(v / med["before"], 3) for k, v in med.items() if k != "before"},
+                "best_us_per_request": {k: round(v * 1e6, 1) for k, v in best.items()},
+                "best_ratio_vs_before": {k: round(v / best["before"], 3) for k, v in best.items() if k != "before"},
+                "runs_us": {k: [round(v * 1e6, 1) for v in vs] for k, vs in results.items()},
+                "after_run": extra,
+            },
+            indent=1,
+        )
+    )
     return 0
 
 

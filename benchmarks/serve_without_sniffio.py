@@ -13,7 +13,7 @@ import sys
 
 
 class _NoSniffio:
-    def find_spec(self, name, path=None, target=None):  # noqa: ANN001 - importlib finder protocol
+    def find_spec(self, name, path=None, target=None):
         if name == "sniffio":
             importlib.machinery.PathFinder.find_spec("sniffio_absent_for_benchmark")  # the scan a miss costs
             raise ModuleNotFoundError("No module named 'sniffio'", name="sniffio")

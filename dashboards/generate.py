@@ -34,7 +34,7 @@ PANEL_WIDTH, PANEL_HEIGHT, GRID_WIDTH = 12, 8, 24
 
 @dataclass(frozen=True, slots=True)
 class ProxyMetric:
-    name: str            # series name as queried (counters with `_total`)
+    name: str  # series name as queried (counters with `_total`)
     type: str
     labels: tuple[str, ...]
     help: str
@@ -75,17 +75,28 @@ def _panel_json(panel: Panel, panel_id: int, x: int, y: int) -> dict:
         "gridPos": {"h": PANEL_HEIGHT, "w": PANEL_WIDTH, "x": x, "y": y},
         "fieldConfig": {"defaults": defaults, "overrides": []},
         "targets": [
-            {"datasource": DATASOURCE, "expr": t.expr, "legendFormat": t.legend, "range": True,
-             "refId": chr(ord("A") + i)}
+            {
+                "datasource": DATASOURCE,
+                "expr": t.expr,
+                "legendFormat": t.legend,
+                "range": True,
+                "refId": chr(ord("A") + i),
+            }
             for i, t in enumerate(panel.targets)
         ],
     }
     if panel.kind == "timeseries":
-        body["options"] = {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
-                           "tooltip": {"mode": "multi", "sort": "none"}}
+        body["options"] = {
+            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+            "tooltip": {"mode": "multi", "sort": "none"},
+        }
     else:
-        body["options"] = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-                           "colorMode": "value", "graphMode": "area", "textMode": "auto"}
+        body["options"] = {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "colorMode": "value",
+            "graphMode": "area",
+            "textMode": "auto",
+        }
     return body
 
 
@@ -94,8 +105,16 @@ def render(dashboard: Dashboard) -> dict:
     panels: list[dict] = []
     next_id, y = 1, 0
     for row in dashboard.rows:
-        panels.append({"id": next_id, "type": "row", "title": row.title, "collapsed": False,
-                       "gridPos": {"h": 1, "w": GRID_WIDTH, "x": 0, "y": y}, "panels": []})
+        panels.append(
+            {
+                "id": next_id,
+                "type": "row",
+                "title": row.title,
+                "collapsed": False,
+                "gridPos": {"h": 1, "w": GRID_WIDTH, "x": 0, "y": y},
+                "panels": [],
+            }
+        )
         next_id, y = next_id + 1, y + 1
         for i, panel in enumerate(row.panels):
             x = (i % 2) * PANEL_WIDTH
@@ -117,10 +136,21 @@ def render(dashboard: Dashboard) -> dict:
         "version": 1,
         "annotations": {"list": []},
         "links": [],
-        "templating": {"list": [{
-            "name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
-            "current": {}, "hide": 0, "refresh": 1, "regex": "", "options": [],
-        }]},
+        "templating": {
+            "list": [
+                {
+                    "name": "datasource",
+                    "label": "Data source",
+                    "type": "datasource",
+                    "query": "prometheus",
+                    "current": {},
+                    "hide": 0,
+                    "refresh": 1,
+                    "regex": "",
+                    "options": [],
+                }
+            ]
+        },
         "panels": panels,
     }
 
@@ -133,8 +163,13 @@ def metrics_table() -> str:
     lines = ["| metric | type | labels | meaning |", "| --- | --- | --- | --- |"]
     for m in proxy_metrics():
         lines.append(f"| `{m.name}` | {m.type} | {', '.join(m.labels) or '—'} | {m.help} |")
-    lines += ["", "Engine metrics the dashboards also read (exported by the engine, not the proxy):", "",
-              "| metric | type | engine | meaning | needs |", "| --- | --- | --- | --- | --- |"]
+    lines += [
+        "",
+        "Engine metrics the dashboards also read (exported by the engine, not the proxy):",
+        "",
+        "| metric | type | engine | meaning | needs |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for e in KNOWN_ENGINE_METRICS:
         lines.append(f"| `{e.name}` | {e.type} | {e.engine} | {e.meaning} | {e.needs or 'on by default'} |")
     return "\n".join(lines)
@@ -143,8 +178,12 @@ def metrics_table() -> str:
 def panels_table() -> str:
     lines = []
     for dashboard in DASHBOARDS:
-        lines += [f"**{dashboard.title}** (`dashboards/{dashboard.uid}.json`): {dashboard.description}", "",
-                  "| panel | what it answers |", "| --- | --- |"]
+        lines += [
+            f"**{dashboard.title}** (`dashboards/{dashboard.uid}.json`): {dashboard.description}",
+            "",
+            "| panel | what it answers |",
+            "| --- | --- |",
+        ]
         for row in dashboard.rows:
             for panel in row.panels:
                 lines.append(f"| {row.title} / {panel.title} | {panel.question} |")

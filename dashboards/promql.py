@@ -16,10 +16,26 @@ _RANGE = re.compile(r"\[[^\]]*\]")
 _GROUPING = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)")
 _IDENT = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
 _LABEL_IN_MATCHER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)")
-KEYWORDS = frozenset({
-    "by", "without", "on", "ignoring", "group_left", "group_right", "bool",
-    "and", "or", "unless", "offset", "atan2", "inf", "nan", "Inf", "NaN",
-})
+KEYWORDS = frozenset(
+    {
+        "by",
+        "without",
+        "on",
+        "ignoring",
+        "group_left",
+        "group_right",
+        "bool",
+        "and",
+        "or",
+        "unless",
+        "offset",
+        "atan2",
+        "inf",
+        "nan",
+        "Inf",
+        "NaN",
+    }
+)
 
 
 def _strip_strings(expr: str) -> str:
@@ -38,7 +54,7 @@ def metric_names(expr: str) -> set[str]:
         before = text[match.start() - 1] if match.start() else " "
         if before.isdigit() or before in ".$":  # 1e3, 0.5e-2, $variable
             continue
-        if text[match.end():].lstrip().startswith("("):  # function or aggregation operator
+        if text[match.end() :].lstrip().startswith("("):  # function or aggregation operator
             continue
         if token in KEYWORDS:
             continue

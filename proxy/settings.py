@@ -98,7 +98,8 @@ class Settings(BaseSettings):
     policy_r_min: float | None = Field(None, ge=0, le=1, description="predictability gate R_min (None = core default)")
     policy_plan_interval: float = Field(0.25, gt=0, description="seconds between background plan() ticks")
     policy_overrides: dict[str, bool | float | str] = Field(
-        default_factory=dict, description='PolicyConfig fields to override, JSON, e.g. {"cooldown_s": 2}')
+        default_factory=dict, description='PolicyConfig fields to override, JSON, e.g. {"cooldown_s": 2}'
+    )
     action_queue_size: int = Field(256, ge=1, description="executor queue bound (full = dropped_full)")
     action_concurrency: int = Field(2, ge=1, description="warmup/touch requests in flight at once")
     action_max_inflight: int = Field(64, ge=0, description="pause actions while more client requests are in flight")
@@ -110,16 +111,25 @@ class Settings(BaseSettings):
     state_path: str | None = Field(None, description="file to save learned state at shutdown and load at start")
     # --- i17: more than one replica -------------------------------------------------------------
     state_bootstrap_path: str | None = Field(
-        None, description="read-only learned state to start from when state_path has none yet (a snapshot on a "
-        "shared volume or ConfigMap: a new replica is useful from its first minute); never written")
+        None,
+        description="read-only learned state to start from when state_path has none yet (a snapshot on a "
+        "shared volume or ConfigMap: a new replica is useful from its first minute); never written",
+    )
     kv_hints: bool = Field(False, description="opt-in: add vLLM kv_hints to forwarded requests")
     request_priority: bool = Field(False, description="opt-in: add SGLang priority to forwarded requests")
     host_tier_tokens: int = Field(
-        0, ge=0, description="engine host-memory (CPU offload) tier size in tokens; 0 = from the engine's metrics "
-        "(vLLM kv_offloading_size and offload counters), none if it reports no tier")
+        0,
+        ge=0,
+        description="engine host-memory (CPU offload) tier size in tokens; 0 = from the engine's metrics "
+        "(vLLM kv_offloading_size and offload counters), none if it reports no tier",
+    )
     warmup_prefill_share: float | None = Field(
-        None, gt=0, le=1, description="warmup budget as a share of the engine's measured prefill rate "
-        "(PolicyConfig.warmup_share; None = core default)")
+        None,
+        gt=0,
+        le=1,
+        description="warmup budget as a share of the engine's measured prefill rate "
+        "(PolicyConfig.warmup_share; None = core default)",
+    )
 
     @field_validator("engine")
     @classmethod
@@ -128,35 +138,52 @@ class Settings(BaseSettings):
         if low not in ("auto", "vllm", "sglang", "sim", "none"):
             raise ValueError("must be one of auto, vllm, sglang, sim, none")
         return low
+
     # --- end policy and engine (live wiring) ---
 
     # --- self-evaluation (issue 11: yield per signal, switchback) ---
-    yield_throttle: bool = Field(True, description="throttle a signal (transition, tool_resume, fanout, hint) "
-                                 "whose realised yield (saved - spent tokens, engine-reported) is negative")
+    yield_throttle: bool = Field(
+        True,
+        description="throttle a signal (transition, tool_resume, fanout, hint) "
+        "whose realised yield (saved - spent tokens, engine-reported) is negative",
+    )
     yield_half_life_s: float = Field(300.0, gt=0, description="seconds after which a signal's yield evidence halves")
     yield_min_evidence_tokens: float = Field(
-        2000.0, ge=0, description="tokens a signal must have spent (decayed) before it can be throttled")
+        2000.0, ge=0, description="tokens a signal must have spent (decayed) before it can be throttled"
+    )
     yield_explore_interval_s: float = Field(
-        30.0, gt=0, description="a throttled signal still acts once per this many seconds (so it can recover)")
+        30.0, gt=0, description="a throttled signal still acts once per this many seconds (so it can recover)"
+    )
     yield_idle_cost_share: float = Field(
-        0.25, ge=0, le=1, description="share of an action's prefill charged to its signal when no client "
-        "traffic ran alongside (a warm in idle time delays nobody)")
-    switchback: str = Field("auto", description="self-evaluation: auto (alternate policy-on and observe-only "
-                            "windows, go observe-only when acting confidently hurts TTFT) | on | off (pins)")
+        0.25,
+        ge=0,
+        le=1,
+        description="share of an action's prefill charged to its signal when no client "
+        "traffic ran alongside (a warm in idle time delays nobody)",
+    )
+    switchback: str = Field(
+        "auto",
+        description="self-evaluation: auto (alternate policy-on and observe-only "
+        "windows, go observe-only when acting confidently hurts TTFT) | on | off (pins)",
+    )
     switchback_window_min_s: float = Field(30.0, gt=0, description="shortest switchback window, seconds")
     switchback_window_max_s: float = Field(120.0, gt=0, description="longest switchback window, seconds")
     switchback_burn_in_min_s: float = Field(
-        5.0, ge=0, description="least burn-in discarded at the start of each window (else one cache turnover)")
+        5.0, ge=0, description="least burn-in discarded at the start of each window (else one cache turnover)"
+    )
     switchback_control_share_confident: float = Field(
-        0.2, gt=0, le=0.5, description="share of observe-only windows once acting was found helpful")
+        0.2, gt=0, le=0.5, description="share of observe-only windows once acting was found helpful"
+    )
     switchback_decision_windows: int = Field(12, ge=4, description="usable windows per decision (fixed-size test)")
     switchback_min_window_requests: int = Field(3, ge=1, description="counted requests a window needs to be used")
     switchback_confidence: float = Field(0.9, gt=0.5, lt=1, description="two-sided confidence of the effect interval")
     switchback_harm_margin: float = Field(
-        0.0, ge=0, description="relative TTFT increase tolerated: harmful = interval's low end above this")
+        0.0, ge=0, description="relative TTFT increase tolerated: harmful = interval's low end above this"
+    )
     switchback_retry_s: float = Field(1800.0, gt=0, description="seconds observe-only before experimenting again")
     switchback_start_after_s: float = Field(
-        300.0, ge=0, description="seconds after start before the first switchback window (the policy learns first)")
+        300.0, ge=0, description="seconds after start before the first switchback window (the policy learns first)"
+    )
     switchback_seed: int | None = Field(None, description="seed of the switchback schedule (None = random)")
 
     @field_validator("switchback")
@@ -168,52 +195,92 @@ class Settings(BaseSettings):
         return low
 
     @model_validator(mode="after")
-    def _check_switchback_windows(self) -> "Settings":
+    def _check_switchback_windows(self) -> Settings:
         if self.switchback_window_min_s > self.switchback_window_max_s:
             raise ValueError("switchback_window_min_s must not exceed switchback_window_max_s")
         return self
+
     # --- end self-evaluation ---
     # --- hardening (issue 13): client-facing server limits, upstream header limits, policy bounds ---
     server_max_connections: int = Field(
-        4096, ge=1, description="open client connections at most (one more gets 503 and is closed); "
-        "clamped to the fd limit minus max_connections minus 64")
-    server_max_request_line_bytes: int = Field(16 * 1024, ge=256, description="request line (method + URL) "
-                                               "at most this many bytes, 414 above (nginx: 8 KiB buffers)")
-    server_max_header_bytes: int = Field(64 * 1024, ge=1024, description="request header block at most this "
-                                         "many bytes, 431 above (Envoy: 60 KiB)")
+        4096,
+        ge=1,
+        description="open client connections at most (one more gets 503 and is closed); "
+        "clamped to the fd limit minus max_connections minus 64",
+    )
+    server_max_request_line_bytes: int = Field(
+        16 * 1024,
+        ge=256,
+        description="request line (method + URL) at most this many bytes, 414 above (nginx: 8 KiB buffers)",
+    )
+    server_max_header_bytes: int = Field(
+        64 * 1024, ge=1024, description="request header block at most this many bytes, 431 above (Envoy: 60 KiB)"
+    )
     server_max_headers: int = Field(100, ge=8, description="request header fields at most, 431 above (Envoy: 100)")
-    server_header_timeout_s: float = Field(30.0, gt=0, description="seconds a client has to send a request's "
-                                           "header block (slowloris / silent connections get 408 and close)")
-    server_keep_alive_s: float = Field(60.0, gt=0, description="idle seconds before a client keep-alive "
-                                       "connection is closed (uvicorn timeout_keep_alive)")
+    server_header_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="seconds a client has to send a request's "
+        "header block (slowloris / silent connections get 408 and close)",
+    )
+    server_keep_alive_s: float = Field(
+        60.0,
+        gt=0,
+        description="idle seconds before a client keep-alive connection is closed (uvicorn timeout_keep_alive)",
+    )
     upstream_max_header_line_bytes: int = Field(
-        64 * 1024, ge=8190, description="longest engine response status/header line accepted (aiohttp "
-        "max_line_size/max_field_size; aiohttp's own default 8190 turned valid replies into 502)")
-    upstream_max_headers: int = Field(1024, ge=128, description="engine response header fields accepted "
-                                      "(aiohttp max_headers; its default 128)")
-    policy_max_body_bytes: int = Field(4 * 1024 * 1024, ge=0, description="request bodies over this are "
-                                       "forwarded but not read by the policy (counted, reason body_too_large)")
-    policy_inline_parse_bytes: int = Field(256 * 1024, ge=0, description="request bodies up to this are "
-                                           "parsed on the event loop; larger ones on a worker thread")
-    policy_offload_queue: int = Field(8, ge=1, description="large bodies waiting for the parse worker; "
-                                      "more are not learned from (counted, reason offload_full)")
-    policy_tap_max_bytes: int = Field(32 * 1024 * 1024, ge=0, description="bytes all response readers "
-                                      "together may buffer (JSON bodies, pending SSE lines); over it a "
-                                      "response is not read (counted)")
+        64 * 1024,
+        ge=8190,
+        description="longest engine response status/header line accepted (aiohttp "
+        "max_line_size/max_field_size; aiohttp's own default 8190 turned valid replies into 502)",
+    )
+    upstream_max_headers: int = Field(
+        1024, ge=128, description="engine response header fields accepted (aiohttp max_headers; its default 128)"
+    )
+    policy_max_body_bytes: int = Field(
+        4 * 1024 * 1024,
+        ge=0,
+        description="request bodies over this are "
+        "forwarded but not read by the policy (counted, reason body_too_large)",
+    )
+    policy_inline_parse_bytes: int = Field(
+        256 * 1024,
+        ge=0,
+        description="request bodies up to this are parsed on the event loop; larger ones on a worker thread",
+    )
+    policy_offload_queue: int = Field(
+        8,
+        ge=1,
+        description="large bodies waiting for the parse worker; "
+        "more are not learned from (counted, reason offload_full)",
+    )
+    policy_tap_max_bytes: int = Field(
+        32 * 1024 * 1024,
+        ge=0,
+        description="bytes all response readers "
+        "together may buffer (JSON bodies, pending SSE lines); over it a "
+        "response is not read (counted)",
+    )
     policy_client_auth_sha256: list[str] = Field(
-        default_factory=list, description="optional allow-list: sha256 hex digests of the exact "
+        default_factory=list,
+        description="optional allow-list: sha256 hex digests of the exact "
         "Authorization (or x-api-key) header values whose traffic may drive actions; empty = every "
-        "client the engine accepts")
+        "client the engine accepts",
+    )
     # --- end hardening ---
     # --- runtime hints (issue 16; docs/hints.md) ---
     hints_enabled: bool = Field(
-        True, description="accept runtime hints: POST /v1/cachescout/hints and hint fields on forwarded requests")
+        True, description="accept runtime hints: POST /v1/cachescout/hints and hint fields on forwarded requests"
+    )
     hints_directive_sources: str = Field(
-        "", description="comma-separated hint source ids (see /debug/state -> hints) allowed to pin/retain")
+        "", description="comma-separated hint source ids (see /debug/state -> hints) allowed to pin/retain"
+    )
     hints_directive_cache_share: float = Field(
-        0.1, ge=0, le=1, description="all pins together may keep at most this share of the engine's cache")
+        0.1, ge=0, le=1, description="all pins together may keep at most this share of the engine's cache"
+    )
     hints_strip_fields: bool = Field(
-        False, description="forward bodies without agent_hints / agent_hint / nvext.agent_hints|cache_control")
+        False, description="forward bodies without agent_hints / agent_hint / nvext.agent_hints|cache_control"
+    )
     hints_max_body_bytes: int = Field(65536, ge=256, description="largest hints request body accepted (413 above)")
     # --- end runtime hints ---
 

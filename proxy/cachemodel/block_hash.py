@@ -34,20 +34,17 @@ def chain_hashes(token_ids: Sequence[int], block_size: int, salt: str | None = N
     parent = ROOT_HASH
     n_full = len(token_ids) // block_size
     for i in range(n_full):
-        parent = block_hash(parent, token_ids[i * block_size:(i + 1) * block_size],
-                            salt if i == 0 else None)
+        parent = block_hash(parent, token_ids[i * block_size : (i + 1) * block_size], salt if i == 0 else None)
         out.append(parent)
     return out
 
 
-def extend_chain(prev: Sequence[int], token_ids: Sequence[int], block_size: int,
-                 salt: str | None = None) -> list[int]:
+def extend_chain(prev: Sequence[int], token_ids: Sequence[int], block_size: int, salt: str | None = None) -> list[int]:
     """Hashes for `token_ids` reusing `prev` (hashes of a prefix of the same tokens): computes only
     the new full blocks. Used when a running request's generated tokens fill more blocks."""
     out = list(prev)
     parent = out[-1] if out else ROOT_HASH
     for i in range(len(out), len(token_ids) // block_size):
-        parent = block_hash(parent, token_ids[i * block_size:(i + 1) * block_size],
-                            salt if i == 0 else None)
+        parent = block_hash(parent, token_ids[i * block_size : (i + 1) * block_size], salt if i == 0 else None)
         out.append(parent)
     return out

@@ -44,9 +44,9 @@ class PoolStats:
     """A snapshot of the pool's counters (blocks)."""
 
     capacity: int
-    used: int          # slots not empty (held or free-but-cached)
-    held: int          # slots with ref count > 0
-    cached: int        # resident hashed blocks (held or free)
+    used: int  # slots not empty (held or free-but-cached)
+    held: int  # slots with ref count > 0
+    cached: int  # resident hashed blocks (held or free)
     queries: int
     hits: int
     evictions: int
@@ -72,16 +72,16 @@ class BlockPool:
         self.capacity = int(capacity_blocks)
         self.eviction = eviction
         self.retention_seconds = float(retention_seconds)
-        self._ref: dict[Hashable, int] = {}           # resident hashed block -> ref count
-        self._free: OrderedDict = OrderedDict()       # lru: free slots (hash or anon key), head = next victim
+        self._ref: dict[Hashable, int] = {}  # resident hashed block -> ref count
+        self._free: OrderedDict = OrderedDict()  # lru: free slots (hash or anon key), head = next victim
         self._pq = PriorityFreeQueue(self.retention_seconds) if eviction == "priority" else None
         self._meta: dict[Hashable, tuple[int, float]] = {}  # priority: key -> (prio, last access)
         self._access_seq = 0
-        self._empty = self.capacity                   # never-used slots (the head of vLLM's queue)
-        self._held: dict[Hashable, list] = {}         # req_id -> keys it holds, in prefix order
-        self._anon = 0                                # counter for unhashed (partial/decode) blocks
+        self._empty = self.capacity  # never-used slots (the head of vLLM's queue)
+        self._held: dict[Hashable, list] = {}  # req_id -> keys it holds, in prefix order
+        self._anon = 0  # counter for unhashed (partial/decode) blocks
         self.listener: Callable[[str, list], None] | None = None
-        self._times: dict[Hashable, tuple[float, float]] | None = None   # hash -> (stored at, last use)
+        self._times: dict[Hashable, tuple[float, float]] | None = None  # hash -> (stored at, last use)
         self.time_samples: list[tuple[str, float]] = []
         self.queries = 0
         self.hits = 0
@@ -103,8 +103,9 @@ class BlockPool:
 
     def stats(self) -> PoolStats:
         held = self.capacity - self._empty - self._free_len()
-        return PoolStats(self.capacity, self.capacity - self._empty, held, len(self._ref),
-                         self.queries, self.hits, self.evictions)
+        return PoolStats(
+            self.capacity, self.capacity - self._empty, held, len(self._ref), self.queries, self.hits, self.evictions
+        )
 
     def free_slots(self) -> int:
         """Slots a new allocation could take right now (empty + free queue)."""
@@ -125,8 +126,15 @@ class BlockPool:
         return out
 
     # ------------------------------------------------------------------ request lifecycle
-    def allocate(self, req_id: Hashable, hashes: Sequence[Hashable], now: float, priority: int = 0,
-                 extra_blocks: int = 0, max_hit_blocks: int | None = None) -> int | None:
+    def allocate(
+        self,
+        req_id: Hashable,
+        hashes: Sequence[Hashable],
+        now: float,
+        priority: int = 0,
+        extra_blocks: int = 0,
+        max_hit_blocks: int | None = None,
+    ) -> int | None:
         """Pin the hits, allocate the misses (+ `extra_blocks` unhashed slots for a partial block or
         decode). Returns the prefix-hit block count, or None (nothing changed) when it does not fit.
         `max_hit_blocks` caps the reported hit (vLLM recomputes at least the last prompt token)."""
@@ -152,7 +160,7 @@ class BlockPool:
             return None
         keys: list = []
         done: set = set()
-        for h in hashes:                      # touch resident blocks first: they cannot be evicted
+        for h in hashes:  # touch resident blocks first: they cannot be evicted
             if h in done:
                 continue
             r = ref.get(h)
@@ -167,7 +175,7 @@ class BlockPool:
                     self.time_samples.append(("reuse_gap", now - last))
                     self._times[h] = (born, now)
         stored = []
-        for h in hashes:                      # then take slots for the misses
+        for h in hashes:  # then take slots for the misses
             if h in done:
                 continue
             done.add(h)
@@ -202,7 +210,7 @@ class BlockPool:
         ref = self._ref
         for key in reversed(keys):
             r = ref.get(key)
-            if r is None:          # unhashed slot: freed as an empty-but-queued block
+            if r is None:  # unhashed slot: freed as an empty-but-queued block
                 self._push_free(key, now)
                 continue
             r -= 1
@@ -217,7 +225,7 @@ class BlockPool:
         A request longer than the pool keeps only its first `capacity - held` blocks."""
         if self._held or self.listener is not None or self._times is not None:
             return self._access_general(hashes, now, priority)
-        if len(set(hashes)) != len(hashes):   # chained hashes never repeat; stay exact if they do
+        if len(set(hashes)) != len(hashes):  # chained hashes never repeat; stay exact if they do
             hashes = list(dict.fromkeys(hashes))
         if self._pq is not None:
             return self._access_priority(hashes, now, priority)
@@ -234,7 +242,7 @@ class BlockPool:
         if n > self.capacity:
             hashes = hashes[: self.capacity]
         misses = 0
-        for h in hashes:                      # touch: pull resident blocks out of the free queue
+        for h in hashes:  # touch: pull resident blocks out of the free queue
             if h in ref:
                 del free[h]
                 del ref[h]
@@ -246,7 +254,7 @@ class BlockPool:
             victim, _v = free.popitem(last=False)
             ref.pop(victim, None)
             self.evictions += 1
-        for h in reversed(hashes):            # deepest first: the prefix ends most recent
+        for h in reversed(hashes):  # deepest first: the prefix ends most recent
             free[h] = None
             ref[h] = 0
         return hit
@@ -277,7 +285,7 @@ class BlockPool:
         self._access_seq += 1
         key = ("__access__", self._access_seq)
         hit = self.allocate(key, uniq, now, priority)
-        if hit is None:                       # only possible when everything is pinned
+        if hit is None:  # only possible when everything is pinned
             self.queries += len(hashes)
             return 0
         self.queries += len(hashes) - len(uniq)
@@ -298,7 +306,7 @@ class BlockPool:
             hashes = hashes[: self.capacity]
         prios = []
         misses = 0
-        for h in hashes:                      # touch: out of the free queue, priority = max(live, new)
+        for h in hashes:  # touch: out of the free queue, priority = max(live, new)
             if h in ref:
                 p, last = meta[h]
                 pq.remove(h, p)
@@ -317,7 +325,7 @@ class BlockPool:
                     del ref[victim]
                     self.evictions += 1
                 meta.pop(victim, None)
-        for h, p in zip(reversed(hashes), reversed(prios)):   # deepest first
+        for h, p in zip(reversed(hashes), reversed(prios)):  # deepest first
             meta[h] = (p, now)
             pq.push(h, p, now)
             ref[h] = 0
@@ -349,7 +357,7 @@ class BlockPool:
         out = list(keys)
         stored = []
         for pos, h in zip(anon_pos, tail_hashes):
-            if h in ref:            # already cached elsewhere: this slot stays an unhashed duplicate
+            if h in ref:  # already cached elsewhere: this slot stays an unhashed duplicate
                 continue
             self._meta[h] = self._meta.pop(out[pos], (0, now))
             ref[h] = 1
@@ -383,7 +391,7 @@ class BlockPool:
         prio, last = self._meta.get(key, (0, now))
         if prio != 0 and now - last >= self.retention_seconds:
             prio = 0
-        self._meta[key] = (prio, now)          # finishing counts as an access (SGLang insert)
+        self._meta[key] = (prio, now)  # finishing counts as an access (SGLang insert)
         self._pq.push(key, prio, now)
 
     def _remove_free(self, key: Hashable) -> None:

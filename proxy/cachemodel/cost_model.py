@@ -52,8 +52,14 @@ class CostModel:
     def __post_init__(self) -> None:
         if self.offload_gbps <= 0:
             raise ValueError("offload_gbps must be > 0")
-        for name in ("step_base_s", "prefill_token_s", "attn_token2_s", "decode_seq_s", "kv_bytes_per_token",
-                     "offload_latency_s"):
+        for name in (
+            "step_base_s",
+            "prefill_token_s",
+            "attn_token2_s",
+            "decode_seq_s",
+            "kv_bytes_per_token",
+            "offload_latency_s",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
 
@@ -65,8 +71,7 @@ class CostModel:
         """One forward pass: `chunks` = (start, tokens) per prefill chunk, `decoding` = decode rows."""
         if not chunks and decoding <= 0:
             return 0.0
-        return (self.step_base_s + sum(self.chunk_s(s, n) for s, n in chunks)
-                + self.decode_seq_s * max(decoding, 0))
+        return self.step_base_s + sum(self.chunk_s(s, n) for s, n in chunks) + self.decode_seq_s * max(decoding, 0)
 
     def prefill_s(self, prompt_tokens: int, cached_tokens: int = 0) -> float:
         """Isolated prefill time (one step, no batching): for docs, tests and quick estimates."""

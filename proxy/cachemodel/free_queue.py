@@ -23,13 +23,13 @@ from collections.abc import Hashable
 class PriorityFreeQueue:
     def __init__(self, retention_seconds: float):
         self.retention = float(retention_seconds)
-        self.buckets: dict[int, OrderedDict] = {}     # prio -> OrderedDict[key -> (last, seq)]
-        self._heads: list = []                        # (last, seq, prio, key) of non-zero bucket heads (lazy)
-        self._prios: list[int] = []                   # priorities with a bucket (lazy)
+        self.buckets: dict[int, OrderedDict] = {}  # prio -> OrderedDict[key -> (last, seq)]
+        self._heads: list = []  # (last, seq, prio, key) of non-zero bucket heads (lazy)
+        self._prios: list[int] = []  # priorities with a bucket (lazy)
         self._in_prios: set[int] = set()
         self._seq = 0
         self._n = 0
-        self._negative = 0                            # buckets with a negative priority
+        self._negative = 0  # buckets with a negative priority
 
     def __len__(self) -> int:
         return self._n
@@ -84,7 +84,7 @@ class PriorityFreeQueue:
                     k0 = next(iter(b0))
                     last0, seq0 = b0[k0]
                     cand = (0, k0)
-                while heads:                            # oldest valid head of a non-zero bucket
+                while heads:  # oldest valid head of a non-zero bucket
                     last, seq, p, k = heads[0]
                     b = buckets.get(p)
                     if b is not None and next(iter(b)) == k and b[k][1] == seq:
@@ -92,7 +92,7 @@ class PriorityFreeQueue:
                             cand = (p, k)
                         break
                     heapq.heappop(heads)
-                if cand is None:                        # nothing at effective priority 0
+                if cand is None:  # nothing at effective priority 0
                     prios = self._prios
                     while prios[0] not in buckets:
                         self._in_prios.discard(heapq.heappop(prios))
@@ -130,12 +130,11 @@ class PriorityFreeQueue:
 
     def _push_head(self, entry: tuple) -> None:
         heads = self._heads
-        if len(heads) > 4 * len(self.buckets) + 64:   # drop stale entries now and then
-            heads[:] = [(b[k][0], b[k][1], p, k) for p, b in self.buckets.items() if p != 0
-                        for k in (next(iter(b)),)]
+        if len(heads) > 4 * len(self.buckets) + 64:  # drop stale entries now and then
+            heads[:] = [(b[k][0], b[k][1], p, k) for p, b in self.buckets.items() if p != 0 for k in (next(iter(b)),)]
             heapq.heapify(heads)
             if entry[2] in self.buckets and next(iter(self.buckets[entry[2]])) == entry[3]:
-                return                                 # the rebuild already holds it
+                return  # the rebuild already holds it
         heapq.heappush(heads, entry)
 
     def _negative_scan(self, now: float) -> tuple[int, Hashable]:
@@ -148,7 +147,7 @@ class PriorityFreeQueue:
             last, seq = bucket[key]
             cand = (self._effective(prio, last, now), last, seq, prio, key)
             if prio < 0 and cand[0] == 0:
-                for k, (lt, sq) in bucket.items():      # decayed entries form the oldest prefix
+                for k, (lt, sq) in bucket.items():  # decayed entries form the oldest prefix
                     if now - lt < ret:
                         cand = (prio, lt, sq, prio, k)
                         break

@@ -11,7 +11,17 @@ from .residency import ResidencyShadow
 from .view import EngineLoad, RequestView, ResponseOutcome, view_from_blocks
 
 __all__ = [
-    "Action", "EngineLoad", "ObservedRequest", "PolicyConfig", "PolicyStats", "RequestView",
-    "ResidencyShadow", "ResponseOutcome", "ScoutPolicy", "SESSION_HEADER", "WARMUP_HEADER",
-    "view_from_blocks", "view_from_openai",
+    "SESSION_HEADER",
+    "WARMUP_HEADER",
+    "Action",
+    "EngineLoad",
+    "ObservedRequest",
+    "PolicyConfig",
+    "PolicyStats",
+    "RequestView",
+    "ResidencyShadow",
+    "ResponseOutcome",
+    "ScoutPolicy",
+    "view_from_blocks",
+    "view_from_openai",
 ]

@@ -9,58 +9,58 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-TOUCH = "touch"      # anchor cached but near eviction: cheap max_tokens=1 refresh
-WARM = "warm"        # anchor evicted and predicted soon: re-prefill off the critical path
-RETAIN = "retain"    # priority/TTL hint for engines that honour one
+TOUCH = "touch"  # anchor cached but near eviction: cheap max_tokens=1 refresh
+WARM = "warm"  # anchor evicted and predicted soon: re-prefill off the critical path
+RETAIN = "retain"  # priority/TTL hint for engines that honour one
 KINDS = (TOUCH, WARM, RETAIN)
 
-REASON_TRANSITION = "transition"    # top-1 predicted next agent of a live session
-REASON_FANOUT = "fanout"            # further successors above τ (parallel/branching workflows)
+REASON_TRANSITION = "transition"  # top-1 predicted next agent of a live session
+REASON_FANOUT = "fanout"  # further successors above τ (parallel/branching workflows)
 REASON_TOOL_RESUME = "tool_resume"  # session paused on tool calls: keep its context for the resume
-REASON_HINT = "hint"                # survival-ranked sweep (retention hints, protective touches)
+REASON_HINT = "hint"  # survival-ranked sweep (retention hints, protective touches)
 REASONS = (REASON_TRANSITION, REASON_FANOUT, REASON_TOOL_RESUME, REASON_HINT)
 
 
 @dataclass(frozen=True, slots=True)
 class Action:
-    kind: str                          # "touch" | "warm" | "retain"
-    reason: str                        # "transition" | "tool_resume" | "fanout" | "hint"
+    kind: str  # "touch" | "warm" | "retain"
+    reason: str  # "transition" | "tool_resume" | "fanout" | "hint"
     tenant: str
-    anchor_id: str                     # short hex id (safe to log; never prompt text)
+    anchor_id: str  # short hex id (safe to log; never prompt text)
     block_hashes: tuple[int, ...]
     tokens: int
-    payload: Any                       # anchor_payload (or session context payload for tool_resume)
-    priority: int                      # retention priority for engines that honour one (higher = keep)
+    payload: Any  # anchor_payload (or session context payload for tool_resume)
+    priority: int  # retention priority for engines that honour one (higher = keep)
     created: float
-    deadline: float                    # executor drops the action if not started by then
+    deadline: float  # executor drops the action if not started by then
 
 
 @dataclass(frozen=True, slots=True)
 class ObservedRequest:
-    request_id: int                    # pass back to observe_response
-    agent_id: str | None               # None when the request was not learned from
+    request_id: int  # pass back to observe_response
+    agent_id: str | None  # None when the request was not learned from
     session_id: str | None
-    predicted: bool | None = None      # was this agent the top-1 prediction? None = no prediction made
-    resident_tokens: int = 0           # residency shadow's prefix-hit estimate before this request
-    acted_reason: str | None = None    # an executed action (within conversion_window_s) prepared
-    acted_tokens: int = 0              # ... this request's anchor/context: its reason and tokens
-    acted_hash: int | None = None      # ... and the last block hash of the prefix it acted on
+    predicted: bool | None = None  # was this agent the top-1 prediction? None = no prediction made
+    resident_tokens: int = 0  # residency shadow's prefix-hit estimate before this request
+    acted_reason: str | None = None  # an executed action (within conversion_window_s) prepared
+    acted_tokens: int = 0  # ... this request's anchor/context: its reason and tokens
+    acted_hash: int | None = None  # ... and the last block hash of the prefix it acted on
 
 
 @dataclass(frozen=True, slots=True)
 class PolicyStats:
-    predictability: float              # R of the busiest tenant's chain (0..1)
+    predictability: float  # R of the busiest tenant's chain (0..1)
     predictability_by_tenant: dict[str, float] = field(default_factory=dict)
     agents: int = 0
     sessions: int = 0
-    transitions: int = 0               # agent->agent steps learned
+    transitions: int = 0  # agent->agent steps learned
     predictions: int = 0
     prediction_hits: int = 0
-    top1_accuracy: float = 0.0         # hits / predictions (online, before each update)
+    top1_accuracy: float = 0.0  # hits / predictions (online, before each update)
     gate_open: bool = False
-    actions_emitted: dict[str, int] = field(default_factory=dict)   # "kind/reason" -> count
+    actions_emitted: dict[str, int] = field(default_factory=dict)  # "kind/reason" -> count
     actions_failed: int = 0
-    budget_tokens: float = 0.0         # tokens left in the warmup bucket
+    budget_tokens: float = 0.0  # tokens left in the warmup bucket
     inflight_actions: int = 0
     residency_tokens: int = 0
     residency_capacity_tokens: int = 0

@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import xxhash
 
 from .config import PolicyConfig
 from .fingerprint import truncate_payload
-from .prefix_index import Node, PrefixIndex
+from .prefix_index import PrefixIndex
 from .survival import median_gap
 from .transitions import TransitionLearner
 from .view import RequestView
@@ -45,14 +46,14 @@ class Agent:
     payload: Any = None
     uses: int = 0
     last_seen: float = 0.0
-    gaps: deque = field(default_factory=deque)        # response end -> next request (other finishes)
-    tool_gaps: deque = field(default_factory=deque)   # same, after finish_reason == "tool_calls"
-    gap_median: float | None = None                   # medians, kept current by record_gap
+    gaps: deque[float] = field(default_factory=deque)  # response end -> next request (other finishes)
+    tool_gaps: deque[float] = field(default_factory=deque)  # same, after finish_reason == "tool_calls"
+    gap_median: float | None = None  # medians, kept current by record_gap
     tool_gap_median: float | None = None
-    forgotten: bool = False                           # evicted (sessions drop it lazily)
-    node: Any = None                                  # its prefix-index node (None: restored, not yet seen)
-    repeats: int = 0                                  # requests that were whole-prompt repeats
-    anchor_len: int = 0                               # blocks in the anchor (known before its hashes on restore)
+    forgotten: bool = False  # evicted (sessions drop it lazily)
+    node: Any = None  # its prefix-index node (None: restored, not yet seen)
+    repeats: int = 0  # requests that were whole-prompt repeats
+    anchor_len: int = 0  # blocks in the anchor (known before its hashes on restore)
 
 
 def agent_id_for(tenant: str, key: int) -> str:
@@ -64,12 +65,12 @@ class TenantState:
 
     def __init__(self, tenant: str, config: PolicyConfig) -> None:
         self.tenant = tenant
-        self.agents: dict[int, Agent] = {}          # key -> agent
+        self.agents: dict[int, Agent] = {}  # key -> agent
         self.by_slot: dict[int, Agent] = {}
         self.free_slots: list[int] = []
         self.next_slot = 0
-        self.restored: dict[int, dict[int, Agent]] = {}   # anchor blocks -> key -> agent (snapshot, unseen)
-        self.max_anchor_tokens = 0                  # largest anchor seen (bounds any warm's size)
+        self.restored: dict[int, dict[int, Agent]] = {}  # anchor blocks -> key -> agent (snapshot, unseen)
+        self.max_anchor_tokens = 0  # largest anchor seen (bounds any warm's size)
         self.learner = TransitionLearner(config.epsilon, config.decay_half_life, config.r_refresh_steps)
 
     def alloc_slot(self) -> int:
@@ -85,16 +86,17 @@ class AgentRegistry:
         self.tenants: dict[str, TenantState] = {}
         self.by_id: dict[str, Agent] = {}
         self.evictions = 0
-        self.on_evict = None          # callable(Agent): lets the session tracker drop references
+        self.on_evict: Callable[[Agent], None] | None = None  # lets the session tracker drop references
         self.index = PrefixIndex(config.prefix_index_max_bytes, config.min_sources_below_agent)
         self.promotions = 0
         self.retirements = 0
         self.repeats = 0
-        self.shared_depth = 0         # of the last identify(): blocks other sources share (session floor)
-        self.restored_pending = 0     # snapshot-restored agents not yet seen again
-        self.seen = 0                 # identify() calls (the tentative agents' clock)
-        self.tentative: deque = deque()   # (expiry in identify() calls, agent promoted on first sight)
-        self.discarded = 0            # tentative agents dropped: never reached again
+        self.shared_depth = 0  # of the last identify(): blocks other sources share (session floor)
+        self.restored_pending = 0  # snapshot-restored agents not yet seen again
+        self.seen = 0  # identify() calls (the tentative agents' clock)
+        # (expiry in identify() calls, agent promoted on first sight)
+        self.tentative: deque[tuple[int, Agent]] = deque()
+        self.discarded = 0  # tentative agents dropped: never reached again
 
     def tenant(self, tenant: str) -> TenantState:
         ts = self.tenants.get(tenant)
@@ -129,7 +131,8 @@ class AgentRegistry:
         t = view.block_tokens
         recut = view.anchor_blocks == 0 and len(t) >= 2 and t[-1] < t[-2]
         node, promoted, retired, repeat, self.shared_depth = self.index.observe(
-            view.tenant, hashes, source, now, view.anchor_blocks, recut, view.header_blocks)
+            view.tenant, hashes, source, now, view.anchor_blocks, recut, view.header_blocks
+        )
         if retired:
             for r in retired:
                 if isinstance(r.agent, Agent):
@@ -147,9 +150,9 @@ class AgentRegistry:
                 agent = self._create(ts, node.key, now)
             agent.node = node
             self.index.attach(node, agent)
-            if node.passes == 1:                 # a marked context on first sight: tentative
+            if node.passes == 1:  # a marked context on first sight: tentative
                 tentative.append((seen + self.config.first_sight_window, agent))
-        agent = node.agent
+        agent = node.agent  # an Agent, or True for a node that may never be one
         if agent is True:
             return None
         n = node.depth
@@ -162,13 +165,13 @@ class AgentRegistry:
             if agent.tokens > ts.max_anchor_tokens:
                 ts.max_anchor_tokens = agent.tokens
         if view.anchor_payload is not None and (agent.payload is None or agent.uses % 16 == 0):
-            agent.payload = truncate_payload(view.anchor_payload, n)   # refreshed now and then
+            agent.payload = truncate_payload(view.anchor_payload, n)  # refreshed now and then
         if repeat:
             agent.repeats += 1
             self.repeats += 1
         agent.uses += 1
         agent.last_seen = now
-        return agent
+        return cast(Agent, agent)
 
     def _expire_tentative(self, seen: int) -> None:
         """Drop agents promoted on first sight that were not reached again within their window."""
@@ -197,20 +200,28 @@ class AgentRegistry:
                 self.index._mark_agent(node)
                 self.index.attach(node, agent)
                 agent.node = node
-                agent.anchor_len = 0                 # refilled (hashes, tokens) by this very request
+                agent.anchor_len = 0  # refilled (hashes, tokens) by this very request
 
-    def _create(self, ts: TenantState, key: int, now: float, agent_id: str | None = None,
-                slot: int | None = None) -> Agent:
+    def _create(
+        self, ts: TenantState, key: int, now: float, agent_id: str | None = None, slot: int | None = None
+    ) -> Agent:
         if len(self.by_id) >= self.config.max_agents:
             self._evict_one(now)
-            self.tenants.setdefault(ts.tenant, ts)   # its last agent may just have gone
+            self.tenants.setdefault(ts.tenant, ts)  # its last agent may just have gone
         if slot is None:
             slot = ts.alloc_slot()
         else:
             ts.next_slot = max(ts.next_slot, slot + 1)
         n = self.config.gap_samples
-        agent = Agent(agent_id or agent_id_for(ts.tenant, key), ts.tenant, key, slot,
-                      gaps=deque(maxlen=n), tool_gaps=deque(maxlen=n), last_seen=now)
+        agent = Agent(
+            agent_id or agent_id_for(ts.tenant, key),
+            ts.tenant,
+            key,
+            slot,
+            gaps=deque(maxlen=n),
+            tool_gaps=deque(maxlen=n),
+            last_seen=now,
+        )
         ts.agents[key] = agent
         ts.by_slot[slot] = agent
         ts.learner.add_slot(slot)
@@ -240,7 +251,7 @@ class AgentRegistry:
         self.by_id.pop(agent.agent_id, None)
         self.evictions += 1
         if not ts.agents:
-            del self.tenants[agent.tenant]      # bounded tenants too (salts can be per user)
+            del self.tenants[agent.tenant]  # bounded tenants too (salts can be per user)
         if self.on_evict is not None:
             self.on_evict(agent)
 

@@ -53,7 +53,7 @@ def _text_of(content: Any) -> str | None:
     return "\n".join(out)
 
 
-def responses_tools(tools: Any) -> list[dict] | None:
+def responses_tools(tools: Any) -> list[dict[str, Any]] | None:
     if tools is None:
         return None
     if not isinstance(tools, list):
@@ -66,13 +66,13 @@ def responses_tools(tools: Any) -> list[dict] | None:
             fn = {k: t[k] for k in ("name", "description", "parameters") if t.get(k) is not None}
             out.append({"type": "function", "function": fn})
         else:
-            out.append(dict(t))                # built-in tools: kept as they are (hashed, not rendered)
+            out.append(dict(t))  # built-in tools: kept as they are (hashed, not rendered)
     return out or None
 
 
-def responses_to_chat(body: Mapping) -> tuple[dict, bool]:
+def responses_to_chat(body: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
     """(chat body {model, messages, tools}, hidden_history)."""
-    messages: list[dict] = []
+    messages: list[dict[str, Any]] = []
     instructions = body.get("instructions")
     if isinstance(instructions, str) and instructions:
         messages.append({"role": "system", "content": instructions})
@@ -91,14 +91,17 @@ def responses_to_chat(body: Mapping) -> tuple[dict, bool]:
     return {"model": body.get("model"), "messages": messages, "tools": responses_tools(body.get("tools"))}, hidden
 
 
-def _response_item(item: Any, messages: list[dict]) -> None:
+def _response_item(item: Any, messages: list[dict[str, Any]]) -> None:
     if not isinstance(item, Mapping):
         raise ShapeError("input item is not an object")
     kind = item.get("type", "message")
     prev = messages[-1] if messages and messages[-1].get("role") == "assistant" else None
     if kind == "function_call":
-        call = {"id": item.get("call_id"), "type": "function",
-                "function": {"name": item.get("name"), "arguments": item.get("arguments")}}
+        call = {
+            "id": item.get("call_id"),
+            "type": "function",
+            "function": {"name": item.get("name"), "arguments": item.get("arguments")},
+        }
         if prev is not None:
             prev.setdefault("tool_calls", []).append(call)
         else:
@@ -121,9 +124,9 @@ def _response_item(item: Any, messages: list[dict]) -> None:
         raise ShapeError(f"unsupported input item {kind!r}")
 
 
-def messages_to_chat(body: Mapping) -> dict:
+def messages_to_chat(body: Mapping[str, Any]) -> dict[str, Any]:
     """An Anthropic /v1/messages body as a chat body {model, messages, tools}."""
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     system = body.get("system")
     if isinstance(system, str) and system:
         out.append({"role": "system", "content": system})
@@ -143,8 +146,8 @@ def messages_to_chat(body: Mapping) -> dict:
         if not isinstance(content, list):
             raise ShapeError("content must be a string or blocks")
         msg: dict[str, Any] = {"role": role}
-        parts: list[dict] = []
-        calls: list[dict] = []
+        parts: list[dict[str, Any]] = []
+        calls: list[dict[str, Any]] = []
         for b in content:
             if not isinstance(b, Mapping):
                 raise ShapeError("content block is not an object")
@@ -152,13 +155,23 @@ def messages_to_chat(body: Mapping) -> dict:
             if t == "text" and b.get("text"):
                 parts.append({"type": "text", "text": b["text"]})
             elif t == "tool_use":
-                calls.append({"id": b.get("id"), "type": "function",
-                              "function": {"name": b.get("name") or "", "arguments": json.dumps(b.get("input") or {})}})
+                calls.append(
+                    {
+                        "id": b.get("id"),
+                        "type": "function",
+                        "function": {"name": b.get("name") or "", "arguments": json.dumps(b.get("input") or {})},
+                    }
+                )
             elif t == "tool_result":
                 res = b.get("content")
                 if role == "user":
-                    out.append({"role": "tool", "tool_call_id": b.get("tool_use_id") or b.get("id") or "",
-                                "content": str(res) if res else ""})
+                    out.append(
+                        {
+                            "role": "tool",
+                            "tool_call_id": b.get("tool_use_id") or b.get("id") or "",
+                            "content": str(res) if res else "",
+                        }
+                    )
                 else:
                     parts.append({"type": "text", "text": f"Tool result: {str(res) if res else ''}"})
             elif t in ("image", "thinking", "redacted_thinking"):
@@ -173,7 +186,16 @@ def messages_to_chat(body: Mapping) -> dict:
     tools = body.get("tools")
     chat_tools = None
     if isinstance(tools, list) and tools:
-        chat_tools = [{"type": "function", "function": {"name": t.get("name"), "description": t.get("description"),
-                                                        "parameters": t.get("input_schema")}}
-                      for t in tools if isinstance(t, Mapping)]
+        chat_tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.get("name"),
+                    "description": t.get("description"),
+                    "parameters": t.get("input_schema"),
+                },
+            }
+            for t in tools
+            if isinstance(t, Mapping)
+        ]
     return {"model": body.get("model"), "messages": out, "tools": chat_tools}

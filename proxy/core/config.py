@@ -13,110 +13,110 @@ from typing import Any
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
     # --- canonical view -------------------------------------------------------------------
-    block_chars: int = 64            # chars per canonical block (~16 tokens at 4 chars/token)
-    chars_per_token: float = 4.0     # token estimate for text blocks
+    block_chars: int = 64  # chars per canonical block (~16 tokens at 4 chars/token)
+    chars_per_token: float = 4.0  # token estimate for text blocks
     # --- agent identity -------------------------------------------------------------------
-    max_agents: int = 256            # registry cap over all tenants; least valuable evicted
-    prefix_index_max_bytes: int = 16 << 20   # prefix index (agent discovery) memory cap; cold leaves evicted
+    max_agents: int = 256  # registry cap over all tenants; least valuable evicted
+    prefix_index_max_bytes: int = 16 << 20  # prefix index (agent discovery) memory cap; cold leaves evicted
     min_sources_below_agent: int = 3  # sources a branch point below an existing agent needs to
-                                      # become an agent of its own (2 when no agent is above it)
-    first_sight_window: int = 64      # a system prompt followed by more of the prompt is an agent on
-                                      # first sight, dropped if not seen again within this many requests
+    # become an agent of its own (2 when no agent is above it)
+    first_sight_window: int = 64  # a system prompt followed by more of the prompt is an agent on
+    # first sight, dropped if not seen again within this many requests
     # --- sessions -------------------------------------------------------------------------
-    max_sessions: int = 4096         # live session cap; oldest evicted first
-    session_ttl_s: float = 1800.0    # a session idle this long is forgotten
-    infer_max_lookback: int = 512    # blocks scanned backwards when inferring a session's parent
+    max_sessions: int = 4096  # live session cap; oldest evicted first
+    session_ttl_s: float = 1800.0  # a session idle this long is forgotten
+    infer_max_lookback: int = 512  # blocks scanned backwards when inferring a session's parent
     # --- transitions ----------------------------------------------------------------------
-    epsilon: float = 0.1             # ε: additive smoothing in P_ij = (C_ij+ε)/Σ_k(C_ik+ε)
-    decay_half_life: float = 200.0   # counts of a row halve after this many transitions out of it
-    top_k: int = 2                   # successors considered per prediction
+    epsilon: float = 0.1  # ε: additive smoothing in P_ij = (C_ij+ε)/Σ_k(C_ik+ε)
+    decay_half_life: float = 200.0  # counts of a row halve after this many transitions out of it
+    top_k: int = 2  # successors considered per prediction
     # --- predictability gate --------------------------------------------------------------
-    r_min: float = 0.3               # R_min: transition/fanout actions only when R >= this
-    r_min_transitions: int = 20      # the gate stays shut until this many transitions were learned
-    r_refresh_steps: int = 256       # cached R recomputed this often (more often while young)
+    r_min: float = 0.3  # R_min: transition/fanout actions only when R >= this
+    r_min_transitions: int = 20  # the gate stays shut until this many transitions were learned
+    r_refresh_steps: int = 256  # cached R recomputed this often (more often while young)
     # --- survival scoring -----------------------------------------------------------------
-    tau: float = 0.1                 # τ: BFS only follows edges with P_ij >= τ
-    max_hops: int = 3                # K: p_surv = 1 - min(E, K)/K
-    delta: float = 0.1               # δ: floor in (p_surv+δ)(e^(-λ·age)+δ)
-    age_lambda: float = 0.005        # λ per second of anchor age (half-life ~139 s)
-    continuation_horizon_s: float = 60.0   # "resumes within" horizon for paused sessions
-    tool_resume_prior: float = 0.9   # resume probability after finish_reason=tool_calls w/o history
+    tau: float = 0.1  # τ: BFS only follows edges with P_ij >= τ
+    max_hops: int = 3  # K: p_surv = 1 - min(E, K)/K
+    delta: float = 0.1  # δ: floor in (p_surv+δ)(e^(-λ·age)+δ)
+    age_lambda: float = 0.005  # λ per second of anchor age (half-life ~139 s)
+    continuation_horizon_s: float = 60.0  # "resumes within" horizon for paused sessions
+    tool_resume_prior: float = 0.9  # resume probability after finish_reason=tool_calls w/o history
     continuation_prior: float = 0.3  # same after other finishes
-    continuation_min_samples: int = 3    # gaps needed before the observed ones replace the prior
-    gap_samples: int = 16            # inter-request gaps kept per agent (and per kind)
+    continuation_min_samples: int = 3  # gaps needed before the observed ones replace the prior
+    gap_samples: int = 16  # inter-request gaps kept per agent (and per kind)
     # --- residency shadow -----------------------------------------------------------------
-    residency_capacity_tokens: int = 0     # engine prefix-cache capacity; 0 = unknown (assume resident)
-    near_eviction_fraction: float = 0.25   # "near eviction": within the oldest quarter of the LRU
-    near_eviction_horizon_s: float = 0.0   # >0: or within what traffic inserts in this many seconds
-    residency_stride: int = 0        # track every Nth block; 0 = auto (256 tokens / block size); 1 = exact
+    residency_capacity_tokens: int = 0  # engine prefix-cache capacity; 0 = unknown (assume resident)
+    near_eviction_fraction: float = 0.25  # "near eviction": within the oldest quarter of the LRU
+    near_eviction_horizon_s: float = 0.0  # >0: or within what traffic inserts in this many seconds
+    residency_stride: int = 0  # track every Nth block; 0 = auto (256 tokens / block size); 1 = exact
     residency_stride_tokens: int = 256  # auto stride target
     residency_max_entries: int = 200_000  # memory bound on tracked blocks (~260 B each: ~52 MB; at the auto
-                                          # stride of 256 tokens that covers 51M tokens, more than any one engine)
+    # stride of 256 tokens that covers 51M tokens, more than any one engine)
     # --- planner --------------------------------------------------------------------------
-    warmup_tokens_per_s: float = 0.0       # token-bucket refill for warm/touch cost; 0 = auto:
-                                           # warmup_share x prefill_tokens_per_s (a fixed number that
-                                           # exceeds the engine's own prefill rate swamps it)
-    warmup_burst_tokens: float = 0.0       # bucket size; 0 = auto: max(2 s of budget, 1 s of prefill)
-    warmup_share: float = 0.15             # auto budget's share of the engine's prefill rate
-    touch_cost_tokens: int = 16      # budget charged for a touch (one recomputed block + decode)
-    max_concurrent: int = 2          # actions emitted but not yet reported back
-    max_actions_per_tick: int = 4    # actions per plan() call
-    max_engine_waiting: int = 2      # no actions while the engine queue is longer than this
-    warm_max_waiting: int = 0        # no Warm while the engine queue is longer than this (a warm
-                                     # is prefill work queued in front of real requests)
-    warm_top_k: int = 1              # only the top this-many successors may be warmed; the rest
-                                     # (fanout) are only touched
-    warm_max_inflight: int = 0       # >0: no Warm while more client requests than this are in flight
-    plan_trigger: str = "auto"       # when a session's successors are planned: "response" (its
-                                     # response ends: just before the demand), "request", "both"
-                                     # (touch-only while the request runs, warm at the end), or
-                                     # "auto" (at the end when the agent's usual pause leaves time
-                                     # for a warm, else while the request runs)
-    cooldown_s: float = 0.5          # never act on the same anchor twice within this
-    action_ttl_s: float = 2.0        # deadline = created + ttl (executor drops stale actions)
-    min_lead_s: float = 0.05         # no Warm when the predicted demand is closer than this
-    warm_max_cache_share: float = 0.1    # no Warm of a session context (used once, unlike an
-                                     # anchor) missing more than this share of the cache
-                                     # (0 = no limit; unknown capacity = no limit)
-    warm_lifetime_share: float = 1.0 # no Warm when the predicted demand is further away than this
-                                     # share of the cache's turnover time (capacity / insert rate;
-                                     # 0 = off)
-    prefill_tokens_per_s: float = 5000.0   # the engine's prefill rate: "can a warm finish before the
-                                           # demand", and the auto warm budget (the live side measures
-                                           # it; the replay passes its cost model's)
+    warmup_tokens_per_s: float = 0.0  # token-bucket refill for warm/touch cost; 0 = auto:
+    # warmup_share x prefill_tokens_per_s (a fixed number that
+    # exceeds the engine's own prefill rate swamps it)
+    warmup_burst_tokens: float = 0.0  # bucket size; 0 = auto: max(2 s of budget, 1 s of prefill)
+    warmup_share: float = 0.15  # auto budget's share of the engine's prefill rate
+    touch_cost_tokens: int = 16  # budget charged for a touch (one recomputed block + decode)
+    max_concurrent: int = 2  # actions emitted but not yet reported back
+    max_actions_per_tick: int = 4  # actions per plan() call
+    max_engine_waiting: int = 2  # no actions while the engine queue is longer than this
+    warm_max_waiting: int = 0  # no Warm while the engine queue is longer than this (a warm
+    # is prefill work queued in front of real requests)
+    warm_top_k: int = 1  # only the top this-many successors may be warmed; the rest
+    # (fanout) are only touched
+    warm_max_inflight: int = 0  # >0: no Warm while more client requests than this are in flight
+    plan_trigger: str = "auto"  # when a session's successors are planned: "response" (its
+    # response ends: just before the demand), "request", "both"
+    # (touch-only while the request runs, warm at the end), or
+    # "auto" (at the end when the agent's usual pause leaves time
+    # for a warm, else while the request runs)
+    cooldown_s: float = 0.5  # never act on the same anchor twice within this
+    action_ttl_s: float = 2.0  # deadline = created + ttl (executor drops stale actions)
+    min_lead_s: float = 0.05  # no Warm when the predicted demand is closer than this
+    warm_max_cache_share: float = 0.1  # no Warm of a session context (used once, unlike an
+    # anchor) missing more than this share of the cache
+    # (0 = no limit; unknown capacity = no limit)
+    warm_lifetime_share: float = 1.0  # no Warm when the predicted demand is further away than this
+    # share of the cache's turnover time (capacity / insert rate;
+    # 0 = off)
+    prefill_tokens_per_s: float = 5000.0  # the engine's prefill rate: "can a warm finish before the
+    # demand", and the auto warm budget (the live side measures
+    # it; the replay passes its cost model's)
     # the price of bringing an evicted anchor back (issue 15): with a host-memory tier (vLLM CPU
     # offloading, LMCache) it is a load, without one a recompute at prefill_tokens_per_s
-    reload_tokens_per_s: float = 0.0     # host tier -> GPU load rate in tokens/s; 0 = no host tier
-    reload_latency_s: float = 0.0        # fixed cost of one load (the engine's async load step)
-    host_tier_tokens: int = 0            # host tier size; >0: a second residency shadow models it (what is
-                                         # evicted from the GPU but still in host memory comes back as a load)
-    prefetch_window_s: float = 1.0       # tool-resume prefetch with a host tier: start the load at most this
-                                         # long before it must start to land before the predicted resume
-    sweep_interval_s: float = 1.0    # survival-ranked sweep over all anchors at most this often
-    sweep_top_n: int = 8             # anchors (and paused sessions) examined per sweep
-    sweep_sessions: int = 64         # most recent sessions a sweep checks for continuation (0 = off)
-    tool_resume_min_p: float = 0.5   # continuation probability needed for a tool_resume action
+    reload_tokens_per_s: float = 0.0  # host tier -> GPU load rate in tokens/s; 0 = no host tier
+    reload_latency_s: float = 0.0  # fixed cost of one load (the engine's async load step)
+    host_tier_tokens: int = 0  # host tier size; >0: a second residency shadow models it (what is
+    # evicted from the GPU but still in host memory comes back as a load)
+    prefetch_window_s: float = 1.0  # tool-resume prefetch with a host tier: start the load at most this
+    # long before it must start to land before the predicted resume
+    sweep_interval_s: float = 1.0  # survival-ranked sweep over all anchors at most this often
+    sweep_top_n: int = 8  # anchors (and paused sessions) examined per sweep
+    sweep_sessions: int = 64  # most recent sessions a sweep checks for continuation (0 = off)
+    tool_resume_min_p: float = 0.5  # continuation probability needed for a tool_resume action
     tool_resume_gated: bool = False  # also require R >= R_min for tool_resume (a fact, not a guess)
-    session_gated: bool = True       # continuation hints for sessions paused after other finishes
-                                     # need R >= R_min; off lets them act on agentless traffic
-    fanout_enabled: bool = True      # protect the shared parent of concurrent requests / n > 1
-    retain_enabled: bool = False     # emit Retain hints (only for engines that honour them)
-    retain_priority_scale: int = 100 # Action.priority = round(p_surv * scale)
-    retain_sessions: bool = False    # also Retain paused sessions' whole contexts (not only agent
-                                     # anchors): off, because an engine keeps a retained block's
-                                     # priority for its retention time (SGLang/Dynamo: 300 s) and
-                                     # contexts of finished sessions then crowd out live histories
-    conversion_window_s: float = 300.0   # an executed action counts toward a request this long
+    session_gated: bool = True  # continuation hints for sessions paused after other finishes
+    # need R >= R_min; off lets them act on agentless traffic
+    fanout_enabled: bool = True  # protect the shared parent of concurrent requests / n > 1
+    retain_enabled: bool = False  # emit Retain hints (only for engines that honour them)
+    retain_priority_scale: int = 100  # Action.priority = round(p_surv * scale)
+    retain_sessions: bool = False  # also Retain paused sessions' whole contexts (not only agent
+    # anchors): off, because an engine keeps a retained block's
+    # priority for its retention time (SGLang/Dynamo: 300 s) and
+    # contexts of finished sessions then crowd out live histories
+    conversion_window_s: float = 300.0  # an executed action counts toward a request this long
     # --- snapshot -------------------------------------------------------------------------
     snapshot_max_bytes: int = 2 * 1024 * 1024  # state file budget: max_agents agents and a full
-                                     # transition matrix fit (~1.7 MB at 256 agents); dump keeps the
-                                     # most valuable agents that fit, restore refuses larger documents
+    # transition matrix fit (~1.7 MB at 256 agents); dump keeps the
+    # most valuable agents that fit, restore refuses larger documents
     # --- memory budget (hardening, issue 13) ------------------------------------------------
-    session_max_bytes: int = 64 * 1024 * 1024   # sessions' hash chains + kept payloads, estimated;
-                                     # the least recently active sessions are dropped first
-    fanout_max_bytes: int = 16 * 1024 * 1024    # parked fan-out parents between two plan ticks
+    session_max_bytes: int = 64 * 1024 * 1024  # sessions' hash chains + kept payloads, estimated;
+    # the least recently active sessions are dropped first
+    fanout_max_bytes: int = 16 * 1024 * 1024  # parked fan-out parents between two plan ticks
 
-    def with_overrides(self, **overrides: Any) -> "PolicyConfig":
+    def with_overrides(self, **overrides: Any) -> PolicyConfig:
         """Copy with some fields replaced; unknown names raise (typos must not pass silently)."""
         names = {f.name for f in fields(self)}
         unknown = set(overrides) - names

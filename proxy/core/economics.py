@@ -35,28 +35,29 @@ from dataclasses import dataclass
 
 TOUCH = "touch"
 WARM = "warm"
-WAIT = "wait"          # a warm that may pay, but not now: the engine is prefilling for clients
+WAIT = "wait"  # a warm that may pay, but not now: the engine is prefilling for clients
 NOTHING = ""
 
 
 @dataclass(frozen=True, slots=True)
 class Market:
     """What the engine is like right now (one per plan() call)."""
-    capacity_tokens: float = 0.0         # 0 = unknown: residency cannot be estimated (assume kept)
-    insert_rate: float | None = None     # tokens/s the client traffic inserts (shadow EWMA)
-    zone_tokens: float = 0.0             # the shadow's "near eviction" tail zone
-    tail_reuse: float = 0.0              # hits in the tail zone per inserted token (shadow)
+
+    capacity_tokens: float = 0.0  # 0 = unknown: residency cannot be estimated (assume kept)
+    insert_rate: float | None = None  # tokens/s the client traffic inserts (shadow EWMA)
+    zone_tokens: float = 0.0  # the shadow's "near eviction" tail zone
+    tail_reuse: float = 0.0  # hits in the tail zone per inserted token (shadow)
     prefill_tokens_per_s: float = 5000.0
-    request_rate: float = 0.0            # client requests/s (arrivals that could queue behind a warm)
-    waiting: int = 0                     # client requests waiting in the engine now
-    prefilling: int = 0                  # client requests in prefill now (no first token yet)
-    utilisation: float = 0.0             # share of recent time the engine spent prefilling (0..1)
-    running_tokens: float = 0.0          # prompt tokens of the client requests in flight
-    reload_price: float = 1.0            # engine tokens per token to bring an evicted token back
-    idle_s: float | None = None          # seconds since the last client request arrived (None = never)
-    touch_cost_tokens: float = 16.0      # a touch: one recomputed block + one decode row
-    touch_hidden_tokens: float = 0.0     # measured: tokens a touch found missing after all (the
-                                         # shadow is coarse at the tail) and prefilled: a small warm
+    request_rate: float = 0.0  # client requests/s (arrivals that could queue behind a warm)
+    waiting: int = 0  # client requests waiting in the engine now
+    prefilling: int = 0  # client requests in prefill now (no first token yet)
+    utilisation: float = 0.0  # share of recent time the engine spent prefilling (0..1)
+    running_tokens: float = 0.0  # prompt tokens of the client requests in flight
+    reload_price: float = 1.0  # engine tokens per token to bring an evicted token back
+    idle_s: float | None = None  # seconds since the last client request arrived (None = never)
+    touch_cost_tokens: float = 16.0  # a touch: one recomputed block + one decode row
+    touch_hidden_tokens: float = 0.0  # measured: tokens a touch found missing after all (the
+    # shadow is coarse at the tail) and prefilled: a small warm
 
     @property
     def slack(self) -> bool:
@@ -86,19 +87,20 @@ class Market:
 @dataclass(frozen=True, slots=True)
 class Prospect:
     """One candidate prefix and its predicted demand."""
-    tokens: float                 # the whole prefix
-    missing: float                # tokens not resident now (the shadow's verdict)
-    near_eviction: bool           # resident, but in the tail zone
-    probability: float            # P(the predicted request comes)
-    gap_s: float | None           # seconds until it comes; None = unknown (about one cache lifetime)
-    imminent: bool = False        # it follows a request still running: soon, though not when exactly
+
+    tokens: float  # the whole prefix
+    missing: float  # tokens not resident now (the shadow's verdict)
+    near_eviction: bool  # resident, but in the tail zone
+    probability: float  # P(the predicted request comes)
+    gap_s: float | None  # seconds until it comes; None = unknown (about one cache lifetime)
+    imminent: bool = False  # it follows a request still running: soon, though not when exactly
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    kind: str                     # TOUCH, WARM, WAIT (ask again in slack) or NOTHING
-    saving: float                 # expected tokens saved
-    cost: float                   # expected tokens spent (prefill, queueing, pollution)
+    kind: str  # TOUCH, WARM, WAIT (ask again in slack) or NOTHING
+    saving: float  # expected tokens saved
+    cost: float  # expected tokens spent (prefill, queueing, pollution)
 
     @property
     def net(self) -> float:
@@ -141,26 +143,33 @@ def assess(p: Prospect, m: Market) -> Verdict:
     if m.overflowing or p.probability <= 0 or p.tokens <= 0:
         return Verdict(NOTHING, 0.0, 0.0)
     cap = m.capacity_tokens
-    kept = survival(cap, p.gap_s, m)                # made most recent now
+    kept = survival(cap, p.gap_s, m)  # made most recent now
     if p.missing <= 0:
         if not p.near_eviction:
-            return Verdict(NOTHING, 0.0, 0.0)       # resident and safe: nothing to buy
+            return Verdict(NOTHING, 0.0, 0.0)  # resident and safe: nothing to buy
         left = survival(m.zone_tokens / 2.0 if m.zone_tokens > 0 else cap / 8.0, p.gap_s, m)
-        hidden = min(m.touch_hidden_tokens, p.tokens)    # re-made by the touch: saves like a warm
+        hidden = min(m.touch_hidden_tokens, p.tokens)  # re-made by the touch: saves like a warm
         saving = (p.tokens - hidden) * p.probability * max(0.0, kept - left) + hidden * p.probability * kept
         spent = m.touch_cost_tokens + hidden * m.reload_price
-        cost = (m.touch_cost_tokens + hidden * m.reload_price * min(1.0, max(0.0, m.utilisation))
-                + queueing(spent, m) + pollution(p.tokens, m))
+        cost = (
+            m.touch_cost_tokens
+            + hidden * m.reload_price * min(1.0, max(0.0, m.utilisation))
+            + queueing(spent, m)
+            + pollution(p.tokens, m)
+        )
         return Verdict(TOUCH, saving, cost)
     if not (m.slack if p.gap_s is not None or p.imminent else m.quiet):
-        return Verdict(WAIT, 0.0, 0.0)              # never queue client prefill behind a warm
+        return Verdict(WAIT, 0.0, 0.0)  # never queue client prefill behind a warm
     resident = max(0.0, p.tokens - p.missing)
     saving = p.missing * p.probability * kept
     if p.near_eviction and resident > 0:
         saving += resident * p.probability * max(0.0, kept - survival(m.zone_tokens / 2.0, p.gap_s, m))
     spent = p.missing * m.reload_price
-    cost = (spent * min(1.0, max(0.0, m.utilisation)) + queueing(spent, m)
-            + pollution(p.missing + (resident if p.near_eviction else 0.0), m))
+    cost = (
+        spent * min(1.0, max(0.0, m.utilisation))
+        + queueing(spent, m)
+        + pollution(p.missing + (resident if p.near_eviction else 0.0), m)
+    )
     return Verdict(WARM, saving, cost)
 
 
@@ -172,7 +181,7 @@ class RunningSet:
     __slots__ = ("_held", "tokens")
 
     def __init__(self) -> None:
-        self._held: dict[int, list[int]] = {}      # block hash -> [holders, tokens]
+        self._held: dict[int, list[int]] = {}  # block hash -> [holders, tokens]
         self.tokens = 0
 
     def add(self, hashes: Sequence[int], tokens: Sequence[int]) -> None:

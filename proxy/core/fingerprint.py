@@ -34,11 +34,11 @@ from .view import RequestView
 
 WARMUP_HEADER = "x-cachescout-warmup"
 SESSION_HEADER = "x-session-id"
-_TEMPLATE_FIELDS = ("chat_template", "chat_template_kwargs")   # change the rendered prompt
+_TEMPLATE_FIELDS = ("chat_template", "chat_template_kwargs")  # change the rendered prompt
 _ANCHOR_ROLES = ("system", "developer")
-_SEP = "\x1e"                                                # meta | content inside a message segment
-_END = "\x1f"                                                # closes a message segment (like end-of-turn)
-_IDS_PER_BLOCK = 16                                            # token-id prompts: exact tokens
+_SEP = "\x1e"  # meta | content inside a message segment
+_END = "\x1f"  # closes a message segment (like end-of-turn)
+_IDS_PER_BLOCK = 16  # token-id prompts: exact tokens
 
 
 def tenant_root(tenant: str) -> int:
@@ -46,8 +46,9 @@ def tenant_root(tenant: str) -> int:
     return xxhash.xxh3_64_intdigest(b"cachescout/v1|" + tenant.encode("utf-8", "surrogatepass"))
 
 
-def chain_text(parent: int, text: str, block_chars: int, chars_per_token: float,
-               hashes: list[int], tokens: list[int]) -> int:
+def chain_text(
+    parent: int, text: str, block_chars: int, chars_per_token: float, hashes: list[int], tokens: list[int]
+) -> int:
     """Append the blocks of one segment to (hashes, tokens); returns the new parent hash.
     Chained by seeding: h_i = xxh3_64(block_i, seed=h_{i-1})."""
     if not text:
@@ -57,7 +58,7 @@ def chain_text(parent: int, text: str, block_chars: int, chars_per_token: float,
     n = len(text)
     full = n - n % block_chars
     for start in range(0, full, block_chars):
-        parent = h64(text[start:start + block_chars].encode("utf-8", "surrogatepass"), parent)
+        parent = h64(text[start : start + block_chars].encode("utf-8", "surrogatepass"), parent)
         add_h(parent)
     nfull = full // block_chars
     if nfull:
@@ -101,7 +102,7 @@ def _canon_content(content: Any) -> Any:
     raise ValueError("bad content")
 
 
-def _canon_message(msg: Any) -> dict:
+def _canon_message(msg: Any) -> dict[str, Any]:
     if not isinstance(msg, Mapping):
         raise ValueError("message is not an object")
     role = msg.get("role")
@@ -114,11 +115,11 @@ def _canon_message(msg: Any) -> dict:
     return out
 
 
-def _segment(cm: dict) -> tuple[str, int, bool]:
+def _segment(cm: dict[str, Any]) -> tuple[str, int, bool]:
     """(segment text, chars before the content, content is a plain string: cuttable)."""
     content = cm.pop("content")
     head = "M" + _canon(cm) + _SEP
-    if isinstance(content, str):               # the end mark: a message that grows is a new last block
+    if isinstance(content, str):  # the end mark: a message that grows is a new last block
         return head + content + _END, len(head), True
     return head + _canon(content) + _END, len(head), False
 
@@ -129,7 +130,7 @@ def _int_or_none(v: Any) -> int | None:
     return int(v)
 
 
-def _session_id(body: Mapping, headers: Mapping[str, str] | None) -> str | None:
+def _session_id(body: Mapping[str, Any], headers: Mapping[str, str] | None) -> str | None:
     sid = _get_header(headers, SESSION_HEADER)
     if isinstance(sid, str) and sid:
         return sid
@@ -147,8 +148,14 @@ def _session_id(body: Mapping, headers: Mapping[str, str] | None) -> str | None:
     return None
 
 
-def view_from_openai(path: str, body: Any, headers: Mapping[str, str] | None = None, *,
-                     block_chars: int = 64, chars_per_token: float = 4.0) -> RequestView | None:
+def view_from_openai(
+    path: str,
+    body: Any,
+    headers: Mapping[str, str] | None = None,
+    *,
+    block_chars: int = 64,
+    chars_per_token: float = 4.0,
+) -> RequestView | None:
     """Build the canonical view of a /v1/chat/completions or /v1/completions request, or None."""
     try:
         if isinstance(body, (bytes, bytearray, str)):
@@ -170,14 +177,16 @@ def view_from_openai(path: str, body: Any, headers: Mapping[str, str] | None = N
         return None
 
 
-def _choices(body: Mapping) -> int:
+def _choices(body: Mapping[str, Any]) -> int:
     """OpenAI ``n`` (completions also ``best_of``): sequences forked from one prompt."""
     n = _int_or_none(body.get("n"))
     b = _int_or_none(body.get("best_of"))
     return max(1, n or 1, b or 1)
 
 
-def _common(body: Mapping, headers: Mapping[str, str] | None) -> tuple[str, str, int | None, bool, str | None]:
+def _common(
+    body: Mapping[str, Any], headers: Mapping[str, str] | None
+) -> tuple[str, str, int | None, bool, str | None]:
     model = body.get("model")
     model = model if isinstance(model, str) else ""
     salt = body.get("cache_salt")
@@ -186,7 +195,7 @@ def _common(body: Mapping, headers: Mapping[str, str] | None) -> tuple[str, str,
     if max_tokens is None:
         max_tokens = _int_or_none(body.get("max_completion_tokens"))
     if max_tokens is None:
-        max_tokens = _int_or_none(body.get("max_output_tokens"))      # Responses API
+        max_tokens = _int_or_none(body.get("max_output_tokens"))  # Responses API
     warm_hdr = _get_header(headers, WARMUP_HEADER)
     is_warmup = bool(warm_hdr) and str(warm_hdr).lower() not in ("0", "false", "no")
     if max_tokens is not None and max_tokens <= 1:
@@ -194,8 +203,14 @@ def _common(body: Mapping, headers: Mapping[str, str] | None) -> tuple[str, str,
     return tenant, model, max_tokens, is_warmup, _session_id(body, headers)
 
 
-def _chat_view(body: Mapping, headers, block_chars: int, cpt: float, chat: Mapping | None = None,
-               hidden_history: bool = False) -> RequestView | None:
+def _chat_view(
+    body: Mapping[str, Any],
+    headers: Mapping[str, str] | None,
+    block_chars: int,
+    cpt: float,
+    chat: Mapping[str, Any] | None = None,
+    hidden_history: bool = False,
+) -> RequestView | None:
     """``chat``: the chat form of a Responses/Messages body (``body`` still gives the envelope)."""
     src = body if chat is None else chat
     messages = src.get("messages")
@@ -219,7 +234,7 @@ def _chat_view(body: Mapping, headers, block_chars: int, cpt: float, chat: Mappi
     n_sys = 0
     while n_sys < len(canon_msgs) and canon_msgs[n_sys]["role"] in _ANCHOR_ROLES:
         n_sys += 1
-    anchor_msgs = n_sys                      # the marked anchor: the system/developer messages (none: 0)
+    anchor_msgs = n_sys  # the marked anchor: the system/developer messages (none: 0)
     anchor_blocks = 0
     segs: list[tuple[int, int, bool]] = []
     for i, cm in enumerate(canon_msgs):
@@ -230,10 +245,23 @@ def _chat_view(body: Mapping, headers, block_chars: int, cpt: float, chat: Mappi
             anchor_blocks = len(hashes)
     base = {"kind": "chat", "model": model, "tools": tools, "cache_salt": salt_or_none(tenant), **extra}
     return RequestView(
-        tenant=tenant, model=model, block_hashes=tuple(hashes), block_tokens=tuple(tokens),
-        anchor_blocks=anchor_blocks, session_id=sid, max_tokens=max_tokens, is_warmup=is_warmup, n=_choices(body),
-        anchor_payload={**base, "messages": list(messages), "segs": tuple(segs), "block_chars": block_chars,
-                        "header_blocks": header_blocks, "total_blocks": len(hashes)},
+        tenant=tenant,
+        model=model,
+        block_hashes=tuple(hashes),
+        block_tokens=tuple(tokens),
+        anchor_blocks=anchor_blocks,
+        session_id=sid,
+        max_tokens=max_tokens,
+        is_warmup=is_warmup,
+        n=_choices(body),
+        anchor_payload={
+            **base,
+            "messages": list(messages),
+            "segs": tuple(segs),
+            "block_chars": block_chars,
+            "header_blocks": header_blocks,
+            "total_blocks": len(hashes),
+        },
         context_payload=None if hidden_history else {**base, "messages": list(messages)},
         header_blocks=header_blocks,
     )
@@ -243,10 +271,12 @@ def salt_or_none(tenant: str) -> str | None:
     return tenant or None
 
 
-def _completion_view(body: Mapping, headers, block_chars: int, cpt: float) -> RequestView | None:
+def _completion_view(
+    body: Mapping[str, Any], headers: Mapping[str, str] | None, block_chars: int, cpt: float
+) -> RequestView | None:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]                     # a batch of one
+        prompt = prompt[0]  # a batch of one
     tenant, model, max_tokens, is_warmup, sid = _common(body, headers)
     hashes: list[int] = []
     tokens: list[int] = []
@@ -259,20 +289,33 @@ def _completion_view(body: Mapping, headers, block_chars: int, cpt: float) -> Re
         unit = block_chars
     elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         for start in range(0, len(prompt), _IDS_PER_BLOCK):
-            ids = prompt[start:start + _IDS_PER_BLOCK]
+            ids = prompt[start : start + _IDS_PER_BLOCK]
             data = b"".join(int(t).to_bytes(8, "little", signed=True) for t in ids)
             parent = xxhash.xxh3_64_intdigest(data, parent)
             hashes.append(parent)
             tokens.append(len(ids))
         unit = _IDS_PER_BLOCK
     else:
-        return None                            # batches and odd shapes: no view
-    payload = {"kind": "completion", "model": model, "prompt": prompt,
-               "header_blocks": header_blocks, "block_unit": unit}
+        return None  # batches and odd shapes: no view
+    payload = {
+        "kind": "completion",
+        "model": model,
+        "prompt": prompt,
+        "header_blocks": header_blocks,
+        "block_unit": unit,
+    }
     return RequestView(
-        tenant=tenant, model=model, block_hashes=tuple(hashes), block_tokens=tuple(tokens),
-        anchor_blocks=0, session_id=sid, max_tokens=max_tokens, is_warmup=is_warmup, n=_choices(body),
-        anchor_payload=payload, context_payload=payload,
+        tenant=tenant,
+        model=model,
+        block_hashes=tuple(hashes),
+        block_tokens=tuple(tokens),
+        anchor_blocks=0,
+        session_id=sid,
+        max_tokens=max_tokens,
+        is_warmup=is_warmup,
+        n=_choices(body),
+        anchor_payload=payload,
+        context_payload=payload,
     )
 
 
@@ -289,19 +332,22 @@ def truncate_payload(payload: Any, n_blocks: int) -> Any:
     if kind == "completion":
         body_blocks = max(0, n_blocks - int(payload.get("header_blocks", 0)))
         unit = int(payload.get("block_unit", 64))
-        prompt = payload.get("prompt")
+        prompt = payload.get("prompt") or ""
         return {"kind": "completion", "model": payload.get("model", ""), "prompt": prompt[: body_blocks * unit]}
     segs = payload.get("segs")
     if kind != "chat" or segs is None:
         return payload
     msgs = payload["messages"]
-    out = {k: v for k, v in payload.items()
-           if k not in ("segs", "block_chars", "header_blocks", "total_blocks", "messages")}
+    out = {
+        k: v
+        for k, v in payload.items()
+        if k not in ("segs", "block_chars", "header_blocks", "total_blocks", "messages")
+    }
     m = len(segs) - 1
     while m >= 0 and segs[m][0] >= n_blocks:
         m -= 1
     if m < 0:
-        return None                                    # the header (model + tools) only
+        return None  # the header (model + tools) only
     start, head, cuttable = segs[m]
     end = segs[m + 1][0] if m + 1 < len(segs) else int(payload["total_blocks"])
     if n_blocks >= end:

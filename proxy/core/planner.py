@@ -25,65 +25,48 @@ be exempted with ``session_gated=False``); with a shut gate the planner does not
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from .actions import REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, REASON_TRANSITION, RETAIN, TOUCH, Action
+from .actions import REASON_FANOUT, REASON_HINT, RETAIN, TOUCH, Action
 from .agents import AgentRegistry, TenantState, agent_id_for
+from .candidates import Candidate, CandidateSources
 from .config import PolicyConfig
 from .economics import NOTHING, WAIT, Market, Prospect, assess
 from .residency import ResidencyShadow
-from .sessions import Session, SessionTracker
-from .survival import anchor_score, continuation_probability, reachable_agents
+from .sessions import SessionTracker
 from .view import EngineLoad
 
 
-@dataclass(slots=True)
-class _Candidate:
-    score: float
-    reason: str
-    tenant: str
-    anchor_id: str
-    hashes: tuple[int, ...]
-    block_tokens: tuple[int, ...]
-    payload: Any
-    prob: float
-    lead: float | None          # seconds until the predicted demand; None = unknown (not imminent)
-    warm_ok: bool = True        # False: only touch (planned while the session's request still runs)
-    context: bool = False       # a session's whole context (not an agent anchor)
-    session: tuple[str, str] | None = None   # the session it was planned for (re-planned if it waits)
-    soon: bool = False          # the demand follows a request still running (its pause is too short)
-
-
-class Planner:
-    def __init__(self, config: PolicyConfig, registry: AgentRegistry, sessions: SessionTracker,
-                 residency: ResidencyShadow) -> None:
+class Planner(CandidateSources):
+    def __init__(
+        self, config: PolicyConfig, registry: AgentRegistry, sessions: SessionTracker, residency: ResidencyShadow
+    ) -> None:
         self.cfg = config
         self.registry = registry
         self.sessions = sessions
         self.residency = residency
-        self.host_residency: ResidencyShadow | None = None   # the engine's host tier, when it has one
+        self.host_residency: ResidencyShadow | None = None  # the engine's host tier, when it has one
         self.dirty: dict[tuple[str, str], None] = {}
-        self.fanout: dict[tuple[str, str], tuple] = {}   # session -> (agent, parent hashes, tokens, payload)
+        self.fanout: dict[tuple[str, str], tuple[Any, ...]] = {}  # session -> (agent, parent hashes, tokens, payload)
         self.bucket = config.warm_budget()[1]
         self._refilled: float | None = None
         self.inflight: dict[tuple[str, float], tuple[float, tuple[int, ...]]] = {}
         self.last_acted: dict[str, float] = {}
-        self._safe: dict[str, tuple[int, float]] = {}   # anchor -> (shadow epoch, inserted-tokens horizon)
+        self._safe: dict[str, tuple[int, float]] = {}  # anchor -> (shadow epoch, inserted-tokens horizon)
         self._last_sweep = float("-inf")
         self._now: float | None = None
         self._budget_cfg: PolicyConfig | None = None
         self._budget = (0.0, 0.0)
         self.emitted: dict[str, int] = {}
         self.failed = 0
-        self.declined = 0               # candidates the economics found not worth acting on
-        self.touch_prefill = float(config.touch_cost_tokens)   # measured tokens a touch prefills (EWMA)
-        self.overflow_ticks = 0         # plan() calls skipped: the running set alone overflows the cache
-        self._overflow_until = float("-inf")   # ... or did within the last cache lifetime
+        self.declined = 0  # candidates the economics found not worth acting on
+        self.touch_prefill = float(config.touch_cost_tokens)  # measured tokens a touch prefills (EWMA)
+        self.overflow_ticks = 0  # plan() calls skipped: the running set alone overflows the cache
+        self._overflow_until = float("-inf")  # ... or did within the last cache lifetime
         # the one outside veto (runtime wiring): (reason, kind, now) -> may this action be emitted?
         # Observe-only windows and throttled signals (core/yield_ledger.py) answer False.
         self.action_gate: Callable[[str, str, float], bool] | None = None
-        self.hints: Any = None      # runtime hints (core.hint_actions.HintDriver): extra candidates
+        self.hints: Any = None  # runtime hints (core.hint_actions.HintDriver): extra candidates
 
     # --- gate ------------------------------------------------------------------------------------
     def gate_open(self, ts: TenantState, now: float | None = None) -> bool:
@@ -94,7 +77,7 @@ class Planner:
 
     # --- budget bookkeeping ----------------------------------------------------------------------
     def _refill(self, now: float) -> None:
-        if self._budget_cfg is not self.cfg:             # cfg may be swapped (measured rate)
+        if self._budget_cfg is not self.cfg:  # cfg may be swapped (measured rate)
             self._budget_cfg, self._budget = self.cfg, self.cfg.warm_budget()
         if self._refilled is not None and now > self._refilled:
             rate, burst = self._budget
@@ -104,7 +87,7 @@ class Planner:
         if self.inflight:
             grace = self.cfg.action_ttl_s
             for key in [k for k, (deadline, _) in self.inflight.items() if deadline + grace < now]:
-                del self.inflight[key]      # never answered: stop counting it against concurrency
+                del self.inflight[key]  # never answered: stop counting it against concurrency
         if len(self.last_acted) > 4 * self.cfg.max_agents + 4 * self.cfg.max_sessions:
             horizon = now - self.cfg.cooldown_s
             self.last_acted = {k: t for k, t in self.last_acted.items() if t >= horizon}
@@ -128,18 +111,19 @@ class Planner:
             # them): parked fan-out parents are only worth acting on now; dirty sessions are kept
             # for a calmer tick, minus those the tracker already dropped
             self.fanout.clear()
-            if len(self.dirty) > 2 * cfg.max_sessions:      # amortised O(1): refiltered rarely
+            if len(self.dirty) > 2 * cfg.max_sessions:  # amortised O(1): refiltered rarely
                 live = self.sessions.sessions
                 self.dirty = {k: None for k in self.dirty if k in live}
             return []
         slots = min(cfg.max_actions_per_tick, cfg.max_concurrent - len(self.inflight))
         if slots <= 0:
             return []
-        if self._overflowing(now, load):                # anything kept now is evicted: observe only
-            self.dirty.clear(), self.fanout.clear()
+        if self._overflowing(now, load):  # anything kept now is evicted: observe only
+            self.dirty.clear()
+            self.fanout.clear()
             self.overflow_ticks += 1
             return []
-        cands: list[_Candidate] = []
+        cands: list[Candidate] = []
         gates: dict[str, bool] = {}
         sessions = self.sessions.sessions
         for key in self.dirty:
@@ -151,14 +135,42 @@ class Planner:
             for agent, hashes, toks, payload in self.fanout.values():
                 # a fact (the siblings are running), so not gated; touch/retain only
                 out_id = agent_id_for(agent.tenant, hashes[-1])
-                cands.append(_Candidate(float(sum(toks)), REASON_FANOUT, agent.tenant, out_id, hashes,
-                                        toks, payload, 1.0, None, False, True))
+                cands.append(
+                    Candidate(
+                        float(sum(toks)),
+                        REASON_FANOUT,
+                        agent.tenant,
+                        out_id,
+                        hashes,
+                        toks,
+                        payload,
+                        1.0,
+                        None,
+                        False,
+                        True,
+                    )
+                )
             self.fanout.clear()
-        if self.hints is not None:                       # runtime hints: facts and trusted predictions
+        if self.hints is not None:  # runtime hints: facts and trusted predictions
             for h in self.hints.candidates(now):
                 # a runtime hint carries its own timing (the driver defers far ones): imminent
-                cands.append(_Candidate(h.score, h.reason, h.tenant, h.anchor_id, h.hashes, h.block_tokens,
-                                        h.payload, h.prob, h.lead, h.warm_ok, h.context, None, True))
+                cands.append(
+                    Candidate(
+                        h.score,
+                        h.reason,
+                        h.tenant,
+                        h.anchor_id,
+                        h.hashes,
+                        h.block_tokens,
+                        h.payload,
+                        h.prob,
+                        h.lead,
+                        h.warm_ok,
+                        h.context,
+                        None,
+                        True,
+                    )
+                )
         if now - self._last_sweep >= cfg.sweep_interval_s:
             self._last_sweep = now
             self._sweep_candidates(now, gates, cands)
@@ -168,13 +180,13 @@ class Planner:
         busy = 0 < cfg.warm_max_inflight < load.inflight or load.waiting > cfg.warm_max_waiting
         actions = self._select(cands, now, slots, busy, self.market(load))
         if self.hints is not None and actions:
-            self.hints.note(actions)                     # a hint pays for one warm
+            self.hints.note(actions)  # a hint pays for one warm
         return actions
 
     def _overflowing(self, now: float, load: EngineLoad) -> bool:
         """Market.overflowing as a regime: now, or within one cache lifetime (capacity / insert rate,
         <= continuation_horizon_s); what is kept in a dip (a tool pause) the next overflow evicts."""
-        cap, rate = self.residency.capacity_tokens, self.residency.insert_rate
+        cap, rate = self.residency.capacity_tokens, self.residency.rates.insert_rate
         if 0 < cap <= load.running_tokens:
             life = min(cap / rate, self.cfg.continuation_horizon_s) if rate and rate > 0 else 0.0
             self._overflow_until = max(self._overflow_until, now + life)
@@ -186,134 +198,29 @@ class Planner:
             g = gates[tenant] = self.gate_open(self.registry.tenant(tenant), self._now)
         return g
 
-    def _session_candidates(self, s: Session, now: float, gates: dict[str, bool], out: list[_Candidate]) -> None:
-        cfg = self.cfg
-        agent = s.agent
-        registry = self.registry
-        if agent is None or registry.by_id.get(agent.agent_id) is not agent:      # registry.alive
-            return
-        paused = s.inflight == 0 and s.last_end is not None
-        lead = None
-        if paused:
-            tool = s.finish == "tool_calls"
-            samples = agent.tool_gaps if tool else agent.gaps
-            med = agent.tool_gap_median if tool else agent.gap_median
-            elapsed = now - s.last_end
-            if med is not None and elapsed < med:
-                lead = med - elapsed
-            if s.finish == "tool_calls" and s.hashes and s.context_payload is not None:
-                p = continuation_probability(samples, elapsed, cfg.continuation_horizon_s, True,
-                                             cfg.tool_resume_prior, cfg.continuation_prior,
-                                             cfg.continuation_min_samples)
-                if p >= cfg.tool_resume_min_p and (not cfg.tool_resume_gated or self._gate(agent.tenant, gates)):
-                    payload = {"context": s.context_payload, "assistant": s.assistant_payload}
-                    out.append(_Candidate(p * sum(s.block_tokens), REASON_TOOL_RESUME, agent.tenant,
-                                          agent_id_for(agent.tenant, s.hashes[-1]), s.hashes, s.block_tokens,
-                                          payload, p, lead, True, True, s.key))
-        tenant = agent.tenant
-        g = gates.get(tenant)
-        if g is None:
-            g = self._gate(tenant, gates)
-        if not g:
-            return
-        ts = registry.tenant(tenant)
-        trigger = cfg.plan_trigger
-        by_slot = ts.by_slot
-        # _settled, inlined (this loop runs for nearly every request)
-        last_acted, safe, cooldown = self.last_acted, self._safe, cfg.cooldown_s
-        res = self.residency
-        epoch, inserted = res.epoch, res.inserted_tokens
-        for rank, (slot, p) in enumerate(ts.learner.successors(agent.slot, cfg.top_k, cfg.tau)):
-            nxt = by_slot.get(slot)
-            if nxt is None or nxt.payload is None or not nxt.anchor_hashes:
-                continue
-            aid = nxt.agent_id
-            last = last_acted.get(aid)
-            if last is not None and now - last < cooldown:
-                continue
-            memo = safe.get(aid)
-            if memo is not None and memo[0] == epoch and inserted < memo[1]:
-                continue
-            if rank >= cfg.warm_top_k:
-                warm_ok = False                 # lower-ranked successors are only kept, not re-made
-            else:
-                warm_ok = paused or trigger == "request"
-            if not paused and trigger == "auto":
-                # act now only if the pause after this response is too short for a warm then
-                gap = agent.gap_median
-                if gap is not None and gap >= max(cfg.min_lead_s, cfg.reload_s(nxt.tokens)):
-                    continue                    # planned again when the response ends
-                warm_ok = rank < cfg.warm_top_k
-            reason = REASON_TRANSITION if rank == 0 else REASON_FANOUT
-            score = anchor_score(p, now - nxt.last_seen, nxt.tokens, cfg.delta, cfg.age_lambda)
-            out.append(_Candidate(score, reason, nxt.tenant, nxt.agent_id, nxt.anchor_hashes,
-                                  nxt.anchor_block_tokens, nxt.payload, p, lead, warm_ok, False, s.key,
-                                  not paused))
-
-    def _sweep_candidates(self, now: float, gates: dict[str, bool], out: list[_Candidate]) -> None:
-        cfg = self.cfg
-        scored: list[_Candidate] = []
-        for a, p in reachable_agents(self.registry, self.sessions.on_agent, cfg.max_hops, cfg.tau,
-                                     lambda tenant: self._gate(tenant, gates)):
-            if a.payload is None or not a.anchor_hashes:
-                continue
-            score = anchor_score(p, now - a.last_seen, a.tokens, cfg.delta, cfg.age_lambda)
-            scored.append(_Candidate(score, REASON_HINT, a.tenant, a.agent_id, a.anchor_hashes,
-                                     a.anchor_block_tokens, a.payload, p, None))
-        scored.sort(key=lambda c: c.score, reverse=True)
-        out.extend(scored[: cfg.sweep_top_n])
-        if cfg.sweep_sessions:
-            self._sweep_paused_sessions(now, gates, out)
-
-    def _sweep_paused_sessions(self, now: float, gates: dict[str, bool], out: list[_Candidate]) -> None:
-        """Paused sessions likely to resume soon keep their context (session continuation).
-
-        Walks the most recently active sessions only (``sweep_sessions`` of them), so a sweep
-        stays O(that) however many sessions are live. A session continuing is a fact of its own
-        history, not an agent-to-agent guess, but by default only tool_resume ignores the gate
-        (``tool_resume_gated``/``session_gated``)."""
-        cfg = self.cfg
-        scored: list[_Candidate] = []
-        for k, s in enumerate(reversed(self.sessions.sessions.values())):
-            if k >= cfg.sweep_sessions:
-                break
-            agent = s.agent
-            if (s.inflight or s.last_end is None or agent is None or agent.forgotten or not s.hashes
-                    or s.context_payload is None):
-                continue
-            tool = s.finish == "tool_calls"
-            if (cfg.tool_resume_gated if tool else cfg.session_gated) and not self._gate(agent.tenant, gates):
-                continue
-            p = continuation_probability(agent.tool_gaps if tool else agent.gaps, now - s.last_end,
-                                         cfg.continuation_horizon_s, tool, cfg.tool_resume_prior,
-                                         cfg.continuation_prior, cfg.continuation_min_samples)
-            if p < cfg.tool_resume_min_p:
-                continue
-            med = agent.tool_gap_median if tool else agent.gap_median
-            elapsed = now - s.last_end
-            lead = med - elapsed if med is not None and elapsed < med else None
-            payload = {"context": s.context_payload, "assistant": s.assistant_payload}
-            scored.append(_Candidate(p * sum(s.block_tokens), REASON_TOOL_RESUME if tool else REASON_HINT,
-                                     agent.tenant, agent_id_for(agent.tenant, s.hashes[-1]), s.hashes,
-                                     s.block_tokens, payload, p, lead, tool, True, s.key))
-        scored.sort(key=lambda c: c.score, reverse=True)
-        out.extend(scored[: cfg.sweep_top_n])
-
     def market(self, load: EngineLoad) -> Market:
         """The engine as the economics sees it now: the shadow's turnover and tail reuse, the load."""
         cfg, res = self.cfg, self.residency
-        return Market(capacity_tokens=float(res.capacity_tokens), insert_rate=res.insert_rate,
-                      zone_tokens=res.zone_tokens() if res.capacity_tokens else 0.0,
-                      tail_reuse=res.tail_reuse, prefill_tokens_per_s=cfg.prefill_tokens_per_s,
-                      request_rate=res.request_rate, waiting=load.waiting, prefilling=load.prefilling,
-                      utilisation=load.utilisation, running_tokens=float(load.running_tokens),
-                      idle_s=None if res.last_forward_at is None or self._now is None
-                      else max(0.0, self._now - res.last_forward_at),
-                      reload_price=1.0,              # not in the host tier either: recomputed
-                      touch_cost_tokens=float(cfg.touch_cost_tokens),
-                      touch_hidden_tokens=max(0.0, self.touch_prefill - cfg.touch_cost_tokens))
+        return Market(
+            capacity_tokens=float(res.capacity_tokens),
+            insert_rate=res.rates.insert_rate,
+            zone_tokens=res.zone_tokens() if res.capacity_tokens else 0.0,
+            tail_reuse=res.rates.tail_reuse,
+            prefill_tokens_per_s=cfg.prefill_tokens_per_s,
+            request_rate=res.rates.request_rate,
+            waiting=load.waiting,
+            prefilling=load.prefilling,
+            utilisation=load.utilisation,
+            running_tokens=float(load.running_tokens),
+            idle_s=None
+            if res.last_forward_at is None or self._now is None
+            else max(0.0, self._now - res.last_forward_at),
+            reload_price=1.0,  # not in the host tier either: recomputed
+            touch_cost_tokens=float(cfg.touch_cost_tokens),
+            touch_hidden_tokens=max(0.0, self.touch_prefill - cfg.touch_cost_tokens),
+        )
 
-    def _host_prefetch(self, c: _Candidate, missing: float, busy: bool) -> bool:
+    def _host_prefetch(self, c: Candidate, missing: float, busy: bool) -> bool:
         """Load a host-resident prefix back now? Predictions (transition, tool resume) are loaded
         so the load lands just before the predicted demand — lead >= load time, and no earlier than
         `prefetch_window_s` before that (an early load only crowds the GPU); with no predicted time,
@@ -325,8 +232,9 @@ class Planner:
         need = self.cfg.reload_s(missing)
         return need <= c.lead <= need + self.cfg.prefetch_window_s
 
-    def _select(self, cands: list[_Candidate], now: float, slots: int, busy: bool = False,
-                market: Market | None = None) -> list[Action]:
+    def _select(
+        self, cands: list[Candidate], now: float, slots: int, busy: bool = False, market: Market | None = None
+    ) -> list[Action]:
         """Each candidate becomes the action the economics finds worth most (touch, warm, retain)
         or nothing; the best net values are taken first, within slots and the token bucket."""
         cfg = self.cfg
@@ -334,22 +242,24 @@ class Planner:
         m = market if market is not None else Market(capacity_tokens=float(res.capacity_tokens))
         life = res.lifetime_s()
         max_warm = cfg.warm_max_cache_share * res.capacity_tokens
-        priced: list[tuple[float, float, str, _Candidate]] = []
+        priced: list[tuple[float, float, str, Candidate]] = []
         seen: set[str] = set()
         for c in cands:
             if c.anchor_id in seen:
-                continue                        # one action per anchor per tick
+                continue  # one action per anchor per tick
             last = self.last_acted.get(c.anchor_id)
             if last is not None and now - last < cfg.cooldown_s:
                 continue
             memo = self._safe.get(c.anchor_id)
             # a session's context or fan-out parent serves one session: an engine priority would
             # outlive it by the engine's retention time (retain_sessions opts in)
-            retainable = (cfg.retain_enabled and c.reason in (REASON_HINT, REASON_FANOUT)
-                          and (cfg.retain_sessions or not c.context))
-            if (memo is not None and memo[0] == res.epoch and res.inserted_tokens < memo[1]
-                    and not retainable):
-                continue                        # found resident and safe recently; nothing moved since
+            retainable = (
+                cfg.retain_enabled
+                and c.reason in (REASON_HINT, REASON_FANOUT)
+                and (cfg.retain_sessions or not c.context)
+            )
+            if memo is not None and memo[0] == res.epoch and res.inserted_tokens < memo[1] and not retainable:
+                continue  # found resident and safe recently; nothing moved since
             resident, full, near = res.verdict(c.hashes)
             total = float(sum(c.block_tokens))
             host = self.host_residency
@@ -376,19 +286,18 @@ class Planner:
             missing = 0.0 if full else float(sum(c.block_tokens[resident:]))
             if missing:
                 if c.reason == REASON_HINT or not c.warm_ok or busy:
-                    continue                    # sweeps protect what is there (p_surv is a rank, not
-                                                # a probability of demand); warming is for predictions
+                    continue  # sweeps protect what is there (p_surv is a rank, not
+                    # a probability of demand); warming is for predictions
                 if c.lead is not None and c.lead < max(cfg.min_lead_s, missing / cfg.prefill_tokens_per_s):
-                    continue                    # demand predicted before a warm could finish
+                    continue  # demand predicted before a warm could finish
                 if max_warm and c.context and missing > max_warm:
-                    continue                    # one session's context: too much of the cache for one use
+                    continue  # one session's context: too much of the cache for one use
                 if c.lead is not None and life is not None and 0 < cfg.warm_lifetime_share * life < c.lead:
-                    continue                    # it would be evicted again before the demand
-            v = assess(Prospect(total, missing, near or (bool(missing) and resident > 0), c.prob, c.lead,
-                                c.soon), m)
+                    continue  # it would be evicted again before the demand
+            v = assess(Prospect(total, missing, near or (bool(missing) and resident > 0), c.prob, c.lead, c.soon), m)
             if v.kind == WAIT:
                 if c.session is not None and c.session in self.sessions.sessions:
-                    self.dirty[c.session] = None    # ask again at a tick when the engine has slack
+                    self.dirty[c.session] = None  # ask again at a tick when the engine has slack
                 continue
             if v.kind == NOTHING or v.net <= 0:
                 self.declined += 1
@@ -406,11 +315,19 @@ class Planner:
                 continue
             self.bucket -= cost
             # session contexts get no engine priority unless asked: a priority outlives the pause
-            prio = int(round(c.prob * cfg.retain_priority_scale)) if cfg.retain_sessions or not c.context else 0
-            action = Action(kind=kind, reason=c.reason, tenant=c.tenant, anchor_id=c.anchor_id,
-                            block_hashes=c.hashes, tokens=int(sum(c.block_tokens)), payload=c.payload,
-                            priority=prio, created=now,
-                            deadline=now + cfg.action_ttl_s)
+            prio = round(c.prob * cfg.retain_priority_scale) if cfg.retain_sessions or not c.context else 0
+            action = Action(
+                kind=kind,
+                reason=c.reason,
+                tenant=c.tenant,
+                anchor_id=c.anchor_id,
+                block_hashes=c.hashes,
+                tokens=int(sum(c.block_tokens)),
+                payload=c.payload,
+                priority=prio,
+                created=now,
+                deadline=now + cfg.action_ttl_s,
+            )
             self.last_acted[c.anchor_id] = now
             if kind != RETAIN:
                 self.inflight[(c.anchor_id, now)] = (action.deadline, c.block_tokens)

@@ -12,43 +12,58 @@ from typing import Any
 
 from . import snapshot as _snapshot
 from .actions import Action, ObservedRequest, PolicyStats
-from .agents import AgentRegistry
+from .agents import Agent, AgentRegistry
 from .config import PolicyConfig
 from .planner import Planner
 from .residency import ResidencyShadow
 from .sessions import Session, SessionTracker, session_bytes
 from .view import EngineLoad, RequestView, ResponseOutcome
 
-
 _SRC = 1 << 64
+
+
+NO_LOAD = EngineLoad()  # an idle engine: the default when the caller knows no load
 
 
 class ScoutPolicy:
     def __init__(self, config: PolicyConfig | None = None) -> None:
         self.config = cfg = config or PolicyConfig()
-        self.residency = ResidencyShadow(cfg.residency_capacity_tokens, cfg.near_eviction_fraction,
-                                         cfg.residency_stride, cfg.residency_stride_tokens,
-                                         cfg.residency_max_entries, cfg.near_eviction_horizon_s)
+        self.residency = ResidencyShadow(
+            cfg.residency_capacity_tokens,
+            cfg.near_eviction_fraction,
+            cfg.residency_stride,
+            cfg.residency_stride_tokens,
+            cfg.residency_max_entries,
+            cfg.near_eviction_horizon_s,
+        )
         self.agents = AgentRegistry(cfg)
         self.sessions = SessionTracker(cfg)
         self.agents.on_evict = self.sessions.forget_agent
         # the engine's host-memory tier (write-through, its own LRU): a second shadow over the same stream
-        self.host_residency = (ResidencyShadow(cfg.host_tier_tokens, cfg.near_eviction_fraction, cfg.residency_stride,
-                                               cfg.residency_stride_tokens, cfg.residency_max_entries,
-                                               cfg.near_eviction_horizon_s)
-                               if cfg.host_tier_tokens > 0 else None)
+        self.host_residency = (
+            ResidencyShadow(
+                cfg.host_tier_tokens,
+                cfg.near_eviction_fraction,
+                cfg.residency_stride,
+                cfg.residency_stride_tokens,
+                cfg.residency_max_entries,
+                cfg.near_eviction_horizon_s,
+            )
+            if cfg.host_tier_tokens > 0
+            else None
+        )
         self.planner = Planner(cfg, self.agents, self.sessions, self.residency)
         self.planner.host_residency = self.host_residency
         self._pending: OrderedDict[int, Session] = OrderedDict()
-        self._acted: dict[tuple[str, int], tuple[str, int, float]] = {}   # (tenant, last hash) -> (reason, tokens, when)
+        self._acted: dict[tuple[str, int], tuple[str, int, float]] = {}  # (tenant, last hash) -> (reason, tokens, when)
         self._next_id = 0
         self.requests = 0
         self.skipped_warmups = 0
-        self.fanouts = 0                # fan-out parents detected
-        self.tool_resumes = 0           # same-agent resumes after tool_calls (not learned as transitions)
-        self._dormant: dict[str, _snapshot.SavedTenant] = {}   # restored salted tenants not seen yet
-        self._fanout_bytes = 0          # parked fan-out parents since the planner last cleared them
-        self.fanout_dropped = 0         # fan-out parents not parked: over fanout_max_bytes
+        self.fanouts = 0  # fan-out parents detected
+        self.tool_resumes = 0  # same-agent resumes after tool_calls (not learned as transitions)
+        self._dormant: dict[str, _snapshot.SavedTenant] = {}  # restored salted tenants not seen yet
+        self._fanout_bytes = 0  # parked fan-out parents since the planner last cleared them
+        self.fanout_dropped = 0  # fan-out parents not parked: over fanout_max_bytes
 
     # --- inputs ------------------------------------------------------------------------------------
     def observe_request(self, view: RequestView, now: float, context_payload: Any = None) -> ObservedRequest:
@@ -84,8 +99,12 @@ class ScoutPolicy:
         session = self.sessions.resolve(view, now, max(floor - 1, agents.shared_depth) if agent else floor)
         predicted = None
         prev = session.agent
-        if (agent is not None and prev is not None and agents.by_id.get(prev.agent_id) is prev   # alive
-                and prev.tenant == agent.tenant):
+        if (
+            agent is not None
+            and prev is not None
+            and agents.by_id.get(prev.agent_id) is prev  # alive
+            and prev.tenant == agent.tenant
+        ):
             # a session resumed by its own agent after a tool_calls answer is the same turn going
             # on (the tool result), not an agent->agent transition: learning it as a self-loop
             # would teach "A follows A" where the workflow says "B follows A"
@@ -111,12 +130,20 @@ class ScoutPolicy:
                 self.planner.dirty[session.key] = None
         elif trigger != "response":
             self.planner.dirty[session.key] = None
-        return ObservedRequest(rid, agent.agent_id if agent else None, session.sid, predicted, hit,
-                               acted[0] if acted else None, acted[1] if acted else 0,
-                               acted[2] if acted else None)
+        return ObservedRequest(
+            rid,
+            agent.agent_id if agent else None,
+            session.sid,
+            predicted,
+            hit,
+            acted[0] if acted else None,
+            acted[1] if acted else 0,
+            acted[2] if acted else None,
+        )
 
-    def _detect_fanout(self, view: RequestView, session: Session, agent, floor: int, now: float,
-                       ctx_payload: Any = None) -> None:
+    def _detect_fanout(
+        self, view: RequestView, session: Session, agent: Agent | None, floor: int, now: float, ctx_payload: Any = None
+    ) -> None:
         """Fan-out: a request of a session whose previous request is still running shares a parent
         prefix with it (parallel tool calls, map steps), or asks for n > 1 choices. The parent,
         beyond the agent's anchor, is what every sibling (and the join after them) reads: the
@@ -135,17 +162,21 @@ class ScoutPolicy:
             k = len(hashes)
         if k > floor and agent is not None:
             if not self.planner.fanout:
-                self._fanout_bytes = 0              # the planner cleared what was parked
+                self._fanout_bytes = 0  # the planner cleared what was parked
             cost = session_bytes(k, ctx_payload)
             if self._fanout_bytes + cost > self.config.fanout_max_bytes:
                 self.fanout_dropped += 1
                 return
             self._fanout_bytes += cost
             self.fanouts += 1
-            self.planner.fanout[session.key] = (agent, hashes[:k], view.block_tokens[:k],
-                                                {"context": ctx_payload, "assistant": None})
+            self.planner.fanout[session.key] = (
+                agent,
+                hashes[:k],
+                view.block_tokens[:k],
+                {"context": ctx_payload, "assistant": None},
+            )
 
-    def _conversion(self, agent, session: Session, now: float) -> tuple[str, int, int] | None:
+    def _conversion(self, agent: Agent | None, session: Session, now: float) -> tuple[str, int, int] | None:
         """The executed action (if any) that prepared this request: its context, else its anchor."""
         acted = self._acted
         horizon = now - self.config.conversion_window_s
@@ -155,9 +186,9 @@ class ScoutPolicy:
         keys = []
         tenant = session.key[0]
         if session.hashes:
-            keys.append((tenant, session.hashes[-1]))      # the session's context
+            keys.append((tenant, session.hashes[-1]))  # the session's context
         if agent is not None:
-            keys.append((tenant, agent.key))                # its anchor (key = anchor's last hash)
+            keys.append((tenant, agent.key))  # its anchor (key = anchor's last hash)
         for k in keys:
             hit = acted.pop(k, None)
             if hit is not None and hit[2] >= horizon:
@@ -167,17 +198,18 @@ class ScoutPolicy:
     def observe_response(self, request_id: int, outcome: ResponseOutcome, now: float) -> None:
         session = self._pending.pop(request_id, None)
         if session is None:
-            return                      # a warmup, or forgotten (bounded)
+            return  # a warmup, or forgotten (bounded)
         self.sessions.record_response(session, outcome.finish_reason, outcome.assistant_payload, now)
         # a response ending in tool_calls always matters (tool_resume); otherwise it re-plans the
         # successors only when the trigger asks for it (acting just before the demand, so what
         # is warmed has less time to be evicted again)
-        if (outcome.finish_reason == "tool_calls" or self.config.plan_trigger != "request") \
-                and session.key in self.sessions.sessions:
+        if (
+            outcome.finish_reason == "tool_calls" or self.config.plan_trigger != "request"
+        ) and session.key in self.sessions.sessions:
             self.planner.dirty[session.key] = None
 
     # --- outputs -----------------------------------------------------------------------------------
-    def plan(self, now: float, load: EngineLoad = EngineLoad()) -> list[Action]:
+    def plan(self, now: float, load: EngineLoad = NO_LOAD) -> list[Action]:
         return self.planner.plan(now, load)
 
     def record_action_result(self, action: Action, ok: bool, now: float, computed_tokens: float | None = None) -> None:
@@ -200,9 +232,14 @@ class ScoutPolicy:
         """The engine turned out to keep evicted KV in host memory (or its size changed): model it."""
         cfg = self.config
         if self.host_residency is None:
-            self.host_residency = ResidencyShadow(int(tokens), cfg.near_eviction_fraction, cfg.residency_stride,
-                                                  cfg.residency_stride_tokens, cfg.residency_max_entries,
-                                                  cfg.near_eviction_horizon_s)
+            self.host_residency = ResidencyShadow(
+                int(tokens),
+                cfg.near_eviction_fraction,
+                cfg.residency_stride,
+                cfg.residency_stride_tokens,
+                cfg.residency_max_entries,
+                cfg.near_eviction_horizon_s,
+            )
         else:
             self.host_residency.on_engine_truth(capacity_tokens=int(tokens))
         self.planner.host_residency = self.host_residency
@@ -219,20 +256,32 @@ class ScoutPolicy:
             hits += learner.hits
             if learner.steps > most:
                 busiest, most = name, learner.steps
-        gate = self.planner.gate_open(self.agents.tenants[busiest], self.planner._now) if busiest in self.agents.tenants else False
+        gate = (
+            self.planner.gate_open(self.agents.tenants[busiest], self.planner._now)
+            if busiest in self.agents.tenants
+            else False
+        )
         p = self.planner
         return PolicyStats(
-            predictability=by_tenant.get(busiest, 0.0), predictability_by_tenant=by_tenant,
-            agents=len(self.agents), sessions=len(self.sessions), transitions=transitions,
-            predictions=predictions, prediction_hits=hits,
-            top1_accuracy=hits / predictions if predictions else 0.0, gate_open=gate,
-            actions_emitted=dict(p.emitted), actions_failed=p.failed, budget_tokens=p.bucket,
-            inflight_actions=len(p.inflight), residency_tokens=self.residency.used_tokens,
+            predictability=by_tenant.get(busiest, 0.0),
+            predictability_by_tenant=by_tenant,
+            agents=len(self.agents),
+            sessions=len(self.sessions),
+            transitions=transitions,
+            predictions=predictions,
+            prediction_hits=hits,
+            top1_accuracy=hits / predictions if predictions else 0.0,
+            gate_open=gate,
+            actions_emitted=dict(p.emitted),
+            actions_failed=p.failed,
+            budget_tokens=p.bucket,
+            inflight_actions=len(p.inflight),
+            residency_tokens=self.residency.used_tokens,
             residency_capacity_tokens=self.residency.capacity_tokens,
         )
 
     # --- persistence ---------------------------------------------------------------------------------
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, Any]:
         cfg = self.config
         return _snapshot.dump(self.agents, self._dormant, cfg.snapshot_max_bytes, cfg.age_lambda)
 
@@ -242,7 +291,7 @@ class ScoutPolicy:
         if saved is not None:
             _snapshot.apply_tenant(self.agents, tenant, saved)
 
-    def restore(self, data: dict) -> None:
+    def restore(self, data: dict[str, Any]) -> None:
         """Load learned state (raises ValueError on a foreign/too-large/wrong-version document).
         Live sessions are dropped: they would point at agents that no longer exist."""
         self._dormant = _snapshot.load(self.agents, data, self.config)

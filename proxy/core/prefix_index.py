@@ -41,8 +41,9 @@ Agents (the rules, in the order applied):
 4. a node promoted before its agents could be told apart (first calls of several agents behind
    a shared preamble, before any of them recurred) and that later turns out to be the ancestor
    of two agents, or a mere prefix of a deeper agent (its only branch leads there: a system
-   prompt promoted on sight whose user-message template recurs too), is *retired*: the deeper agents keep their ids, the ancestor's id is dropped and
-   never reused, and requests through it that reach no deeper agent get no agent until their own
+   prompt promoted on sight whose user-message template recurs too), is *retired*: the deeper
+   agents keep their ids, the ancestor's id is dropped and never reused, and requests through it
+   that reach no deeper agent get no agent until their own
    branch point recurs. Agent ids never change otherwise: an id is a function of (tenant, the
    node's last hash), so it is stable as traffic arrives and across restarts (snapshot).
 
@@ -62,71 +63,9 @@ child is merged into it, and empty tenant roots go. Agent nodes are never evicte
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, NamedTuple
+from typing import Any
 
-NODE_BYTES = 200
-HASH_BYTES = 44
-MAX_SOURCES = 3
-
-
-class Node:
-    __slots__ = ("edge", "parent", "children", "depth", "passes", "srcs", "end_srcs", "ends",
-                 "agent", "agents_below", "lineage", "tenant", "marked", "recut")
-
-    def __init__(self, edge: tuple[int, ...], parent: "Node | None", depth: int) -> None:
-        self.edge = edge
-        self.parent = parent
-        self.children: dict[int, Node] | None = None
-        self.depth = depth
-        self.passes = 0
-        self.srcs: tuple[int, ...] = ()
-        self.end_srcs: tuple[int, ...] = ()
-        self.ends = 0
-        self.agent: Any = None          # the registry's Agent while this node is one
-        self.agents_below = 0           # agent nodes strictly below
-        self.lineage: Any = 0           # source of the latest request that ended here
-        self.marked = False             # a view marked its end as the fixed context (system message)
-        self.recut: Any = None          # source of a request ending one (re-cut partial) block later
-
-    @property
-    def key(self) -> int:
-        return self.edge[-1]
-
-    def recurring(self) -> bool:
-        ch = self.children
-        return ((ch is not None and len(ch) >= 2 and len(self.srcs) >= 2) or len(self.end_srcs) >= 2
-                or (self.marked and self.passes >= 2))
-
-    def evidence(self, min_children: int) -> int:
-        """Distinct sources that support this node being an agent now (0: not yet)."""
-        if len(self.end_srcs) >= 2:
-            return len(self.end_srcs)                 # exact repeats
-        if self.marked:
-            return max(2, len(self.srcs))             # a marked fixed context (recurring, or followed by
-                                                      # variable content: promoted on sight, tentatively)
-        ch = self.children
-        if ch is None or len(ch) < min_children or len(self.srcs) < 2:
-            return 0
-        for c in ch.values():                         # a branch that recurs itself: a preamble
-            if len(c.srcs) >= 2:
-                return 0
-        return len(self.srcs)
-
-
-class Observation(NamedTuple):
-    """What one request's walk found (a tuple: built once per request)."""
-
-    agent_node: Node | None             # deepest live agent node on the chain (after promotion)
-    promoted: Node | None               # a node promoted by this request (the registry names it)
-    retired: tuple[Node, ...]           # agent nodes retired by this promotion
-    repeat: bool                        # the whole prompt was seen before from another source
-    shared: int = 0                     # depth of the deepest node other sources reached and branched after
-
-
-def _add(t: tuple[int, ...], s: int) -> tuple[int, ...]:
-    if s in t or len(t) >= MAX_SOURCES:
-        return t
-    return t + (s,)
+from .prefix_node import HASH_BYTES, MAX_SOURCES, NODE_BYTES, Node
 
 
 class PrefixIndex:
@@ -140,7 +79,7 @@ class PrefixIndex:
         self.bytes = 0
         self.nodes = 0
         self.evicted = 0
-        self._leaves: OrderedDict[Node, None] = OrderedDict()   # LRU of leaves (eviction order)
+        self._leaves: OrderedDict[Node, None] = OrderedDict()  # LRU of leaves (eviction order)
         self._next_src = 1
 
     # --- walk --------------------------------------------------------------------------------
@@ -148,7 +87,7 @@ class PrefixIndex:
         r = self.roots.get(tenant)
         if r is None:
             r = self.roots[tenant] = Node((), None, 0)
-            r.tenant = tenant                                # (roots only)
+            r.tenant = tenant
             self._charge(r)
         return r
 
@@ -175,15 +114,16 @@ class PrefixIndex:
         mid.passes, mid.srcs = child.passes, child.srcs
         mid.agents_below = child.agents_below + (1 if child.agent is not None else 0)
         mid.children = {e[k]: child}
-        parent.children[e[0]] = mid          # type: ignore[index]
+        parent.children[e[0]] = mid  # type: ignore[index]
         child.edge = e[k:]
         child.parent = mid
-        self.bytes += NODE_BYTES             # the hashes just moved between the two edges
+        self.bytes += NODE_BYTES  # the hashes just moved between the two edges
         self.nodes += 1
         return mid
 
-    def _walk(self, tenant: str, hashes: tuple[int, ...], create: bool,
-              cuts: tuple[int, ...] = ()) -> tuple[list[Node], Any]:
+    def _walk(
+        self, tenant: str, hashes: tuple[int, ...], create: bool, cuts: tuple[int, ...] = ()
+    ) -> tuple[list[Node], Any]:
         """Nodes on the chain from the root (the last one ends at len(hashes) when create), and the
         lineage of the request this one extends (None: none). ``cuts``: depths that must end a node
         (created by splitting when missing)."""
@@ -220,7 +160,7 @@ class PrefixIndex:
             e = child.edge
             m = len(e)
             if pos + m <= n and hashes[pos + m - 1] == e[-1]:
-                if pos + m > nxt:                    # the edge runs past a required boundary
+                if pos + m > nxt:  # the edge runs past a required boundary
                     node = self._split(node, child, nxt - pos)
                     pos = nxt
                     path.append(node)
@@ -230,13 +170,13 @@ class PrefixIndex:
                 path.append(child)
                 if pos < n and child.agent is None:
                     if child.ends:
-                        lineage = child.lineage      # extends an earlier request
+                        lineage = child.lineage  # extends an earlier request
                     elif child.recut is not None and (pos + 1 < n or hashes[pos] not in (child.children or ())):
-                        lineage = child.recut        # extends one, re-cutting its partial last block
-                                                     # (not: an exact repeat of it, one block on)
+                        lineage = child.recut  # extends one, re-cutting its partial last block
+                        # (not: an exact repeat of it, one block on)
                 continue
-            lo, hi = 1, min(m, n - pos)              # e[0] == hashes[pos]: k >= 1
-            while lo < hi:                           # largest k with equal hashes[pos+k-1], e[k-1]
+            lo, hi = 1, min(m, n - pos)  # e[0] == hashes[pos]: k >= 1
+            while lo < hi:  # largest k with equal hashes[pos+k-1], e[k-1]
                 mid_k = (lo + hi + 1) // 2
                 if hashes[pos + mid_k - 1] == e[mid_k - 1]:
                     lo = mid_k
@@ -248,15 +188,23 @@ class PrefixIndex:
             if pos + k > nxt:
                 k = nxt - pos
             elif k == m - 1 and child.ends and child.children is None and pos + k < n:
-                lineage = child.lineage              # re-cut partial last block of an earlier prompt
+                lineage = child.lineage  # re-cut partial last block of an earlier prompt
             node = self._split(node, child, k)
             pos += k
             path.append(node)
         return path, lineage
 
     # --- learning ------------------------------------------------------------------------------
-    def observe(self, tenant: str, hashes: tuple[int, ...], source: Any, now: float,
-                mark: int = 0, recut: bool = False, floor: int = 0) -> tuple:
+    def observe(
+        self,
+        tenant: str,
+        hashes: tuple[int, ...],
+        source: Any,
+        now: float,
+        mark: int = 0,
+        recut: bool = False,
+        floor: int = 0,
+    ) -> tuple[Any, ...]:
         """Insert one request's chain and apply the agent rules (module docstring). ``mark``: blocks
         the view marks as its fixed context (a system/developer message; a generator's anchor).
         ``recut``: the last block is partial and a follow-up will re-cut it (raw prompts, traces):
@@ -299,11 +247,14 @@ class PrefixIndex:
                 shared = node.depth
                 if node.agents_below == 0 and shared > floor:
                     cand = node
-            elif (node.marked and (node.passes >= 2 or node.depth < n) or len(node.end_srcs) >= 2) \
-                    and node.agents_below == 0 and node.depth > floor:
+            elif (
+                ((node.marked and (node.passes >= 2 or node.depth < n)) or len(node.end_srcs) >= 2)
+                and node.agents_below == 0
+                and node.depth > floor
+            ):
                 cand = node
         if end.ends > 1 and end.children is None and end in leaves:
-            leaves.move_to_end(end)                  # a repeat: this leaf is hot again
+            leaves.move_to_end(end)  # a repeat: this leaf is hot again
         promoted = None
         retired: tuple[Node, ...] = ()
         if cand is not None:
@@ -314,23 +265,23 @@ class PrefixIndex:
                 agent_node = cand
         if self.bytes > self.max_bytes:
             self._evict(now)
-        return agent_node, promoted, retired, repeat, shared          # an Observation's fields
+        return agent_node, promoted, retired, repeat, shared  # an Observation's fields
 
     def attach(self, node: Node, agent: Any) -> None:
         """Name a promoted node (the registry calls this with the Agent it created)."""
         node.agent = agent
 
     def _mark_agent(self, node: Node) -> tuple[Node, ...]:
-        node.agent = True                   # placeholder until attach(); counts as an agent now
+        node.agent = True  # placeholder until attach(); counts as an agent now
         self._leaves.pop(node, None)
         retired = []
         p = node.parent
-        only_path = True                    # every node up to here has this one branch only
+        only_path = True  # every node up to here has this one branch only
         while p is not None:
             p.agents_below += 1
             only_path = only_path and p.children is not None and len(p.children) == 1
             if p.agent is not None and (p.agents_below >= 2 or only_path):
-                retired.append(p)           # a preamble of two agents, or a mere prefix of this one
+                retired.append(p)  # a preamble of two agents, or a mere prefix of this one
             p = p.parent
         return tuple(retired)
 
@@ -364,15 +315,15 @@ class PrefixIndex:
     # --- memory ----------------------------------------------------------------------------------
     def _evict(self, now: float) -> None:
         leaves = self._leaves
-        budget = self.max_bytes                              # just under the cap: at steady state each
-                                                             # new tail evicts about one cold leaf (no pauses)
+        budget = self.max_bytes  # just under the cap: at steady state each
+        # new tail evicts about one cold leaf (no pauses)
         guard = len(leaves) + 16
         while self.bytes > budget and leaves and guard > 0:
             guard -= 1
             leaf = next(iter(leaves))
             del leaves[leaf]
             if leaf.agent is not None or leaf.children is not None:
-                continue                                     # promoted or grown since: not a leaf
+                continue  # promoted or grown since: not a leaf
             self._remove_leaf(leaf)
 
     def _remove_leaf(self, leaf: Node) -> None:
@@ -386,7 +337,7 @@ class PrefixIndex:
             ch.pop(leaf.edge[0], None)
             if not ch:
                 parent.children = None
-        if parent.parent is None:                            # tenant root
+        if parent.parent is None:  # tenant root
             if parent.children is None:
                 self._charge(parent, -1)
                 self.roots.pop(parent.tenant, None)
@@ -399,15 +350,20 @@ class PrefixIndex:
         if parent.children is None:
             self._leaves[parent] = None
             self._leaves.move_to_end(parent, last=False)
-        elif len(parent.children) == 1:                      # merge the lone child into its parent
+        elif len(parent.children) == 1:  # merge the lone child into its parent
             only = next(iter(parent.children.values()))
             grand = parent.parent
             only.edge = parent.edge + only.edge
             only.parent = grand
-            grand.children[parent.edge[0]] = only            # type: ignore[index]
+            grand.children[parent.edge[0]] = only  # type: ignore[index]
             self.bytes -= NODE_BYTES
             self.nodes -= 1
 
     def stats(self) -> dict[str, int]:
-        return {"nodes": self.nodes, "bytes": self.bytes, "max_bytes": self.max_bytes,
-                "evicted": self.evicted, "tenants": len(self.roots)}
+        return {
+            "nodes": self.nodes,
+            "bytes": self.bytes,
+            "max_bytes": self.max_bytes,
+            "evicted": self.evicted,
+            "tenants": len(self.roots),
+        }

@@ -33,47 +33,53 @@ eviction: the planner then only warms anchors it never saw forwarded.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 from bisect import bisect_left
+from collections.abc import Iterable, Sequence
 from itertools import accumulate, compress
 from operator import eq, itemgetter
+from typing import Any
 
+from .turnover import Turnover
 from .view import RequestView
 
 _COMPACT_SLACK = 4096
-_SHAPE_CACHE = 4096      # memoised sampling shapes (prompt length, anchor end)
+_SHAPE_CACHE = 4096  # memoised sampling shapes (prompt length, anchor end)
 
 
 class ResidencyShadow:
-    def __init__(self, capacity_tokens: int = 0, near_eviction_fraction: float = 0.25, stride: int = 1,
-                 stride_tokens: int = 256, max_entries: int = 500_000, horizon_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        capacity_tokens: int = 0,
+        near_eviction_fraction: float = 0.25,
+        stride: int = 1,
+        stride_tokens: int = 256,
+        max_entries: int = 500_000,
+        horizon_s: float = 0.0,
+    ) -> None:
         self.capacity_tokens = max(0, int(capacity_tokens))
         self.near_eviction_fraction = near_eviction_fraction
-        self.stride = max(0, int(stride))         # 0 = auto, fixed at the first view
+        self.stride = max(0, int(stride))  # 0 = auto, fixed at the first view
         self.stride_tokens = max(1, int(stride_tokens))
-        self.epoch = 0                            # bumped by engine truth (invalidates verdicts)
-        self.max_entries = max(1, int(max_entries))   # memory bound, also while capacity is unknown
+        self.epoch = 0  # bumped by engine truth (invalidates verdicts)
+        self.max_entries = max(1, int(max_entries))  # memory bound, also while capacity is unknown
         self.usage_ratio: float | None = None
-        self._tok: dict[int, int] = {}      # hash -> tokens of the segment it closes
-        self._stamp: dict[int, int] = {}    # hash -> stamp of its last touch (membership)
-        self._qs: list[int] = []            # queue in touch order: stamps ...
-        self._qh: list[int] = []            # ... and hashes; stale entries kept until passed
-        self._head = 0                  # queue index of the LRU end (entries before it are gone)
-        self._cur = 0                   # live entries in queue[_head:_cur] form the tail zone
-        self._zone_tok = 0              # their tokens
+        self._tok: dict[int, int] = {}  # hash -> tokens of the segment it closes
+        self._stamp: dict[int, int] = {}  # hash -> stamp of its last touch (membership)
+        self._qs: list[int] = []  # queue in touch order: stamps ...
+        self._qh: list[int] = []  # ... and hashes; stale entries kept until passed
+        self._head = 0  # queue index of the LRU end (entries before it are gone)
+        self._cur = 0  # live entries in queue[_head:_cur] form the tail zone
+        self._zone_tok = 0  # their tokens
         self._seq = 0
         self._used = 0
-        self._inserted = 0              # tokens inserted so far
-        self.horizon_s = float(horizon_s)   # >0: the tail zone grows to what arrives in this long
-        self.insert_rate: float | None = None   # tokens inserted per second (EWMA, client traffic)
-        self._rate_t: float | None = None
-        self._rate_ins = 0
+        self._inserted = 0  # tokens inserted so far
+        self.horizon_s = float(horizon_s)  # >0: the tail zone grows to what arrives in this long
+        self.rates = Turnover()  # insert rate, request rate, tail reuse (client traffic)
         self.evicted_tokens = 0
-        self.request_rate = 0.0         # forwards per second (EWMA, same window as insert_rate)
         self.last_forward_at: float | None = None
-        self.tail_reuse = 0.0           # tokens hit in the tail zone per inserted token (EWMA): pollution
-        self._zone_hits = self._rate_zh = self._forwards = self._rate_fw = 0
-        self._shapes: dict[tuple[int, int, int], tuple] = {}   # (blocks, extra, stride) -> (positions, gather, segs)
+        self._zone_hits = self._forwards = 0
+        # (blocks, extra, stride) -> (positions, gather, segs)
+        self._shapes: dict[tuple[int, int, int], tuple[Any, ...]] = {}
 
     # --- feeding ----------------------------------------------------------------------------
     def on_forward(self, view: RequestView, now: float, anchor_blocks: int | None = None) -> int:
@@ -83,17 +89,7 @@ class ResidencyShadow:
             anchor_blocks = view.anchor_blocks
         self._forwards += 1
         self.last_forward_at = now
-        if self._rate_t is None:
-            self._rate_t, self._rate_ins = now, self._inserted
-        elif now - self._rate_t >= 1.0:
-            ins, dt = self._inserted - self._rate_ins, now - self._rate_t
-            r = ins / dt
-            self.insert_rate = r if self.insert_rate is None else 0.7 * self.insert_rate + 0.3 * r
-            self.request_rate = 0.7 * self.request_rate + 0.3 * (self._forwards - self._rate_fw) / dt
-            if ins > 0:
-                self.tail_reuse = 0.7 * self.tail_reuse + 0.3 * (self._zone_hits - self._rate_zh) / ins
-            self._rate_t, self._rate_ins = now, self._inserted
-            self._rate_zh, self._rate_fw = self._zone_hits, self._forwards
+        self.rates.update(now, self._inserted, self._forwards, self._zone_hits)
         if self.stride == 0 and view.block_tokens:
             self.stride = max(1, self.stride_tokens // max(1, max(view.block_tokens)))
         hashes, seg = self._sample(view.block_hashes, view.block_tokens, anchor_blocks - 1)
@@ -114,7 +110,7 @@ class ResidencyShadow:
         """How long a block just made most recent survives untouched: capacity over the client
         insert rate (None while either is unknown). A warm whose demand is further away than this
         is evicted again before it pays."""
-        rate = self.insert_rate
+        rate = self.rates.insert_rate
         if not self.capacity_tokens or not rate or rate <= 0:
             return None
         return self.capacity_tokens / rate
@@ -124,8 +120,9 @@ class ResidencyShadow:
         sh, seg = self._sample(hashes, tokens, anchor_blocks - 1)
         self._touch_sampled(sh, seg)
 
-    def _sample(self, hashes: Sequence[int], tokens: Sequence[int], extra: int = -1
-                ) -> tuple[Sequence[int], Sequence[int]]:
+    def _sample(
+        self, hashes: Sequence[int], tokens: Sequence[int], extra: int = -1
+    ) -> tuple[Sequence[int], Sequence[int]]:
         """(tracked hashes, tokens of the segment each closes), in prefix order.
 
         The tracked positions depend only on (length, anchor's last block, stride), and with
@@ -183,7 +180,7 @@ class ResidencyShadow:
         toks = self._tok
         qs, qh = self._qs, self._qh
         seq = self._seq
-        cs = qs[self._cur] if self._cur < len(qs) else seq + 1       # zone = stamps below this
+        cs = qs[self._cur] if self._cur < len(qs) else seq + 1  # zone = stamps below this
         added = left_zone = 0
         for h, t in zip(reversed(hashes), reversed(tokens)):
             seq += 1
@@ -217,7 +214,7 @@ class ResidencyShadow:
             st = qs[head]
             head += 1
             if stamps.get(h) != st:
-                continue                        # stale: the block was touched again later
+                continue  # stale: the block was touched again later
             del stamps[h]
             t = toks.pop(h)
             used -= t
@@ -247,7 +244,7 @@ class ResidencyShadow:
             live = list(map(eq, map(stamps.get, tail_h), tail_s))
             self._qs = list(compress(tail_s, live))
             self._qh = list(compress(tail_h, live))
-            self._cur = bisect_left(self._qs, cs)       # stamps are appended in increasing order
+            self._cur = bisect_left(self._qs, cs)  # stamps are appended in increasing order
         else:
             self._qs = qs[head:]
             self._qh = qh[head:]
@@ -272,7 +269,7 @@ class ResidencyShadow:
             if hashes[i] not in blocks:
                 return good
             good = i + 1
-        if n and hashes[n - 1] in blocks:      # an anchor's tracked last block
+        if n and hashes[n - 1] in blocks:  # an anchor's tracked last block
             return n
         return good
 
@@ -292,8 +289,8 @@ class ResidencyShadow:
             return False
         zone = self.zone_tokens()
         if self._used < self.capacity_tokens - zone:
-            return False                # cache not full enough for anything to be near the tail
-        self._advance(zone - max(0, self.capacity_tokens - self._used))   # free room also protects
+            return False  # cache not full enough for anything to be near the tail
+        self._advance(zone - max(0, self.capacity_tokens - self._used))  # free room also protects
         qs = self._qs
         cs = qs[self._cur] if self._cur < len(qs) else self._seq + 1
         stamps = self._stamp
@@ -315,7 +312,7 @@ class ResidencyShadow:
             for h in hashes:
                 if h not in blocks:
                     break
-                resident += 1
+                resident += 1  # noqa: SIM113 - the leading run only: stops at the first miss
             k = 1
         else:
             resident = 0
@@ -333,7 +330,7 @@ class ResidencyShadow:
     def _advance(self, budget: float) -> None:
         """Move the zone cursor until the live entries behind it hold ``budget`` tokens."""
         if self._zone_tok > budget * 1.5 + 1:
-            self._cur, self._zone_tok = self._head, 0      # the zone shrank a lot: walk again
+            self._cur, self._zone_tok = self._head, 0  # the zone shrank a lot: walk again
         qs, qh = self._qs, self._qh
         stamps, toks = self._stamp, self._tok
         cur, tok, n = self._cur, self._zone_tok, len(qs)
@@ -349,8 +346,8 @@ class ResidencyShadow:
         traffic will insert within ``horizon_s``, whichever is larger, at most the capacity."""
         cap = self.capacity_tokens
         zone = self.near_eviction_fraction * cap
-        if self.horizon_s > 0 and self.insert_rate:
-            zone = min(float(cap), max(zone, self.insert_rate * self.horizon_s))
+        if self.horizon_s > 0 and self.rates.insert_rate:
+            zone = min(float(cap), max(zone, self.rates.insert_rate * self.horizon_s))
         return zone
 
     def safe_until(self) -> float:
@@ -375,10 +372,18 @@ class ResidencyShadow:
         return h in self._stamp
 
     # --- corrections from the engine ----------------------------------------------------------
-    def on_engine_truth(self, *, capacity_tokens: int | None = None, capacity_blocks: int | None = None,
-                        block_tokens: int | None = None, usage_ratio: float | None = None,
-                        cleared: bool = False, stored: Iterable[int] = (), stored_tokens: int | None = None,
-                        removed: Iterable[int] = ()) -> None:
+    def on_engine_truth(
+        self,
+        *,
+        capacity_tokens: int | None = None,
+        capacity_blocks: int | None = None,
+        block_tokens: int | None = None,
+        usage_ratio: float | None = None,
+        cleared: bool = False,
+        stored: Iterable[int] = (),
+        stored_tokens: int | None = None,
+        removed: Iterable[int] = (),
+    ) -> None:
         """Correct the shadow: capacity (tokens, or engine blocks × block size), a cache reset,
         or exact stored/removed block ids (only meaningful when they are the views' ids; with
         stride > 1 untracked ids are simply not found)."""
@@ -406,5 +411,5 @@ class ResidencyShadow:
         stored = list(stored)
         if stored:
             per = int(stored_tokens if stored_tokens is not None else (block_tokens or 16))
-            self._touch_sampled(stored, [per] * len(stored))   # prefix order: first ends most recent
+            self._touch_sampled(stored, [per] * len(stored))  # prefix order: first ends most recent
         self._evict()

@@ -29,21 +29,21 @@ from .view import RequestView
 
 @dataclass(slots=True, eq=False)
 class Session:
-    key: tuple[str, str]                 # (tenant, session id)
-    agent: Agent | None = None           # agent of the latest request
+    key: tuple[str, str]  # (tenant, session id)
+    agent: Agent | None = None  # agent of the latest request
     last_activity: float = 0.0
     last_request: float = 0.0
-    last_end: float | None = None        # end of the latest response (None while the first runs)
+    last_end: float | None = None  # end of the latest response (None while the first runs)
     finish: str | None = None
     inflight: int = 0
     requests: int = 0
-    hashes: tuple[int, ...] = ()         # latest prompt's chain
+    hashes: tuple[int, ...] = ()  # latest prompt's chain
     block_tokens: tuple[int, ...] = ()
     context_payload: Any = None
     assistant_payload: Any = None
     inferred: bool = False
-    index_keys: tuple = ()
-    nbytes: int = 0                      # estimated bytes held (chain + payloads), see session_bytes
+    index_keys: tuple[int, ...] = ()
+    nbytes: int = 0  # estimated bytes held (chain + payloads), see session_bytes
 
     @property
     def sid(self) -> str:
@@ -67,7 +67,7 @@ def payload_bytes(payload: Any) -> int:
         return n
     if isinstance(payload, (bytes, bytearray, str)):
         return len(payload)
-    if isinstance(payload, dict):       # e.g. an assistant turn: its top-level strings (no walk)
+    if isinstance(payload, dict):  # e.g. an assistant turn: its top-level strings (no walk)
         return sum(len(v) for v in payload.values() if isinstance(v, str))
     return 0
 
@@ -83,19 +83,19 @@ class SessionTracker:
         # last-block hash -> session key (the tenant is checked on the value: chat hashes are
         # already salted per tenant, and a plain int key keeps the backwards walk cheap)
         self._index: dict[int, tuple[str, str]] = {}
-        self.on_agent: dict[tuple[str, int], int] = {}       # (tenant, slot) -> live sessions there
+        self.on_agent: dict[tuple[str, int], int] = {}  # (tenant, slot) -> live sessions there
         self._inferred_seq = 0
         self._expired_at = float("-inf")
         self.inferred_hits = 0
-        self.bytes = 0                  # sum of the sessions' nbytes
-        self.dropped_for_bytes = 0      # sessions dropped to stay within session_max_bytes
+        self.bytes = 0  # sum of the sessions' nbytes
+        self.dropped_for_bytes = 0  # sessions dropped to stay within session_max_bytes
 
     def __len__(self) -> int:
         return len(self.sessions)
 
     def expire(self, now: float) -> None:
         if len(self.sessions) <= self.config.max_sessions and now - self._expired_at < 1.0:
-            return                      # TTLs are minutes: a check per second is exact enough
+            return  # TTLs are minutes: a check per second is exact enough
         self._expired_at = now
         horizon = now - self.config.session_ttl_s
         sessions = self.sessions
@@ -125,8 +125,9 @@ class SessionTracker:
         """The session ``view`` belongs to (created when new); marks it active.
         ``anchor_len``: blocks of the agent's fixed context, never a session boundary."""
         if len(self.sessions) > self.config.max_sessions or now - self._expired_at >= 1.0:
-            self.expire(now)            # (its own early-out, checked here to save the call)
+            self.expire(now)  # (its own early-out, checked here to save the call)
         tenant = view.tenant
+        key: tuple[str, str] | None
         if view.session_id:
             key = (tenant, view.session_id)
             s = self.sessions.get(key)
@@ -145,7 +146,7 @@ class SessionTracker:
             self.sessions[key] = s
             if len(self.sessions) > self.config.max_sessions:
                 self.expire(now)
-        self.sessions.move_to_end(key)
+        self.sessions.move_to_end(s.key)
         s.last_activity = now
         return s
 
@@ -163,8 +164,15 @@ class SessionTracker:
                     return s
         return None
 
-    def record_request(self, s: Session, view: RequestView, agent: Agent | None, now: float,
-                       anchor_len: int = 0, context_payload: Any = None) -> None:
+    def record_request(
+        self,
+        s: Session,
+        view: RequestView,
+        agent: Agent | None,
+        now: float,
+        anchor_len: int = 0,
+        context_payload: Any = None,
+    ) -> None:
         if agent is not s.agent:
             self._leave_agent(s)
             if agent is not None:
@@ -178,19 +186,19 @@ class SessionTracker:
         s.block_tokens = view.block_tokens
         s.context_payload = view.context_payload if context_payload is None else context_payload
         s.assistant_payload = None
-        for k in s.index_keys:
-            if self._index.get(k) == s.key:
-                del self._index[k]
+        for old in s.index_keys:
+            if self._index.get(old) == s.key:
+                del self._index[old]
         h, t = view.block_hashes, view.block_tokens
-        keys: tuple = ()
+        keys: tuple[int, ...] = ()
         n = len(h)
-        if n > anchor_len:                  # a prompt that is only the anchor starts no chain
+        if n > anchor_len:  # a prompt that is only the anchor starts no chain
             keys = (h[-1],)
             # globally cut prompts (raw/trace views) re-cut a partial last block in the follow-up
             if view.anchor_blocks == 0 and n - 2 >= anchor_len and t[-1] < t[-2]:
                 keys += (h[-2],)
-        for k in keys:
-            self._index[k] = s.key
+        for new in keys:
+            self._index[new] = s.key
         s.index_keys = keys
         self._charge(s, session_bytes(len(h), s.context_payload))
 
@@ -208,7 +216,7 @@ class SessionTracker:
         """Account ``s`` at ``nbytes`` and drop the least recently active other sessions until the
         tracker fits ``session_max_bytes``; a session larger than the whole budget keeps only its
         metadata (no chain, no payload), so it still counts requests but can never be acted on."""
-        if self.sessions.get(s.key) is not s:     # dropped meanwhile (a response arriving late)
+        if self.sessions.get(s.key) is not s:  # dropped meanwhile (a response arriving late)
             return
         limit = self.config.session_max_bytes
         if nbytes > limit:
@@ -221,7 +229,7 @@ class SessionTracker:
         sessions = self.sessions
         while self.bytes > limit and sessions:
             victim = next(iter(sessions.values()))  # activity order: oldest first
-            if victim is s:                         # s was just made the most recent: it is alone
+            if victim is s:  # s was just made the most recent: it is alone
                 break
             self._drop(victim)
             self.dropped_for_bytes += 1

@@ -114,7 +114,15 @@ def saved_tenants(registry: AgentRegistry) -> dict[str, SavedTenant]:
             continue
         agents = tuple(
             SavedAgent(
-                a.agent_id, a.key, a.slot, a.tokens, a.uses, a.last_seen, tuple(a.gaps), tuple(a.tool_gaps), a.anchor_len
+                a.agent_id,
+                a.key,
+                a.slot,
+                a.tokens,
+                a.uses,
+                a.last_seen,
+                tuple(a.gaps),
+                tuple(a.tool_gaps),
+                a.anchor_len,
             )
             for a in sorted(ts.agents.values(), key=lambda a: a.slot)
         )
@@ -191,7 +199,7 @@ def _num(v: Any, what: str, lo: float, hi: float, integer: bool = False) -> Any:
     return float(v)
 
 
-def _list(v: Any, what: str, limit: int) -> list:
+def _list(v: Any, what: str, limit: int) -> list[Any]:
     if not isinstance(v, list):
         raise ValueError(f"{what}: not a list")
     if len(v) > limit:
@@ -286,7 +294,7 @@ def parse(data: Any, cfg: PolicyConfig) -> dict[str, SavedTenant]:
     for name, t in tenants.items():
         if not isinstance(name, str):
             raise ValueError("tenant name: not a string")
-        key = tenant_key(name) if version != VERSION else name   # older files: raw salts
+        key = tenant_key(name) if version != VERSION else name  # older files: raw salts
         if version == VERSION and key and not key.startswith("salt:"):
             raise ValueError("tenant key: not a salt tag")
         out[key] = _parse_tenant(name if version != VERSION else "", t, cfg, 8 if version == 1 else 9)

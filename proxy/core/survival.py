@@ -48,14 +48,19 @@ def hop_distances(learner: TransitionLearner, sources: Iterable[int], max_hops: 
     return dist
 
 
-def reachable_agents(registry: AgentRegistry, on_agent: Iterable[tuple[str, int]], max_hops: int,
-                     tau: float, admit: Callable[[str], bool] | None = None) -> Iterator[tuple[Agent, float]]:
+def reachable_agents(
+    registry: AgentRegistry,
+    on_agent: Iterable[tuple[str, int]],
+    max_hops: int,
+    tau: float,
+    admit: Callable[[str], bool] | None = None,
+) -> Iterator[tuple[Agent, float]]:
     """(agent, p_surv) for every agent within ``max_hops`` of a live session's current agent, per
     tenant (``on_agent``: (tenant, slot) of each session's current agent); ``admit`` filters tenants
     (the planner's gate). The one survival BFS: the planner's sweep and the replay's in-engine
     policy both read it."""
     sources: dict[str, list[int]] = {}
-    for (tenant, slot) in on_agent:
+    for tenant, slot in on_agent:
         sources.setdefault(tenant, []).append(slot)
     for tenant, srcs in sources.items():
         if admit is not None and not admit(tenant):
@@ -77,16 +82,22 @@ def anchor_score(p: float, age: float, tokens: int, delta: float, lam: float) ->
     return (p + delta) * (math.exp(-lam * max(0.0, age)) + delta) * tokens
 
 
-def continuation_probability(samples: Sequence[float], elapsed: float, horizon: float,
-                             after_tool_calls: bool, tool_prior: float, other_prior: float = 0.3,
-                             min_samples: int = 3) -> float:
+def continuation_probability(
+    samples: Sequence[float],
+    elapsed: float,
+    horizon: float,
+    after_tool_calls: bool,
+    tool_prior: float,
+    other_prior: float = 0.3,
+    min_samples: int = 3,
+) -> float:
     """P(the session resumes within ``horizon`` | it has been paused ``elapsed`` seconds);
     the prior for its finish kind until ``min_samples`` gaps were seen."""
     if len(samples) < min_samples:
         return tool_prior if after_tool_calls else other_prior
     alive = [g for g in samples if g > elapsed]
     if not alive:
-        return 0.05            # waited longer than ever observed: probably gone
+        return 0.05  # waited longer than ever observed: probably gone
     soon = sum(1 for g in alive if g <= elapsed + horizon)
     return soon / len(alive)
 

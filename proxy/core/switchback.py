@@ -40,7 +40,7 @@ from typing import Any
 from .window_stats import EffectEstimate, effect
 
 MODES = ("auto", "on", "off")
-MIN_ARM_WINDOWS = 3        # a decision needs this many usable windows of each arm
+MIN_ARM_WINDOWS = 3  # a decision needs this many usable windows of each arm
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,14 +50,14 @@ class SwitchbackConfig:
     window_max_s: float = 120.0
     burn_in_min_s: float = 5.0
     burn_in_max_share: float = 0.5
-    control_share: float = 0.5            # share of observe-only windows while the effect is unknown
+    control_share: float = 0.5  # share of observe-only windows while the effect is unknown
     control_share_confident: float = 0.2  # ... once the last decision found it helpful
-    decision_windows: int = 12            # usable windows per decision batch
+    decision_windows: int = 12  # usable windows per decision batch
     min_window_requests: int = 3
     confidence: float = 0.9
-    harm_margin: float = 0.0              # relative TTFT increase tolerated before "harmful"
-    retry_s: float = 1800.0               # observe-only this long after a harmful verdict
-    start_after_s: float = 300.0          # policy on (no experiment) for this long after start
+    harm_margin: float = 0.0  # relative TTFT increase tolerated before "harmful"
+    retry_s: float = 1800.0  # observe-only this long after a harmful verdict
+    start_after_s: float = 300.0  # policy on (no experiment) for this long after start
 
 
 @dataclass(slots=True)
@@ -76,14 +76,19 @@ class Window:
 
     def summary(self) -> dict[str, Any]:
         span = max(1e-9, self.end - self.burn_end)
-        return {"index": self.index, "arm": "on" if self.on else "off", "requests": self.n,
-                "length_s": round(self.end - self.start, 3), "burn_in_s": round(self.burn_end - self.start, 3),
-                "mean_ttft_s": round(self.ttft / self.n, 6) if self.n else None,
-                "mean_latency_s": round(self.latency / self.n, 6) if self.n else None,
-                "hit_ratio": round(self.cached / self.prompt, 4) if self.prompt else None,
-                "prompt_tokens_per_request": round(self.prompt / self.n, 1) if self.n else None,
-                "uncached_tokens": self.prompt - self.cached,
-                "request_rate_per_s": round(self.n / span, 4)}
+        return {
+            "index": self.index,
+            "arm": "on" if self.on else "off",
+            "requests": self.n,
+            "length_s": round(self.end - self.start, 3),
+            "burn_in_s": round(self.burn_end - self.start, 3),
+            "mean_ttft_s": round(self.ttft / self.n, 6) if self.n else None,
+            "mean_latency_s": round(self.latency / self.n, 6) if self.n else None,
+            "hit_ratio": round(self.cached / self.prompt, 4) if self.prompt else None,
+            "prompt_tokens_per_request": round(self.prompt / self.n, 1) if self.n else None,
+            "uncached_tokens": self.prompt - self.cached,
+            "request_rate_per_s": round(self.n / span, 4),
+        }
 
 
 class Switchback:
@@ -105,7 +110,7 @@ class Switchback:
         self.last_decision: dict[str, Any] | None = None
         self.windows = {"on": 0, "off": 0, "discarded": 0}
         self.decisions = {"harmful": 0, "helpful": 0, "inconclusive": 0}
-        self.dropped = 0                     # outcomes that arrived after their window closed
+        self.dropped = 0  # outcomes that arrived after their window closed
         self._next_index = 0
 
     # --- the question the planner's gate asks ---------------------------------------------------
@@ -136,9 +141,13 @@ class Switchback:
             self._close(done, now, events)
             if self.state == "experiment":
                 self.previous = self.current
-                self.current = self._open(now, turnover_s)     # the arm changes now: the window starts now
-        if self.state == "experiment" and self.previous is not None and self.current is not None \
-                and now >= min(self.current.burn_end, self.current.end):
+                self.current = self._open(now, turnover_s)  # the arm changes now: the window starts now
+        if (
+            self.state == "experiment"
+            and self.previous is not None
+            and self.current is not None
+            and now >= min(self.current.burn_end, self.current.end)
+        ):
             done, self.previous = self.previous, None
             self._close(done, now, events)
         if self.state != "experiment":
@@ -176,8 +185,7 @@ class Switchback:
             self._decide(now, events)
 
     # --- outcomes ---------------------------------------------------------------------------------
-    def record(self, started: float, ttft_s: float, latency_s: float, prompt_tokens: int,
-               cached_tokens: int) -> None:
+    def record(self, started: float, ttft_s: float, latency_s: float, prompt_tokens: int, cached_tokens: int) -> None:
         """A client request finished: count it for the window it started in (after its burn-in)."""
         for w in (self.current, self.previous):
             if w is not None and w.start <= started < w.end:
@@ -206,12 +214,17 @@ class Switchback:
         conf = self.config.confidence
         ttft = effect([w.ttft / w.n for w in ws], on, cov, conf)
         lat = effect([w.latency / w.n for w in ws], on, cov, conf)
-        out: dict[str, Any] = {"windows_on": sum(on), "windows_off": len(ws) - sum(on),
-                               "confidence": conf, "hit_ratio_on": _hit(ws, True),
-                               "hit_ratio_off": _hit(ws, False),
-                               "request_rate_on": _rate(ws, True), "request_rate_off": _rate(ws, False),
-                               "uncached_tokens_per_request_on": _uncached(ws, True),
-                               "uncached_tokens_per_request_off": _uncached(ws, False)}
+        out: dict[str, Any] = {
+            "windows_on": sum(on),
+            "windows_off": len(ws) - sum(on),
+            "confidence": conf,
+            "hit_ratio_on": _hit(ws, True),
+            "hit_ratio_off": _hit(ws, False),
+            "request_rate_on": _rate(ws, True),
+            "request_rate_off": _rate(ws, False),
+            "uncached_tokens_per_request_on": _uncached(ws, True),
+            "uncached_tokens_per_request_off": _uncached(ws, False),
+        }
         out["ttft"] = _plain(ttft)
         out["latency"] = _plain(lat)
         return out
@@ -247,16 +260,27 @@ class Switchback:
     def describe(self, now: float) -> dict[str, Any]:
         cur = self.current
         return {
-            "mode": self.config.mode, "state": self.state, "policy_active": self.active(),
+            "mode": self.config.mode,
+            "state": self.state,
+            "policy_active": self.active(),
             "control_share": self.control_share,
-            "window": None if cur is None else {"index": cur.index, "arm": "on" if cur.on else "off",
-                                                "ends_in_s": round(cur.end - now, 3),
-                                                "burn_in_left_s": round(max(0.0, cur.burn_end - now), 3),
-                                                "counted_requests": cur.n},
+            "window": None
+            if cur is None
+            else {
+                "index": cur.index,
+                "arm": "on" if cur.on else "off",
+                "ends_in_s": round(cur.end - now, 3),
+                "burn_in_left_s": round(max(0.0, cur.burn_end - now), 3),
+                "counted_requests": cur.n,
+            },
             "retry_in_s": None if self.retry_at is None else round(self.retry_at - now, 3),
-            "windows": dict(self.windows), "decisions": dict(self.decisions), "dropped_outcomes": self.dropped,
-            "batch_windows": len(self.batch), "decision_windows": self.config.decision_windows,
-            "current_estimate": self.estimate(), "last_decision": self.last_decision,
+            "windows": dict(self.windows),
+            "decisions": dict(self.decisions),
+            "dropped_outcomes": self.dropped,
+            "batch_windows": len(self.batch),
+            "decision_windows": self.config.decision_windows,
+            "current_estimate": self.estimate(),
+            "last_decision": self.last_decision,
         }
 
 
@@ -278,6 +302,16 @@ def _uncached(ws: list[Window], on: bool) -> float | None:
 def _plain(e: EffectEstimate | None) -> dict[str, Any] | None:
     if e is None:
         return None
-    return {"effect": e.effect, "low": e.low, "high": e.high, "se": e.se, "df": e.df,
-            "relative": e.relative, "relative_low": e.relative_low, "relative_high": e.relative_high,
-            "on_mean": e.on_mean, "off_mean": e.off_mean, "adjusted_for": list(e.covariates)}
+    return {
+        "effect": e.effect,
+        "low": e.low,
+        "high": e.high,
+        "se": e.se,
+        "df": e.df,
+        "relative": e.relative,
+        "relative_low": e.relative_low,
+        "relative_high": e.relative_high,
+        "on_mean": e.on_mean,
+        "off_mean": e.off_mean,
+        "adjusted_for": list(e.covariates),
+    }

@@ -15,8 +15,9 @@ one, computed on the smoothed chain:
 
 i.e. the mutual information I(current; next) over H(next). V_i counts visits to agent i with a
 *global* decay (half-life 5× the row half-life, in all dispatches): row totals cannot be used as
-weights because per-row decay lets rarely-left rows keep more mass than often-left ones. Smoothing makes rows with few counts
-look uncertain, so R starts low and the gate stays shut until evidence accumulates. R is refreshed
+weights because per-row decay lets rarely-left rows keep more mass than often-left ones.
+Smoothing makes rows with few counts look uncertain, so R starts low and the gate stays shut until
+evidence accumulates. R is refreshed
 every ``refresh_steps`` transitions once the chain is old (every quarter of its age before that;
 numpy, dense over live slots), not per request.
 """
@@ -37,22 +38,22 @@ class TransitionLearner:
         self.gamma = 0.5 ** (1.0 / half_life) if half_life > 0 else 1.0
         self.vgamma = 0.5 ** (1.0 / (5.0 * half_life)) if half_life > 0 else 1.0
         self.refresh_steps = max(1, int(refresh_steps))
-        self._rows: dict[int, dict[int, float]] = {}   # C_ij = rows[i][j] * scale[i]
+        self._rows: dict[int, dict[int, float]] = {}  # C_ij = rows[i][j] * scale[i]
         self._scale: dict[int, float] = {}
-        self._rowraw: dict[int, float] = {}            # Σ_j rows[i][j]
-        self._visits: dict[int, float] = {}            # V_i = visits[i] * vscale (global decay)
+        self._rowraw: dict[int, float] = {}  # Σ_j rows[i][j]
+        self._visits: dict[int, float] = {}  # V_i = visits[i] * vscale (global decay)
         self._vscale = 1.0
-        self._best: dict[int, int] = {}                # row -> argmax column
+        self._best: dict[int, int] = {}  # row -> argmax column
         self._live: set[int] = set()
         self._succ_cache: dict[int, dict[tuple[int, float], list[tuple[int, float]]]] = {}
         self._stale: dict[int, int] = {}
-        self.steps = 0                                 # transitions learned (not decayed)
+        self.steps = 0  # transitions learned (not decayed)
         self.predictions = 0
         self.hits = 0
         self._r = 0.0
         self._r_at = -1
-        self._r_time: float | None = None          # `now` of the last refresh (when callers pass it)
-        self.min_refresh_s = 1.0                    # ... and at most this often once R exists
+        self._r_time: float | None = None  # `now` of the last refresh (when callers pass it)
+        self.min_refresh_s = 1.0  # ... and at most this often once R exists
         self._succ_members: dict[int, set[int]] = {}  # slots listed in row i's cached successor lists
 
     # --- slots ---------------------------------------------------------------------------------
@@ -165,7 +166,7 @@ class TransitionLearner:
             eps = self.epsilon
             scale = self._scale[i]
             denom = self._rowraw[i] * scale + eps * max(1, len(self._live))
-            thr = (tau * denom - eps) / scale          # raw count needed for P >= tau
+            thr = (tau * denom - eps) / scale  # raw count needed for P >= tau
             cands = sorted(((v, j) for j, v in row.items() if v >= thr), key=lambda vj: (-vj[0], vj[1]))
             out = [(j, (v * scale + eps) / denom) for v, j in cands[: max(k, 0)]]
         rc[key] = out
@@ -182,8 +183,14 @@ class TransitionLearner:
         # the request path's largest single cost, and R moves slowly once the chain has history
         every = min(self.refresh_steps, max(4, self._r_at // 4))
         if force or self._r_at < 0 or self.steps - self._r_at >= every:
-            if (not force and now is not None and self._r_time is not None and self._r_at >= 0
-                    and now - self._r_time < self.min_refresh_s and self._r_at >= self.refresh_steps):
+            if (
+                not force
+                and now is not None
+                and self._r_time is not None
+                and self._r_at >= 0
+                and now - self._r_time < self.min_refresh_s
+                and self._r_at >= self.refresh_steps
+            ):
                 return self._r
             self._r = self._compute_r()
             self._r_at = self.steps
@@ -196,7 +203,7 @@ class TransitionLearner:
         visits = np.array([self._visits.get(s, 0.0) for s in live])
         grand = visits.sum() if n else 0.0
         if grand <= 0:
-            return 0.0                  # nothing learned yet
+            return 0.0  # nothing learned yet
         if n == 1:
             return 1.0
         pos = {s: k for k, s in enumerate(live)}

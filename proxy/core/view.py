@@ -13,18 +13,18 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class RequestView:
-    tenant: str                        # cache_salt ("" when absent): isolates agents, sessions, transitions
+    tenant: str  # cache_salt ("" when absent): isolates agents, sessions, transitions
     model: str
-    block_hashes: tuple[int, ...]      # chained hashes: equal prefix -> equal chain
-    block_tokens: tuple[int, ...]      # (estimated) tokens in each block
-    anchor_blocks: int                 # leading blocks of the agent's fixed context; 0 = unknown (learn the skip)
-    session_id: str | None             # explicit id, if any
+    block_hashes: tuple[int, ...]  # chained hashes: equal prefix -> equal chain
+    block_tokens: tuple[int, ...]  # (estimated) tokens in each block
+    anchor_blocks: int  # leading blocks of the agent's fixed context; 0 = unknown (learn the skip)
+    session_id: str | None  # explicit id, if any
     max_tokens: int | None
-    is_warmup: bool                    # proxy warmup header, or max_tokens <= 1: never learned from
-    anchor_payload: Any = None         # opaque to the core: what an adapter needs to rebuild the anchor
-    context_payload: Any = None        # opaque: what an adapter needs to rebuild the whole prompt (tool_resume)
-    n: int = 1                         # choices requested (n > 1: the engine forks the prompt: fan-out)
-    header_blocks: int = 0             # leading blocks that are only the envelope (model + tools): never an agent alone
+    is_warmup: bool  # proxy warmup header, or max_tokens <= 1: never learned from
+    anchor_payload: Any = None  # opaque to the core: what an adapter needs to rebuild the anchor
+    context_payload: Any = None  # opaque: what an adapter needs to rebuild the whole prompt (tool_resume)
+    n: int = 1  # choices requested (n > 1: the engine forks the prompt: fan-out)
+    header_blocks: int = 0  # leading blocks that are only the envelope (model + tools): never an agent alone
 
     @property
     def total_tokens(self) -> int:
@@ -33,20 +33,20 @@ class RequestView:
 
 @dataclass(frozen=True, slots=True)
 class ResponseOutcome:
-    finish_reason: str | None          # "stop" | "length" | "tool_calls" | ...
+    finish_reason: str | None  # "stop" | "length" | "tool_calls" | ...
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     output_tokens: int | None = None
-    assistant_payload: Any = None      # opaque: the assistant turn (rebuilds a paused session's context)
+    assistant_payload: Any = None  # opaque: the assistant turn (rebuilds a paused session's context)
 
 
 @dataclass(frozen=True, slots=True)
 class EngineLoad:
-    inflight: int = 0                  # client requests in flight through the proxy
-    waiting: int = 0                   # engine's waiting queue (from metrics), 0 if unknown
-    prefilling: int = 0                # client requests in flight with no first token yet
-    running_tokens: int = 0            # prompt tokens (view estimate) of the client requests in flight
-    utilisation: float = 0.0           # share of recent wall time the engine spent prefilling (0..1)
+    inflight: int = 0  # client requests in flight through the proxy
+    waiting: int = 0  # engine's waiting queue (from metrics), 0 if unknown
+    prefilling: int = 0  # client requests in flight with no first token yet
+    running_tokens: int = 0  # prompt tokens (view estimate) of the client requests in flight
+    utilisation: float = 0.0  # share of recent wall time the engine spent prefilling (0..1)
 
 
 def view_from_blocks(

@@ -27,14 +27,14 @@ from statistics import NormalDist
 
 @dataclass(frozen=True, slots=True)
 class EffectEstimate:
-    effect: float               # on − off (same unit as y), adjusted
-    low: float                  # two-sided interval at `confidence`
+    effect: float  # on − off (same unit as y), adjusted
+    low: float  # two-sided interval at `confidence`
     high: float
     se: float
     df: int
-    off_mean: float             # raw mean of y over the off (observe-only) windows
+    off_mean: float  # raw mean of y over the off (observe-only) windows
     on_mean: float
-    covariates: tuple[str, ...]   # the covariates actually adjusted for
+    covariates: tuple[str, ...]  # the covariates actually adjusted for
     n_on: int
     n_off: int
 
@@ -62,11 +62,11 @@ def t_quantile(p: float, df: int) -> float:
         a = 4 * p * (1 - p)
         return (2 * p - 1) * math.sqrt(2 / a)
     z = NormalDist().inv_cdf(p)
-    g1 = (z ** 3 + z) / 4
-    g2 = (5 * z ** 5 + 16 * z ** 3 + 3 * z) / 96
-    g3 = (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / 384
-    g4 = (79 * z ** 9 + 776 * z ** 7 + 1482 * z ** 5 - 1920 * z ** 3 - 945 * z) / 92160
-    return z + g1 / df + g2 / df ** 2 + g3 / df ** 3 + g4 / df ** 4
+    g1 = (z**3 + z) / 4
+    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
+    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
+    g4 = (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160
+    return z + g1 / df + g2 / df**2 + g3 / df**3 + g4 / df**4
 
 
 def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
@@ -94,22 +94,27 @@ def _inverse_entry(a: list[list[float]], i: int) -> float | None:
     return None if col is None else col[i]
 
 
-def effect(y: Sequence[float], on: Sequence[bool], covariates: Mapping[str, Sequence[float]] | None = None,
-           confidence: float = 0.9) -> EffectEstimate | None:
+def effect(
+    y: Sequence[float],
+    on: Sequence[bool],
+    covariates: Mapping[str, Sequence[float]] | None = None,
+    confidence: float = 0.9,
+) -> EffectEstimate | None:
     """Load-adjusted on − off effect over windows; None until each arm has two windows."""
     n = len(y)
     n_on = sum(1 for z in on if z)
     n_off = n - n_on
     if n_on < 2 or n_off < 2:
         return None
-    names = [k for k, xs in (covariates or {}).items()
-             if len(xs) == n and max(xs) - min(xs) > 1e-9 * max(1.0, abs(max(xs)))]
+    names = [
+        k for k, xs in (covariates or {}).items() if len(xs) == n and max(xs) - min(xs) > 1e-9 * max(1.0, abs(max(xs)))
+    ]
     off_mean = sum(v for v, z in zip(y, on, strict=True) if not z) / n_off
     on_mean = sum(v for v, z in zip(y, on, strict=True) if z) / n_on
     while True:
         p = 2 + len(names)
         if n - p >= 3 or not names:
-            fit = _ols(y, on, [covariates[k] for k in names] if names else [])   # type: ignore[index]
+            fit = _ols(y, on, [covariates[k] for k in names] if names else [])  # type: ignore[index]
             if fit is not None or not names:
                 break
         names = names[:-1]
@@ -117,8 +122,7 @@ def effect(y: Sequence[float], on: Sequence[bool], covariates: Mapping[str, Sequ
         return None
     beta, se, df = fit
     t = t_quantile(0.5 + confidence / 2, df)
-    return EffectEstimate(beta, beta - t * se, beta + t * se, se, df, off_mean, on_mean, tuple(names),
-                          n_on, n_off)
+    return EffectEstimate(beta, beta - t * se, beta + t * se, se, df, off_mean, on_mean, tuple(names), n_on, n_off)
 
 
 def _ols(y: Sequence[float], on: Sequence[bool], xs: list[Sequence[float]]) -> tuple[float, float, int] | None:

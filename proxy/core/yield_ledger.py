@@ -43,27 +43,28 @@ RETAIN_KIND = "retain"
 
 @dataclass(frozen=True, slots=True)
 class YieldConfig:
-    enabled: bool = True               # False: account, but never throttle
-    half_life_s: float = 300.0         # saved/spent sums halve after this many seconds
-    min_evidence_tokens: float = 2000.0   # no verdict before this many (decayed) tokens were spent
-    explore_interval_s: float = 30.0   # a throttled signal still acts once per this many seconds
-    idle_cost_share: float = 0.25      # share of an action's tokens charged when no client traffic ran
+    enabled: bool = True  # False: account, but never throttle
+    half_life_s: float = 300.0  # saved/spent sums halve after this many seconds
+    min_evidence_tokens: float = 2000.0  # no verdict before this many (decayed) tokens were spent
+    explore_interval_s: float = 30.0  # a throttled signal still acts once per this many seconds
+    idle_cost_share: float = 0.25  # share of an action's tokens charged when no client traffic ran
 
 
 @dataclass(frozen=True, slots=True)
 class SignalYield:
     reason: str
-    saved_tokens: float                # decayed
-    spent_tokens: float                # decayed
-    yield_tokens: float                # saved - spent (decayed)
+    saved_tokens: float  # decayed
+    spent_tokens: float  # decayed
+    yield_tokens: float  # saved - spent (decayed)
     throttled: bool
-    actions: int                       # lifetime counts (not decayed)
+    actions: int  # lifetime counts (not decayed)
     conversions: int
-    held_back: int                     # actions the throttle dropped
+    held_back: int  # actions the throttle dropped
 
 
-def counterfactual_cached(pre_cached: int, remaining_life_tokens: float | None, inserted_at_action: int,
-                          inserted_now: int) -> int:
+def counterfactual_cached(
+    pre_cached: int, remaining_life_tokens: float | None, inserted_at_action: int, inserted_now: int
+) -> int:
     """Tokens the converting request would have found cached without the action.
 
     ``pre_cached``: the action's own ``cached_tokens`` (already resident when it ran).
@@ -159,6 +160,7 @@ class YieldLedger:
         for reason in list(self._signals):
             thr = self.throttled(reason, now)
             s = self._decayed(reason, now)
-            out[reason] = SignalYield(reason, s.saved, s.spent, s.saved - s.spent, thr, s.actions,
-                                      s.conversions, s.held_back)
+            out[reason] = SignalYield(
+                reason, s.saved, s.spent, s.saved - s.spent, thr, s.actions, s.conversions, s.held_back
+            )
         return out

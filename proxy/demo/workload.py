@@ -28,8 +28,28 @@ import httpx
 from proxy.replay.workloads import random_cycle
 
 ROLES = ("planner", "researcher", "coder", "tester", "critic", "writer", "analyst", "reviewer")
-VOCAB = ("policy", "cache", "prefix", "agent", "plan", "verify", "result", "input", "output", "schema",
-         "latency", "budget", "memory", "token", "format", "review", "constraint", "example", "step", "rule")
+VOCAB = (
+    "policy",
+    "cache",
+    "prefix",
+    "agent",
+    "plan",
+    "verify",
+    "result",
+    "input",
+    "output",
+    "schema",
+    "latency",
+    "budget",
+    "memory",
+    "token",
+    "format",
+    "review",
+    "constraint",
+    "example",
+    "step",
+    "rule",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,14 +64,14 @@ class DemoSpec:
     task_words: tuple[int, int] = (40, 90)
     tool_result_words: tuple[int, int] = (40, 100)
     tool_seconds: tuple[float, float] = (0.05, 0.3)
-    think_seconds: float = 0.02          # orchestration gap between turns
+    think_seconds: float = 0.02  # orchestration gap between turns
     max_tokens: int = 48
     max_tool_rounds: int = 2
     model: str = ""
     seed: int = 7
-    cache_salt: str | None = None        # vLLM cache_salt on every request (one tenant's isolation domain)
-    session_label: str = "session"       # body `user` = f"{session_label}-{sid}"
-    session_header: bool = False         # also send X-Session-ID (what routers' session affinity keys on)
+    cache_salt: str | None = None  # vLLM cache_salt on every request (one tenant's isolation domain)
+    session_label: str = "session"  # body `user` = f"{session_label}-{sid}"
+    session_header: bool = False  # also send X-Session-ID (what routers' session affinity keys on)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +90,7 @@ class RequestRecord:
     ttft_s: float | None
     latency_s: float
     finish_reason: str | None
-    resumed: bool                # this request resumed after a tool call
+    resumed: bool  # this request resumed after a tool call
 
 
 @dataclass(slots=True)
@@ -94,11 +114,21 @@ def build_agents(spec: DemoSpec) -> list[Agent]:
         system = f"You are the {name} of a team of {spec.agents} agents. Rules and context: {body}."
         tools = None
         if i < spec.tool_agents:
-            tools = tuple({"type": "function", "function": {
-                "name": f"{name}_{verb}", "description": f"{verb} for the {name}: " + _words(rng, 30),
-                "parameters": {"type": "object", "properties": {"query": {"type": "string"},
-                                                                  "limit": {"type": "integer"}},
-                               "required": ["query"]}}} for verb in ("search", "run"))
+            tools = tuple(
+                {
+                    "type": "function",
+                    "function": {
+                        "name": f"{name}_{verb}",
+                        "description": f"{verb} for the {name}: " + _words(rng, 30),
+                        "parameters": {
+                            "type": "object",
+                            "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
+                            "required": ["query"],
+                        },
+                    },
+                }
+                for verb in ("search", "run")
+            )
         agents.append(Agent(name, system, tools))
     return agents
 
@@ -135,8 +165,9 @@ async def _stream(client: httpx.AsyncClient, url: str, body: dict, headers: dict
                 if delta.get("content"):
                     content.append(delta["content"])
                 for tc in delta.get("tool_calls") or ():
-                    slot = calls.setdefault(tc.get("index", 0), {"id": None, "type": "function",
-                                                                  "function": {"name": "", "arguments": ""}})
+                    slot = calls.setdefault(
+                        tc.get("index", 0), {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+                    )
                     slot["id"] = tc.get("id") or slot["id"]
                     fn = tc.get("function") or {}
                     slot["function"]["name"] += fn.get("name") or ""
@@ -148,15 +179,25 @@ async def _stream(client: httpx.AsyncClient, url: str, body: dict, headers: dict
     return summary, ttft, time.perf_counter() - t0
 
 
-async def _session(client: httpx.AsyncClient, url: str, spec: DemoSpec, sid: int, agents: list[Agent],
-                   script: list[int], model: str, headers: dict, out: WorkloadResult, tick: Callable[[], None]) -> None:
+async def _session(
+    client: httpx.AsyncClient,
+    url: str,
+    spec: DemoSpec,
+    sid: int,
+    agents: list[Agent],
+    script: list[int],
+    model: str,
+    headers: dict,
+    out: WorkloadResult,
+    tick: Callable[[], None],
+) -> None:
     rng = random.Random(spec.seed * 1000 + sid)
     task = {"role": "user", "content": f"Task {sid}: " + _words(rng, rng.randint(*spec.task_words))}
     if spec.session_header:
         headers = {**headers, "x-session-id": f"{spec.session_label}-{sid}"}
     transcript: list[dict] = []
     cur: int | None = None
-    for step in range(rng.randint(*spec.steps)):
+    for _step in range(rng.randint(*spec.steps)):
         if cur is None:
             cur = rng.randrange(spec.agents)
         else:
@@ -165,10 +206,15 @@ async def _session(client: httpx.AsyncClient, url: str, spec: DemoSpec, sid: int
         own: list[dict] = []
         turn_s = 0.0
         for round_ in range(spec.max_tool_rounds + 1):
-            body: dict = {"model": model, "messages": [{"role": "system", "content": agent.system}, task,
-                                                       *transcript, *own],
-                          "max_tokens": spec.max_tokens, "stream": True, "stream_options": {"include_usage": True},
-                          "temperature": 0, "user": f"{spec.session_label}-{sid}"}
+            body: dict = {
+                "model": model,
+                "messages": [{"role": "system", "content": agent.system}, task, *transcript, *own],
+                "max_tokens": spec.max_tokens,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                "temperature": 0,
+                "user": f"{spec.session_label}-{sid}",
+            }
             if spec.cache_salt:
                 body["cache_salt"] = spec.cache_salt
             if agent.tools:
@@ -183,25 +229,41 @@ async def _session(client: httpx.AsyncClient, url: str, spec: DemoSpec, sid: int
             turn_s += latency
             usage = summary["usage"] or {}
             details = usage.get("prompt_tokens_details") or {}
-            out.records.append(RequestRecord(agent.name, sid, int(usage.get("prompt_tokens") or 0),
-                                             int(details.get("cached_tokens") or 0), ttft, latency,
-                                             summary["finish_reason"], round_ > 0))
+            out.records.append(
+                RequestRecord(
+                    agent.name,
+                    sid,
+                    int(usage.get("prompt_tokens") or 0),
+                    int(details.get("cached_tokens") or 0),
+                    ttft,
+                    latency,
+                    summary["finish_reason"],
+                    round_ > 0,
+                )
+            )
             tick()
             if summary["finish_reason"] != "tool_calls" or not summary["tool_calls"]:
                 transcript.append({"role": "user", "name": agent.name, "content": summary["content"] or "(done)"})
                 break
-            own.append({"role": "assistant", "content": summary["content"] or None,
-                        "tool_calls": summary["tool_calls"]})
+            own.append(
+                {"role": "assistant", "content": summary["content"] or None, "tool_calls": summary["tool_calls"]}
+            )
             await asyncio.sleep(rng.uniform(*spec.tool_seconds))
             for call in summary["tool_calls"]:
-                own.append({"role": "tool", "tool_call_id": call["id"],
-                            "content": "result: " + _words(rng, rng.randint(*spec.tool_result_words))})
+                own.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": call["id"],
+                        "content": "result: " + _words(rng, rng.randint(*spec.tool_result_words)),
+                    }
+                )
         out.turn_latencies.append(turn_s)
         await asyncio.sleep(spec.think_seconds)
 
 
-async def run_workload(base_url: str, spec: DemoSpec, *, model: str, headers: dict | None = None,
-                       tick: Callable[[], None] = lambda: None) -> WorkloadResult:
+async def run_workload(
+    base_url: str, spec: DemoSpec, *, model: str, headers: dict | None = None, tick: Callable[[], None] = lambda: None
+) -> WorkloadResult:
     """Run every session against `base_url` (engine or proxy) with `spec.concurrency` at once."""
     agents = build_agents(spec)
     script = script_order(spec)
@@ -211,9 +273,11 @@ async def run_workload(base_url: str, spec: DemoSpec, *, model: str, headers: di
     limits = httpx.Limits(max_connections=spec.concurrency * 2, max_keepalive_connections=spec.concurrency * 2)
     t0 = time.perf_counter()
     async with httpx.AsyncClient(timeout=httpx.Timeout(60.0), limits=limits) as client:
+
         async def one(sid: int) -> None:
             async with sem:
                 await _session(client, url, spec, sid, agents, script, model, headers or {}, out, tick)
+
         await asyncio.gather(*(one(s) for s in range(spec.sessions)))
     out.wall_s = time.perf_counter() - t0
     return out

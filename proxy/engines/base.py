@@ -29,14 +29,14 @@ log = logging.getLogger("cachescout.engines")
 TEMPLATE_FIELDS = ("chat_template", "chat_template_kwargs")
 
 # Capability names (shown at /debug/engine and in the start-up log).
-CAP_WARM_TOKENS = "warm_tokens"      # exact-token warmup: /tokenize then /v1/completions(prompt=ids)
-CAP_WARM_CHAT = "warm_chat"          # warmup through /v1/chat/completions (template applied by engine)
+CAP_WARM_TOKENS = "warm_tokens"  # exact-token warmup: /tokenize then /v1/completions(prompt=ids)
+CAP_WARM_CHAT = "warm_chat"  # warmup through /v1/chat/completions (template applied by engine)
 CAP_PRIORITY = "retention_priority"  # engine orders eviction by request priority (SGLang priority, sim)
-CAP_METRICS = "metrics"              # /metrics with prefix-cache counters
-CAP_RESET = "reset_prefix_cache"     # engine exposes a cache reset (dev mode)
-CAP_KV_EVENTS = "kv_events"          # exact residency stream (vLLM ZMQ KV events)
-CAP_KV_HINTS = "kv_hints"            # request field accepted (vLLM kv_hints envelope)
-CAP_LMCACHE = "lmcache"              # LMCache controller lookup/pin on the offload tier
+CAP_METRICS = "metrics"  # /metrics with prefix-cache counters
+CAP_RESET = "reset_prefix_cache"  # engine exposes a cache reset (dev mode)
+CAP_KV_EVENTS = "kv_events"  # exact residency stream (vLLM ZMQ KV events)
+CAP_KV_HINTS = "kv_hints"  # request field accepted (vLLM kv_hints envelope)
+CAP_LMCACHE = "lmcache"  # LMCache controller lookup/pin on the offload tier
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +44,10 @@ class WarmResult:
     """What one warmup/touch request cost and found."""
 
     ok: bool
-    prompt_tokens: int = 0       # tokens the engine saw
-    cached_tokens: int = 0       # of which already cached (a pure touch has cached ≈ prompt)
+    prompt_tokens: int = 0  # tokens the engine saw
+    cached_tokens: int = 0  # of which already cached (a pure touch has cached ≈ prompt)
     error: str | None = None
-    unsupported: bool = False    # no capability could carry this action
+    unsupported: bool = False  # no capability could carry this action
 
     @property
     def computed_tokens(self) -> int:
@@ -59,22 +59,22 @@ class WarmResult:
 class EngineSnapshot:
     """One scrape of the engine's /metrics, normalised across engines. None = not reported."""
 
-    prefix_queries: float | None = None   # cumulative prompt tokens looked up in the prefix cache
-    prefix_hits: float | None = None      # cumulative of those that hit
-    hit_rate: float | None = None         # engines that only report a ratio (SGLang)
-    kv_usage: float | None = None         # 0..1
+    prefix_queries: float | None = None  # cumulative prompt tokens looked up in the prefix cache
+    prefix_hits: float | None = None  # cumulative of those that hit
+    hit_rate: float | None = None  # engines that only report a ratio (SGLang)
+    kv_usage: float | None = None  # 0..1
     running: float | None = None
     waiting: float | None = None
-    capacity_tokens: int | None = None    # prefix-cache size (vLLM cache_config_info blocks × block size)
-    capacity_blocks: int | None = None    # vLLM cache_config_info num_gpu_blocks
-    block_size: int | None = None         # tokens per KV block (vLLM block_size, SGLang page_size)
-    prompt_tokens: float | None = None    # cumulative prompt tokens of admitted requests
+    capacity_tokens: int | None = None  # prefix-cache size (vLLM cache_config_info blocks × block size)
+    capacity_blocks: int | None = None  # vLLM cache_config_info num_gpu_blocks
+    block_size: int | None = None  # tokens per KV block (vLLM block_size, SGLang page_size)
+    prompt_tokens: float | None = None  # cumulative prompt tokens of admitted requests
     prefill_seconds: float | None = None  # cumulative prefill time (vLLM request_prefill_time_seconds_sum)
     # host-memory tier (vLLM CPU offloading / LMCache connector); None = the engine reports none
-    external_hits: float | None = None         # cumulative tokens loaded from it (external_prefix_cache_hits)
-    offload_load_bytes: float | None = None    # cumulative CPU->GPU bytes (kv_offload_total_bytes)
+    external_hits: float | None = None  # cumulative tokens loaded from it (external_prefix_cache_hits)
+    offload_load_bytes: float | None = None  # cumulative CPU->GPU bytes (kv_offload_total_bytes)
     offload_load_seconds: float | None = None  # cumulative CPU->GPU transfer time (kv_offload_total_time)
-    host_tier_gib: float | None = None         # its size (cache_config_info kv_offloading_size, GiB)
+    host_tier_gib: float | None = None  # its size (cache_config_info kv_offloading_size, GiB)
     raw: dict[str, float] = field(default_factory=dict)
 
 
@@ -100,12 +100,12 @@ class WarmSpec:
     model: str
     messages: tuple[dict, ...] = ()
     tools: tuple[dict, ...] | None = None
-    prompt: str | None = None            # /v1/completions traffic: the text prompt prefix
+    prompt: str | None = None  # /v1/completions traffic: the text prompt prefix
     token_ids: tuple[int, ...] | None = None
     cache_salt: str | None = None
-    key: str = ""                        # token-id cache key (tenant + last block hash)
-    template: dict = field(default_factory=dict)   # chat_template / chat_template_kwargs of the traffic
-    continue_final: bool = False         # the anchor ends inside its last message: render it open
+    key: str = ""  # token-id cache key (tenant + last block hash)
+    template: dict = field(default_factory=dict)  # chat_template / chat_template_kwargs of the traffic
+    continue_final: bool = False  # the anchor ends inside its last message: render it open
 
 
 def warm_spec(action: Any) -> WarmSpec | None:
@@ -122,8 +122,8 @@ def warm_spec(action: Any) -> WarmSpec | None:
         payload = payload.to_warm_dict()
     if not isinstance(payload, dict):
         return None
-    assistant = payload.get("assistant")          # tool_resume: the assistant tool-call turn
-    if hasattr(payload.get("context"), "to_warm_dict"):   # a compact context (runtime/payload.py)
+    assistant = payload.get("assistant")  # tool_resume: the assistant tool-call turn
+    if hasattr(payload.get("context"), "to_warm_dict"):  # a compact context (runtime/payload.py)
         payload = {**payload, "context": payload["context"].to_warm_dict()}
     if isinstance(payload.get("context"), dict):  # tool_resume: {"context": full prompt, "assistant": turn}
         payload = payload["context"]
@@ -132,7 +132,7 @@ def warm_spec(action: Any) -> WarmSpec | None:
         messages.append(assistant)
     prompt = payload.get("prompt")
     token_ids = payload.get("token_ids")
-    if isinstance(prompt, list):                  # /v1/completions traffic with token-id prompts
+    if isinstance(prompt, list):  # /v1/completions traffic with token-id prompts
         token_ids, prompt = (prompt if prompt and all(isinstance(t, int) for t in prompt) else None), None
     if not messages and prompt is None and not token_ids:
         return None
@@ -182,19 +182,14 @@ class HttpEngineAdapter:
     name = "base"
 
     def __init__(
-        self,
-        client: httpx.AsyncClient,
-        base_url: str,
-        api_key: str | None = None,
-        *,
-        timeout_s: float = 30.0,
+        self, client: httpx.AsyncClient, base_url: str, api_key: str | None = None, *, timeout_s: float = 30.0
     ) -> None:
         self.client = client
         self.base_url = base_url.rstrip("/")
         self._api_key = api_key
         self.timeout_s = timeout_s
         self._caps: set[str] = set()
-        self.disabled: dict[str, str] = {}   # capability -> reason it was switched off
+        self.disabled: dict[str, str] = {}  # capability -> reason it was switched off
         self.tokens = TokenCache()
         self.counters: dict[str, int] = {"warm_requests": 0, "tokenize_requests": 0, "errors": 0}
 
@@ -257,8 +252,9 @@ class HttpEngineAdapter:
         if CAP_RESET not in self._caps:
             return False
         try:
-            resp = await self.client.post(self.base_url + "/reset_prefix_cache", headers=self.headers(False),
-                                          timeout=self.timeout_s)
+            resp = await self.client.post(
+                self.base_url + "/reset_prefix_cache", headers=self.headers(False), timeout=self.timeout_s
+            )
         except httpx.HTTPError as exc:
             self.disable(CAP_RESET, f"{type(exc).__name__}")
             return False
@@ -282,7 +278,7 @@ def usage_tokens(data: Any) -> tuple[int, int]:
     details = usage.get("prompt_tokens_details") or {}
     cached = int((details.get("cached_tokens") if isinstance(details, dict) else 0) or 0)
     if not cached:
-        cached = int(usage.get("cached_tokens") or 0)   # SGLang --enable-cache-report puts it here too
+        cached = int(usage.get("cached_tokens") or 0)  # SGLang --enable-cache-report puts it here too
     return prompt, cached
 
 

@@ -20,8 +20,15 @@ log = logging.getLogger("cachescout.engines.lmcache")
 
 
 class LmcacheClient:
-    def __init__(self, client: httpx.AsyncClient, base_url: str, *, location: str = "LocalCPUBackend",
-                 pin_min_priority: int = 70, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        base_url: str,
+        *,
+        location: str = "LocalCPUBackend",
+        pin_min_priority: int = 70,
+        timeout_s: float = 5.0,
+    ) -> None:
         self.client = client
         self.base_url = base_url.rstrip("/")
         self.location = location
@@ -78,8 +85,9 @@ class LmcacheClient:
         for inst, matched in instances.items():
             if matched <= 0:
                 continue
-            data = await self._post("/pin", {"tokens": list(tokens[:matched]), "instance_id": inst,
-                                             "location": self.location})
+            data = await self._post(
+                "/pin", {"tokens": list(tokens[:matched]), "instance_id": inst, "location": self.location}
+            )
             ok = ok or data is not None
         if ok:
             self.pinned.add(key)

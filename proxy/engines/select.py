@@ -1,8 +1,9 @@
 """Choose the engine adapter: by setting, or by probing the engine at start.
 
 Probing order: the simulated engine exports `cachescout_sim_*` beside its vllm-style series on
-`/metrics`; SGLang answers `/get_server_info`; vLLM exports `vllm:*` series on `/metrics`. When nothing answers (engine not up yet), auto falls back to
-the vLLM adapter, whose surface (OpenAI API + /tokenize) is the most common; its capabilities are
+`/metrics`; SGLang answers `/get_server_info`; vLLM exports `vllm:*` series on `/metrics`.
+When nothing answers (engine not up yet), auto falls back to the vLLM adapter, whose surface
+(OpenAI API + /tokenize) is the most common; its capabilities are
 then corrected by its own probe and by errors at run time.
 """
 
@@ -53,8 +54,16 @@ async def detect_kind(client: httpx.AsyncClient, base_url: str, headers: dict[st
     return "vllm"
 
 
-def make_adapter(kind: str, client: httpx.AsyncClient, base_url: str, api_key: str | None, *,
-                 model: str = "", kv_hints: bool = False, request_priority: bool = False) -> HttpEngineAdapter:
+def make_adapter(
+    kind: str,
+    client: httpx.AsyncClient,
+    base_url: str,
+    api_key: str | None,
+    *,
+    model: str = "",
+    kv_hints: bool = False,
+    request_priority: bool = False,
+) -> HttpEngineAdapter:
     if kind == "vllm":
         return VllmAdapter(client, base_url, api_key, default_model=model, kv_hints=kv_hints)
     if kind == "sglang":
@@ -66,8 +75,9 @@ def make_adapter(kind: str, client: httpx.AsyncClient, base_url: str, api_key: s
     raise ValueError(f"unknown engine kind {kind!r}")
 
 
-async def build_adapter(kind: str, client: httpx.AsyncClient, base_url: str, api_key: str | None,
-                        **kwargs: Any) -> HttpEngineAdapter:
+async def build_adapter(
+    kind: str, client: httpx.AsyncClient, base_url: str, api_key: str | None, **kwargs: Any
+) -> HttpEngineAdapter:
     """Pick (probing when kind == 'auto'), build, and probe the adapter's capabilities."""
     if kind == "auto":
         auth = {"authorization": f"Bearer {api_key}"} if api_key else None

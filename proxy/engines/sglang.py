@@ -34,8 +34,16 @@ class SglangAdapter(VllmAdapter):
     name = "sglang"
     metric_prefix = "sglang:"
 
-    def __init__(self, client: httpx.AsyncClient, base_url: str, api_key: str | None = None, *,
-                 default_model: str = "", priority_on_requests: bool = False, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        default_model: str = "",
+        priority_on_requests: bool = False,
+        timeout_s: float = 30.0,
+    ) -> None:
         super().__init__(client, base_url, api_key, default_model=default_model, timeout_s=timeout_s)
         self.priority_on_requests = priority_on_requests
         self.server_info: dict[str, Any] = {}
@@ -69,14 +77,20 @@ class SglangAdapter(VllmAdapter):
     async def _warm(self, spec: WarmSpec, action: Any) -> WarmResult:
         extra = self.warm_fields(action)
         if spec.token_ids:
-            body = {"input_ids": list(spec.token_ids), "sampling_params": {"max_new_tokens": 1, "temperature": 0},
-                    **extra}
+            body = {
+                "input_ids": list(spec.token_ids),
+                "sampling_params": {"max_new_tokens": 1, "temperature": 0},
+                **extra,
+            }
             self.counters["warm_requests"] += 1
             status, data = await self.post_json("/generate", body, warmup=True)
             if status == 200 and isinstance(data, dict):
                 meta = data.get("meta_info") or {}
-                return WarmResult(ok=True, prompt_tokens=int(meta.get("prompt_tokens") or len(spec.token_ids)),
-                                  cached_tokens=int(meta.get("cached_tokens") or 0))
+                return WarmResult(
+                    ok=True,
+                    prompt_tokens=int(meta.get("prompt_tokens") or len(spec.token_ids)),
+                    cached_tokens=int(meta.get("cached_tokens") or 0),
+                )
             if status in REFUSED:
                 return WarmResult(ok=False, error=f"/generate answered {status}")
         return await super()._warm(spec, action)
@@ -84,10 +98,12 @@ class SglangAdapter(VllmAdapter):
     def parse_metrics(self, text: str) -> EngineSnapshot:
         s = sample_sums(text)
         info = self.server_info
-        capacity = _int(info.get("max_total_num_tokens"))      # KV pool size in tokens
+        capacity = _int(info.get("max_total_num_tokens"))  # KV pool size in tokens
         page = _int(info.get("page_size")) or 1
         return EngineSnapshot(
-            capacity_tokens=capacity, capacity_blocks=capacity // page if capacity else None, block_size=page,
+            capacity_tokens=capacity,
+            capacity_blocks=capacity // page if capacity else None,
+            block_size=page,
             prompt_tokens=first(s, "sglang:prompt_tokens_total"),
             hit_rate=mean(s, "sglang:cache_hit_rate"),
             kv_usage=mean(s, "sglang:token_usage"),
@@ -99,7 +115,7 @@ class SglangAdapter(VllmAdapter):
     def request_extras(self, survival: float | None) -> dict[str, Any]:
         if not self.priority_on_requests or CAP_PRIORITY not in self.capabilities or survival is None:
             return {}
-        return {"priority": int(round(100 * float(survival)))}
+        return {"priority": round(100 * float(survival))}
 
 
 def _int(value: Any) -> int | None:

@@ -23,8 +23,16 @@ log = logging.getLogger("cachescout.engines.sim")
 class SimAdapter(VllmAdapter):
     name = "sim"
 
-    def __init__(self, client: httpx.AsyncClient, base_url: str, api_key: str | None = None, *,
-                 default_model: str = "", priority_on_requests: bool = False, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        default_model: str = "",
+        priority_on_requests: bool = False,
+        timeout_s: float = 30.0,
+    ) -> None:
         super().__init__(client, base_url, api_key, default_model=default_model, timeout_s=timeout_s)
         self.priority_on_requests = priority_on_requests
         self.sim_info: dict[str, Any] = {}
@@ -51,4 +59,4 @@ class SimAdapter(VllmAdapter):
     def request_extras(self, survival: float | None) -> dict[str, Any]:
         if not self.priority_on_requests or CAP_PRIORITY not in self.capabilities or survival is None:
             return {}
-        return {"priority": int(round(100 * float(survival)))}
+        return {"priority": round(100 * float(survival))}

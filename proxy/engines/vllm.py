@@ -44,15 +44,23 @@ log = logging.getLogger("cachescout.engines.vllm")
 
 MAX_CONSECUTIVE_FAILURES = 5
 REFUSED = {400, 401, 403, 404, 405, 422}
-BOUNDARY_TOKENS = 2             # dropped after a mid-message cut (BPE merges across the cut)
+BOUNDARY_TOKENS = 2  # dropped after a mid-message cut (BPE merges across the cut)
 
 
 class VllmAdapter(HttpEngineAdapter):
     name = "vllm"
     metric_prefix = "vllm:"
 
-    def __init__(self, client: httpx.AsyncClient, base_url: str, api_key: str | None = None, *,
-                 default_model: str = "", kv_hints: bool = False, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        default_model: str = "",
+        kv_hints: bool = False,
+        timeout_s: float = 30.0,
+    ) -> None:
         super().__init__(client, base_url, api_key, timeout_s=timeout_s)
         self.default_model = default_model
         self.want_kv_hints = kv_hints
@@ -75,15 +83,15 @@ class VllmAdapter(HttpEngineAdapter):
             status, _ = await self.post_json("/tokenize", self._model({"prompt": "probe"}), warmup=False)
             if status != 200:
                 self.disable(CAP_WARM_TOKENS, f"/tokenize answered {status}")
-            resp = await self.client.get(self.base_url + "/reset_prefix_cache", headers=self.headers(False),
-                                         timeout=self.timeout_s)
-            if resp.status_code == 405:   # route exists (POST only): dev mode is on
+            resp = await self.client.get(
+                self.base_url + "/reset_prefix_cache", headers=self.headers(False), timeout=self.timeout_s
+            )
+            if resp.status_code == 405:  # route exists (POST only): dev mode is on
                 self.enable(CAP_RESET)
             if self.want_kv_hints:
                 self.enable(CAP_KV_HINTS)
         except httpx.HTTPError as exc:
-            log.warning("engine %s: probe failed (%s); keeping default capabilities", self.name,
-                        type(exc).__name__)
+            log.warning("engine %s: probe failed (%s); keeping default capabilities", self.name, type(exc).__name__)
 
     async def _get_json(self, path: str) -> tuple[int, Any]:
         resp = await self.client.get(self.base_url + path, headers=self.headers(False), timeout=self.timeout_s)
@@ -153,14 +161,16 @@ class VllmAdapter(HttpEngineAdapter):
                 body = self._model({"prompt": list(ids), "max_tokens": 1, "temperature": 0.0, **extra}, spec.model)
                 return await self._send("/v1/completions", body, CAP_WARM_TOKENS)
         if CAP_WARM_CHAT in self.capabilities and spec.messages:
-            body = self._model({"messages": list(spec.messages), "max_tokens": 1, "temperature": 0.0,
-                                **spec.template, **extra}, spec.model)
+            body = self._model(
+                {"messages": list(spec.messages), "max_tokens": 1, "temperature": 0.0, **spec.template, **extra},
+                spec.model,
+            )
             if spec.continue_final:
                 body["continue_final_message"] = True
                 body["add_generation_prompt"] = False
             if spec.tools:
                 body["tools"] = list(spec.tools)
-                body["tool_choice"] = "none"   # vLLM refuses "auto" without tool-parser flags
+                body["tool_choice"] = "none"  # vLLM refuses "auto" without tool-parser flags
             return await self._send("/v1/chat/completions", body, CAP_WARM_CHAT)
         if CAP_WARM_CHAT in self.capabilities and spec.prompt is not None:
             body = self._model({"prompt": spec.prompt, "max_tokens": 1, "temperature": 0.0, **extra}, spec.model)
@@ -214,14 +224,19 @@ class VllmAdapter(HttpEngineAdapter):
             running=first(s, f"{p}num_requests_running"),
             waiting=first(s, f"{p}num_requests_waiting"),
             capacity_tokens=blocks * block_size if blocks and block_size else None,
-            capacity_blocks=blocks, block_size=block_size,
+            capacity_blocks=blocks,
+            block_size=block_size,
             prompt_tokens=first(s, f"{p}prompt_tokens_total"),
             prefill_seconds=first(s, f"{p}request_prefill_time_seconds_sum"),
             external_hits=first(s, f"{p}external_prefix_cache_hits_total"),
-            offload_load_bytes=_either(first(s, f"{p}kv_offload_load_bytes_total"),
-                                       label_sum(text, f"{p}kv_offload_total_bytes_total", "transfer_type", "CPU_to_GPU")),
-            offload_load_seconds=_either(first(s, f"{p}kv_offload_load_time_total"),
-                                         label_sum(text, f"{p}kv_offload_total_time_total", "transfer_type", "CPU_to_GPU")),
+            offload_load_bytes=_either(
+                first(s, f"{p}kv_offload_load_bytes_total"),
+                label_sum(text, f"{p}kv_offload_total_bytes_total", "transfer_type", "CPU_to_GPU"),
+            ),
+            offload_load_seconds=_either(
+                first(s, f"{p}kv_offload_load_time_total"),
+                label_sum(text, f"{p}kv_offload_total_time_total", "transfer_type", "CPU_to_GPU"),
+            ),
             host_tier_gib=_float(info.get("kv_offloading_size")),
             raw={k: v for k, v in s.items() if k.startswith(p) and "#" not in k and "_bucket" not in k},
         )
@@ -231,12 +246,20 @@ class VllmAdapter(HttpEngineAdapter):
         """vLLM accepts a `kv_hints` envelope; no action runs yet, so this only announces retention."""
         if CAP_KV_HINTS not in self.capabilities or survival is None:
             return {}
-        return {"kv_hints": {
-            "protocol_version": 1,
-            "message_id": uuid.uuid4().hex,
-            "actions": [{"action_id": uuid.uuid4().hex[:16], "action_type": "retain", "action_version": 1,
-                         "payload": {"survival": round(float(survival), 3)}}],
-        }}
+        return {
+            "kv_hints": {
+                "protocol_version": 1,
+                "message_id": uuid.uuid4().hex,
+                "actions": [
+                    {
+                        "action_id": uuid.uuid4().hex[:16],
+                        "action_type": "retain",
+                        "action_version": 1,
+                        "payload": {"survival": round(float(survival), 3)},
+                    }
+                ],
+            }
+        }
 
 
 def _blocks(labels: dict[str, str]) -> tuple[int | None, int | None]:

@@ -1,1 +1,3 @@
-"""Helpers that run servers for tests, the demo and benchmarks: in-thread uvicorn, child processes, a sim engine or a proxy on a loopback socket, a router fleet."""
+"""Helpers that run servers for tests, the demo and benchmarks: in-thread uvicorn, child processes, a
+sim engine or a proxy on a loopback socket, a router fleet.
+"""

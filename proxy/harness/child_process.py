@@ -27,8 +27,9 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 30.0,
-               ready: Callable[[int], bool] = lambda status: status == 200) -> None:
+def wait_ready(
+    url: str, proc: subprocess.Popen, timeout: float = 30.0, ready: Callable[[int], bool] = lambda status: status == 200
+) -> None:
     """Poll `url` until `ready(status)`; RuntimeError if `proc` exits first or time runs out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -54,17 +55,33 @@ def stop(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
 
 
 @contextlib.contextmanager
-def child_process(cmd: list[str], ready_url: str, *, env: Mapping[str, str] | None = None,
-                  cwd: str | Path | None = None, log_path: Path | None = None, timeout: float = 30.0,
-                  ready: Callable[[int], bool] = lambda status: status == 200) -> Iterator[subprocess.Popen]:
+def child_process(
+    cmd: list[str],
+    ready_url: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    log_path: Path | None = None,
+    timeout: float = 30.0,
+    ready: Callable[[int], bool] = lambda status: status == 200,
+) -> Iterator[subprocess.Popen]:
     """Start `cmd`, wait until `ready_url` answers, yield the process, stop it by its PID on exit.
 
     stdout and stderr go to `log_path` (kept) or a temporary file (dropped)."""
     with contextlib.ExitStack() as files:
-        log = (files.enter_context(open(log_path, "w+")) if log_path is not None
-               else files.enter_context(tempfile.TemporaryFile(mode="w+")))
-        proc = subprocess.Popen(cmd, cwd=cwd, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-                                stdout=log, stderr=subprocess.STDOUT, text=True)
+        log = (
+            files.enter_context(open(log_path, "w+"))
+            if log_path is not None
+            else files.enter_context(tempfile.TemporaryFile(mode="w+"))
+        )
+        proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         try:
             try:
                 wait_ready(ready_url, proc, timeout, ready)

@@ -15,9 +15,9 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from proxy.harness.uvicorn_thread import serve_in_thread
 from proxy.http.app import create_app
 from proxy.settings import Settings
-from proxy.harness.uvicorn_thread import serve_in_thread
 
 
 @dataclass(frozen=True)
@@ -33,16 +33,20 @@ class ProxyServerHandle:
 
     def call(self, fn: Callable[[], Any], timeout: float = 10.0) -> Any:
         """Run `fn()` (sync or returning an awaitable) on the proxy's loop; state lives there."""
+
         async def _run() -> Any:
             out = fn()
             if asyncio.iscoroutine(out):
                 out = await out
             return out
+
         return asyncio.run_coroutine_threadsafe(_run(), self.loop).result(timeout)
 
 
 @contextlib.contextmanager
-def run_proxy_server(settings: Settings, startup_timeout: float = 15.0, **app_kwargs: Any) -> Iterator[ProxyServerHandle]:
+def run_proxy_server(
+    settings: Settings, startup_timeout: float = 15.0, **app_kwargs: Any
+) -> Iterator[ProxyServerHandle]:
     app = create_app(settings, **app_kwargs)
     with serve_in_thread(app, name="proxy", startup_timeout=startup_timeout) as srv:
         yield ProxyServerHandle(f"http://127.0.0.1:{srv.port}", srv.port, app, srv.loop)

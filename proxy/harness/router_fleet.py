@@ -41,8 +41,8 @@ from typing import Any
 
 import httpx
 
-from proxy.harness.child_process import child_process, free_port
 from proxy.demo.workload import DemoSpec, WorkloadResult, run_workload
+from proxy.harness.child_process import child_process, free_port
 
 MODEL = "sim-llama-3.1-8b"
 ROUTER_POLICIES = ("round_robin", "consistent_hash", "sticky_least_loaded", "cache_aware", "kv_aware")
@@ -248,8 +248,9 @@ def landing(logs: Sequence[Sequence[dict]], by_session: bool = False) -> dict[st
     landed = that request went to the warmed replica; wrong_replica = it went elsewhere (the router
     defeated the warmup); unused = no such request (a prediction miss, not a routing problem).
     `used_here_later` counts warmups whose block any later client request on the same replica used."""
-    clients = sorted((r["t"], k, r.get("session"), r["hashes"]) for k, log in enumerate(logs)
-                     for r in log if not r["warmup"])
+    clients = sorted(
+        (r["t"], k, r.get("session"), r["hashes"]) for k, log in enumerate(logs) for r in log if not r["warmup"]
+    )
     uses: dict[int, list[tuple[float, int, str | None]]] = {}
     for t, k, sess, hashes in clients:
         for h in hashes:

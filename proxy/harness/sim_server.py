@@ -16,24 +16,29 @@ from dataclasses import dataclass
 
 from fastapi import FastAPI
 
+from proxy.harness.uvicorn_thread import serve_in_thread
 from proxy.simengine.server import create_sim_app
 from proxy.simengine.service import SimConfig, SimService
-from proxy.harness.uvicorn_thread import serve_in_thread
 
 
 @dataclass(frozen=True)
 class SimServerHandle:
-    url: str                 # e.g. "http://127.0.0.1:41234" (no trailing slash)
+    url: str  # e.g. "http://127.0.0.1:41234" (no trailing slash)
     port: int
     app: FastAPI
-    service: SimService      # the live engine (block pool, counters); touch it only while idle
+    service: SimService  # the live engine (block pool, counters); touch it only while idle
 
 
 @contextlib.contextmanager
-def run_sim_server(config: SimConfig | None = None, clock: Callable[[], float] | None = None,
-                   startup_timeout: float = 10.0, host: str = "127.0.0.1") -> Iterator[SimServerHandle]:
+def run_sim_server(
+    config: SimConfig | None = None,
+    clock: Callable[[], float] | None = None,
+    startup_timeout: float = 10.0,
+    host: str = "127.0.0.1",
+) -> Iterator[SimServerHandle]:
     """Start the sim engine with uvicorn in a daemon thread; yield its handle; stop it on exit."""
     app = create_sim_app(config or SimConfig(), clock)
-    with serve_in_thread(app, name="simulated engine", host=host, startup_timeout=startup_timeout,
-                         shutdown_timeout=10.0) as srv:
+    with serve_in_thread(
+        app, name="simulated engine", host=host, startup_timeout=startup_timeout, shutdown_timeout=10.0
+    ) as srv:
         yield SimServerHandle(f"http://{host}:{srv.port}", srv.port, app, app.state.sim)

@@ -21,15 +21,17 @@ import uvicorn
 @dataclass(frozen=True)
 class ThreadedServer:
     port: int
-    loop: asyncio.AbstractEventLoop   # the server's event loop (the app's state lives there)
+    loop: asyncio.AbstractEventLoop  # the server's event loop (the app's state lives there)
 
 
 @contextlib.contextmanager
-def serve_in_thread(app: Any, *, name: str, host: str = "127.0.0.1", startup_timeout: float = 10.0,
-                    shutdown_timeout: float = 15.0) -> Iterator[ThreadedServer]:
+def serve_in_thread(
+    app: Any, *, name: str, host: str = "127.0.0.1", startup_timeout: float = 10.0, shutdown_timeout: float = 15.0
+) -> Iterator[ThreadedServer]:
     """Start `app` on an ephemeral port of `host`; yield its port and loop; stop it on exit."""
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=0, log_level="warning", lifespan="on",
-                                           access_log=False))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=host, port=0, log_level="warning", lifespan="on", access_log=False)
+    )
     loops: list[asyncio.AbstractEventLoop] = []
 
     def _serve() -> None:

@@ -54,8 +54,9 @@ class ProxyApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-def _build_live(settings: Settings, client: httpx.AsyncClient, metrics: ProxyMetrics,
-                clock: Callable[[], float]) -> Any | None:
+def _build_live(
+    settings: Settings, client: httpx.AsyncClient, metrics: ProxyMetrics, clock: Callable[[], float]
+) -> Any | None:
     try:
         from proxy.runtime.live import build_live
     except ImportError as exc:
@@ -68,9 +69,13 @@ def _build_live(settings: Settings, client: httpx.AsyncClient, metrics: ProxyMet
         return None
 
 
-def create_app(settings: Settings | None = None, transport: httpx.AsyncBaseTransport | None = None,
-               clock: Callable[[], float] | None = None, observer: RequestObserver | None = None,
-               live: Any | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+    clock: Callable[[], float] | None = None,
+    observer: RequestObserver | None = None,
+    live: Any | None = None,
+) -> FastAPI:
     """Build the proxy app. Nothing touches the network until the lifespan starts."""
     settings = settings if settings is not None else load_settings()
     clock = clock if clock is not None else time.monotonic
@@ -79,8 +84,12 @@ def create_app(settings: Settings | None = None, transport: httpx.AsyncBaseTrans
     forwarder.timeout_ext = client_timeout(settings).as_dict()
     forwarder.inline_parse_bytes = settings.policy_inline_parse_bytes
     forwarder.stream_body_bytes = max(settings.policy_max_body_bytes, 1024 * 1024)
-    probe = ReadinessProbe(settings.upstream_url, settings.readiness_cache_seconds, clock,
-                           probe_timeout=min(2.0, settings.connect_timeout + 1.0))
+    probe = ReadinessProbe(
+        settings.upstream_url,
+        settings.readiness_cache_seconds,
+        clock,
+        probe_timeout=min(2.0, settings.connect_timeout + 1.0),
+    )
     token = settings.admin_token.get_secret_value() if settings.admin_token is not None else None
 
     @asynccontextmanager

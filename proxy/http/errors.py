@@ -57,8 +57,9 @@ def classify_upstream_error(exc: BaseException) -> str:
             return "timeout"
         if isinstance(cause, aiohttp.ClientConnectorError):
             return "connect"
-        if isinstance(cause, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError,
-                              aiohttp.ClientResponseError)):
+        if isinstance(
+            cause, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientResponseError)
+        ):
             return "protocol"
         if isinstance(cause, aiohttp.ClientOSError):
             return "connect"

@@ -36,8 +36,17 @@ from proxy.observability.metrics import ProxyMetrics, route_label
 log = logging.getLogger("cachescout.forwarder")
 
 HOP_BY_HOP = frozenset(
-    {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer",
-     b"trailers", b"transfer-encoding", b"upgrade"}
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"te",
+        b"trailer",
+        b"trailers",
+        b"transfer-encoding",
+        b"upgrade",
+    }
 )
 # Host and Content-Length are recomputed for the upstream hop; Expect was answered by our server
 # (the body is already read), so passing it on would make the engine wait for nothing.
@@ -79,8 +88,9 @@ class ClientGone(Exception):
 class Forwarder:
     """ASGI app forwarding every request it receives to `upstream_url` + path + query."""
 
-    def __init__(self, upstream_url: str, max_body_bytes: int, metrics: ProxyMetrics,
-                 clock: Callable[[], float]) -> None:
+    def __init__(
+        self, upstream_url: str, max_body_bytes: int, metrics: ProxyMetrics, clock: Callable[[], float]
+    ) -> None:
         self.base = upstream_url.rstrip("/")
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics
@@ -107,16 +117,18 @@ class Forwarder:
         self.metrics.policy_errors_total.inc()
         if not self._logged_observer_error:  # once at error level; a broken policy must not flood logs
             self._logged_observer_error = True
-            log.exception("observer %s failed (counted in cachescout_policy_errors_total; client unaffected)", hook)
+            # always called from the forwarder's except blocks, so the traceback is the hook's
+            log.exception("observer %s failed (counted in cachescout_policy_errors_total; client unaffected)", hook)  # noqa: LOG004
         else:
-            log.debug("observer %s failed", hook, exc_info=True)
+            log.debug("observer %s failed", hook, exc_info=True)  # noqa: LOG014
 
     def _make_context(self, scope: dict, body: Any, started: float) -> RequestContext:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         parsed: Any | None = None
-        if isinstance(body, _ChunkedBody):   # too large to read: the observer sees its size only
-            return RequestContext(next(self._ids), scope["method"], scope["path"], headers, b"", None, started,
-                                  body_size=body.size)
+        if isinstance(body, _ChunkedBody):  # too large to read: the observer sees its size only
+            return RequestContext(
+                next(self._ids), scope["method"], scope["path"], headers, b"", None, started, body_size=body.size
+            )
         if body and len(body) <= self.inline_parse_bytes and body[:1] in (b"{", b"[", b" ", b"\n", b"\t", b"\r"):
             try:
                 parsed = json.loads(body)
@@ -169,8 +181,13 @@ class Forwarder:
         try:
             body = await self._read_body(scope, receive)
         except BodyTooLarge:
-            await send_error(send, 413, f"request body exceeds {self.max_body_bytes} bytes",
-                             "invalid_request_error", "request_too_large")
+            await send_error(
+                send,
+                413,
+                f"request body exceeds {self.max_body_bytes} bytes",
+                "invalid_request_error",
+                "request_too_large",
+            )
             return 413
         except ClientGone:
             return CLIENT_GONE
@@ -202,8 +219,16 @@ class Forwarder:
             if not watcher.done():
                 watcher.cancel()
 
-    async def _relay(self, scope: dict, send: Callable, body: bytes, ctx: RequestContext | None, route: str,
-                     started: float, flags: dict) -> int:
+    async def _relay(
+        self,
+        scope: dict,
+        send: Callable,
+        body: bytes,
+        ctx: RequestContext | None,
+        route: str,
+        started: float,
+        flags: dict,
+    ) -> int:
         transport = self.transport
         assert transport is not None, "forwarder used outside the app lifespan"
         headers = filter_headers(scope["headers"], REQUEST_DROP)
@@ -212,8 +237,13 @@ class Forwarder:
             # an explicit Content-Length keeps httpx (and aiohttp below it) from switching to chunked
             headers.append((b"content-length", str(body.size).encode()))
             content = body.stream()
-        request = httpx.Request(scope["method"], self._url(scope), headers=headers, content=content,
-                                extensions={"timeout": self.timeout_ext})
+        request = httpx.Request(
+            scope["method"],
+            self._url(scope),
+            headers=headers,
+            content=content,
+            extensions={"timeout": self.timeout_ext},
+        )
         try:
             response = await transport.handle_async_request(request)
         except Exception as exc:  # noqa: BLE001 - every failure of our hop maps to 502/504
@@ -234,8 +264,9 @@ class Forwarder:
             observer = self.observer if ctx is not None else None
             if observer is not None:
                 try:
-                    observer.on_response_start(ctx, status, {k.decode("latin-1").lower(): v.decode("latin-1")
-                                                             for k, v in out_headers}, now)
+                    observer.on_response_start(
+                        ctx, status, {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in out_headers}, now
+                    )
                 except Exception:  # noqa: BLE001
                     self._observer_failed("on_response_start")
             await send({"type": "http.response.start", "status": status, "headers": out_headers})
@@ -259,8 +290,13 @@ class Forwarder:
             except Exception as exc:  # noqa: BLE001 - upstream broke mid-response (any transport's error type)
                 kind = classify_upstream_error(exc)
                 self.metrics.upstream_error(kind)
-                log.warning("upstream %s error mid-response for %s %s: %s; cutting the client connection",
-                            kind, scope["method"], scope["path"], describe_upstream_error(exc))
+                log.warning(
+                    "upstream %s error mid-response for %s %s: %s; cutting the client connection",
+                    kind,
+                    scope["method"],
+                    scope["path"],
+                    describe_upstream_error(exc),
+                )
                 self._end(ctx, f"upstream_{kind}", flags)
                 return status  # returning without the final body message makes the server close the socket
             if not finished:

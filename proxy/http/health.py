@@ -28,8 +28,9 @@ class Readiness:
 class ReadinessProbe:
     """Cached upstream reachability check."""
 
-    def __init__(self, upstream_url: str, cache_seconds: float, clock: Callable[[], float],
-                 probe_timeout: float = 2.0) -> None:
+    def __init__(
+        self, upstream_url: str, cache_seconds: float, clock: Callable[[], float], probe_timeout: float = 2.0
+    ) -> None:
         self.base = upstream_url.rstrip("/")
         self.cache_seconds = cache_seconds
         self.clock = clock

@@ -33,7 +33,7 @@ OPENAI_ROUTES: dict[str, list[str]] = {
     "/v1/models": ["GET"],
 }
 assert set(OPENAI_ROUTES) == set(KNOWN_ROUTES), "metric route labels and forwarded routes must agree"
-HINTS_PATH = "/v1/cachescout/hints"     # runtime hints (proxy/runtime/hint_inputs.py, docs/hints.md)
+HINTS_PATH = "/v1/cachescout/hints"  # runtime hints (proxy/runtime/hint_inputs.py, docs/hints.md)
 OWN_PATHS = ("/livez", "/readyz", "/metrics", "/debug/engine", "/debug/state", HINTS_PATH)
 
 
@@ -51,8 +51,12 @@ def check_admin(request: Request, token: str | None) -> Response | None:
         scheme, _, value = auth.partition(" ")
         given = value.strip() if scheme.lower() == "bearer" else None
     if not given:
-        return _error(401, "admin token required (Authorization: Bearer <token> or X-Admin-Token)",
-                      "authentication_error", "unauthorized")
+        return _error(
+            401,
+            "admin token required (Authorization: Bearer <token> or X-Admin-Token)",
+            "authentication_error",
+            "unauthorized",
+        )
     if not hmac.compare_digest(given.encode(), token.encode()):
         return _error(403, "admin token rejected", "permission_error", "forbidden")
     return None
@@ -89,19 +93,28 @@ def add_own_routes(app: FastAPI, probe: ReadinessProbe, admin_token: str | None)
         live = app.state.live
         service = getattr(live, "hints", None) if live is not None else None
         if service is None:
-            return _error(503, "runtime hints are not accepted (cache policy off or hints_enabled=false)",
-                          "service_unavailable", "hints_disabled")
+            return _error(
+                503,
+                "runtime hints are not accepted (cache policy off or hints_enabled=false)",
+                "service_unavailable",
+                "hints_disabled",
+            )
         raw = await _read_limited(request, service.max_body_bytes)
         if raw is None:
-            return _error(413, f"hint body larger than {service.max_body_bytes} bytes", "invalid_request_error",
-                          "request_too_large")
+            return _error(
+                413,
+                f"hint body larger than {service.max_body_bytes} bytes",
+                "invalid_request_error",
+                "request_too_large",
+            )
         try:
             status, body = service.handle(raw, request.headers, live.clock())
         except Exception:  # noqa: BLE001 - a hint bug must not become a 500 with a traceback
             if app.state.metrics is not None:
                 app.state.metrics.policy_errors_total.inc()
-            return _error(500, "hint processing failed (counted in cachescout_policy_errors_total)",
-                          "server_error", "hint_error")
+            return _error(
+                500, "hint processing failed (counted in cachescout_policy_errors_total)", "server_error", "hint_error"
+            )
         return JSONResponse(body, status_code=status)
 
     @app.get("/debug/engine", include_in_schema=False)

@@ -38,10 +38,22 @@ FLAGS: tuple[tuple[str, str, type, str], ...] = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     for flag, dest, type_, help_text in FLAGS:
         parser.add_argument(flag, dest=dest, type=type_, default=None, help=help_text)
-    parser.add_argument("--no-policy", dest="policy_enabled", action="store_const", const=False, default=None,
-                        help="plain pass-through proxy: do not learn or warm anything")
-    parser.add_argument("--set", dest="extra_settings", action="append", default=[], metavar="NAME=VALUE",
-                        help="set any Settings field (repeatable), e.g. --set readiness_cache_seconds=5")
+    parser.add_argument(
+        "--no-policy",
+        dest="policy_enabled",
+        action="store_const",
+        const=False,
+        default=None,
+        help="plain pass-through proxy: do not learn or warm anything",
+    )
+    parser.add_argument(
+        "--set",
+        dest="extra_settings",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set any Settings field (repeatable), e.g. --set readiness_cache_seconds=5",
+    )
     parser.add_argument("--access-log", action="store_true", help="log every request (costs CPU)")
 
 
@@ -53,7 +65,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         if not sep or not name.strip():
             raise SettingsError(f"invalid configuration: --set expects NAME=VALUE, got {item!r}")
         values[name.strip()] = _decode_complex(name.strip(), value)
-    for _flag, dest, _type, _help in FLAGS:   # a flag given wins; an absent one leaves --set alone
+    for _flag, dest, _type, _help in FLAGS:  # a flag given wins; an absent one leaves --set alone
         if getattr(args, dest, None) is not None:
             values[dest] = getattr(args, dest)
     if getattr(args, "policy_enabled", None) is not None:
@@ -84,6 +96,7 @@ def uvicorn_kwargs(settings: Settings, access_log: bool = False) -> dict:
     subclass of uvicorn's httptools protocol; without httptools, h11's header-size cap stands in."""
     try:
         from proxy.http.server_limits import ServerLimits, limited_protocol
+
         http: object = limited_protocol(ServerLimits.from_settings(settings))
     except ImportError:  # no httptools: h11 bounds the header block itself
         http = "h11"
@@ -124,7 +137,11 @@ def run(args: argparse.Namespace) -> int:
     raise_fd_limit()
     app = create_app(settings)
     logging.getLogger("cachescout.serve").info(
-        "cachescout proxy on http://%s:%d -> %s (policy %s)", settings.host, settings.port,
-        settings.upstream_url, "on" if settings.policy_enabled else "off")
+        "cachescout proxy on http://%s:%d -> %s (policy %s)",
+        settings.host,
+        settings.port,
+        settings.upstream_url,
+        "on" if settings.policy_enabled else "off",
+    )
     uvicorn.run(app, workers=1, **uvicorn_kwargs(settings, access_log=bool(getattr(args, "access_log", False))))
     return 0

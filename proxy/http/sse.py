@@ -53,9 +53,9 @@ class SSEParser:
         self.max_event_bytes = max_event_bytes if max_event_bytes is not None else max_line_bytes
         self.dropped_lines = 0
         self.dropped_events = 0
-        self._tail: list[bytes] = []      # pieces of the unfinished line
+        self._tail: list[bytes] = []  # pieces of the unfinished line
         self._tail_len = 0
-        self._cr = False                  # the last chunk ended in \r: a leading \n belongs to it
+        self._cr = False  # the last chunk ended in \r: a leading \n belongs to it
         self._data: list[str] = []
         self._data_len = 0
         self._event = ""
@@ -79,23 +79,23 @@ class SSEParser:
             if chunk[:1] == b"\n":
                 chunk = chunk[1:]
         last = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
-        if last < 0:                      # no line end in this chunk: only the tail grows
+        if last < 0:  # no line end in this chunk: only the tail grows
             self._grow_tail(chunk)
             return events
-        head, rest = chunk[:last + 1], chunk[last + 1:]
-        self._cr = not rest and chunk.endswith(b"\r")   # maybe the first half of \r\n
+        head, rest = chunk[: last + 1], chunk[last + 1 :]
+        self._cr = not rest and chunk.endswith(b"\r")  # maybe the first half of \r\n
         if self._skipping:
             match = _EOL.search(head)
             assert match is not None
             self._skipping = False
-            head = head[match.end():]
+            head = head[match.end() :]
             self._drop_tail()
         elif self._tail:
             head = b"".join(self._tail) + head
             self._drop_tail()
         pos = 0
         for match in _EOL.finditer(head):
-            self._line(head[pos:match.start()], events)
+            self._line(head[pos : match.start()], events)
             pos = match.end()
         if rest:
             self._grow_tail(rest)
@@ -160,7 +160,6 @@ class SSEParser:
         elif name == b"id":
             if "\x00" not in text:
                 self._id = text  # the last event id persists across events, as in EventSource
-        elif name == b"retry":
-            if text.isdigit():
-                self._retry = int(text)
+        elif name == b"retry" and text.isdigit():
+            self._retry = int(text)
         # unknown fields are ignored

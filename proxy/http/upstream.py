@@ -49,10 +49,7 @@ def _aiohttp_transport(settings: Settings) -> httpx.AsyncBaseTransport:
     from httpx_aiohttp import AiohttpTransport
 
     connector = aiohttp.TCPConnector(
-        limit=settings.max_connections,
-        limit_per_host=0,
-        keepalive_timeout=30.0,
-        ttl_dns_cache=300,
+        limit=settings.max_connections, limit_per_host=0, keepalive_timeout=30.0, ttl_dns_cache=300
     )
     session = aiohttp.ClientSession(
         connector=connector,

@@ -15,13 +15,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-KNOWN_ROUTES = (
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/v1/responses",
-    "/v1/embeddings",
-    "/v1/models",
-)
+KNOWN_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings", "/v1/models")
 OTHER_ROUTE = "other"
 CODE_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 UPSTREAM_ERROR_KINDS = ("connect", "timeout", "protocol", "other")
@@ -62,89 +56,119 @@ class ProxyMetrics:
 
         # --- forwarder (proxy/http) --------------------------------------------------------
         self.requests_total = Counter(
-            "cachescout_requests_total", "Client requests forwarded, by route and status class",
-            ("route", "code_class"), registry=r,
+            "cachescout_requests_total",
+            "Client requests forwarded, by route and status class",
+            ("route", "code_class"),
+            registry=r,
         )
         self.request_duration_seconds = Histogram(
-            "cachescout_request_duration_seconds", "Client request duration until the last byte was sent, seconds",
-            ("route",), buckets=DURATION_BUCKETS, registry=r,
+            "cachescout_request_duration_seconds",
+            "Client request duration until the last byte was sent, seconds",
+            ("route",),
+            buckets=DURATION_BUCKETS,
+            registry=r,
         )
         self.upstream_first_byte_seconds = Histogram(
-            "cachescout_upstream_first_byte_seconds", "Time from receipt to upstream response headers, seconds",
-            ("route",), buckets=FIRST_BYTE_BUCKETS, registry=r,
+            "cachescout_upstream_first_byte_seconds",
+            "Time from receipt to upstream response headers, seconds",
+            ("route",),
+            buckets=FIRST_BYTE_BUCKETS,
+            registry=r,
         )
         self.inflight_requests = Gauge(
-            "cachescout_inflight_requests", "Client requests currently being forwarded", registry=r,
+            "cachescout_inflight_requests", "Client requests currently being forwarded", registry=r
         )
         self.upstream_errors_total = Counter(
-            "cachescout_upstream_errors_total", "Upstream failures seen by the forwarder, by kind",
-            ("kind",), registry=r,
+            "cachescout_upstream_errors_total",
+            "Upstream failures seen by the forwarder, by kind",
+            ("kind",),
+            registry=r,
         )
 
         # --- policy actions (proxy/runtime/executor) ----------------------------------------
         self.actions_total = Counter(
-            "cachescout_actions_total", "Cache actions planned, by kind, reason and outcome",
-            ("kind", "reason", "outcome"), registry=r,
+            "cachescout_actions_total",
+            "Cache actions planned, by kind, reason and outcome",
+            ("kind", "reason", "outcome"),
+            registry=r,
         )
         self.warmup_tokens_total = Counter(
-            "cachescout_warmup_tokens_total", "Prompt tokens sent in warmup/touch requests", registry=r,
+            "cachescout_warmup_tokens_total", "Prompt tokens sent in warmup/touch requests", registry=r
         )
         self.action_queue_depth = Gauge(
-            "cachescout_action_queue_depth", "Actions waiting in the executor queue", registry=r,
+            "cachescout_action_queue_depth", "Actions waiting in the executor queue", registry=r
         )
 
         # --- learned state (proxy/runtime/live_policy) --------------------------------------
         self.prediction_total = Counter(
-            "cachescout_prediction_total", "Next-agent predictions checked against the real next agent",
-            ("outcome",), registry=r,
+            "cachescout_prediction_total",
+            "Next-agent predictions checked against the real next agent",
+            ("outcome",),
+            registry=r,
         )
         self.predictability_ratio = Gauge(
-            "cachescout_predictability_ratio", "Predictability gate R (entropy reduction of next agent), 0..1",
+            "cachescout_predictability_ratio",
+            "Predictability gate R (entropy reduction of next agent), 0..1",
             registry=r,
         )
         self.agents = Gauge("cachescout_agents", "Agents (prompt-prefix fingerprints) currently tracked", registry=r)
         self.sessions = Gauge("cachescout_sessions", "Sessions currently tracked", registry=r)
         self.policy_errors_total = Counter(
-            "cachescout_policy_errors_total", "Exceptions raised by the policy/observer (never seen by clients)",
+            "cachescout_policy_errors_total",
+            "Exceptions raised by the policy/observer (never seen by clients)",
             registry=r,
         )
         self.policy_observe_seconds = Histogram(
-            "cachescout_policy_observe_seconds", "Time spent in observe+plan on the request path, seconds",
-            buckets=OBSERVE_BUCKETS, registry=r,
+            "cachescout_policy_observe_seconds",
+            "Time spent in observe+plan on the request path, seconds",
+            buckets=OBSERVE_BUCKETS,
+            registry=r,
         )
 
         # --- cache effect (usage + engine scrape) ------------------------------------------
         self.engine_prefix_cache_hit_ratio = Gauge(
-            "cachescout_engine_prefix_cache_hit_ratio", "Engine-reported prefix cache hit ratio, 0..1", registry=r,
+            "cachescout_engine_prefix_cache_hit_ratio", "Engine-reported prefix cache hit ratio, 0..1", registry=r
         )
         self.prompt_tokens_total = Counter(
-            "cachescout_prompt_tokens_total", "usage.prompt_tokens of client requests", registry=r,
+            "cachescout_prompt_tokens_total", "usage.prompt_tokens of client requests", registry=r
         )
         self.cached_prompt_tokens_total = Counter(
-            "cachescout_cached_prompt_tokens_total", "usage.prompt_tokens_details.cached_tokens of client requests",
+            "cachescout_cached_prompt_tokens_total",
+            "usage.prompt_tokens_details.cached_tokens of client requests",
             registry=r,
         )
         self.predicted_cached_tokens_total = Counter(
-            "cachescout_predicted_cached_tokens_total", "Residency shadow's predicted cached tokens of client requests",
+            "cachescout_predicted_cached_tokens_total",
+            "Residency shadow's predicted cached tokens of client requests",
             registry=r,
         )
         self.converted_tokens_total = Counter(
-            "cachescout_converted_tokens_total", "Acted-on tokens that became a real cache hit, by action reason",
-            ("reason",), registry=r,
+            "cachescout_converted_tokens_total",
+            "Acted-on tokens that became a real cache hit, by action reason",
+            ("reason",),
+            registry=r,
         )
 
         # --- hardening: what the policy skipped or dropped to stay bounded (issue 13) --------
         self.policy_skipped_total = Counter(
-            "cachescout_policy_skipped_total", "Client requests the policy did not learn from, by reason "
+            "cachescout_policy_skipped_total",
+            "Client requests the policy did not learn from, by reason "
             "(rejected = engine answered non-2xx, not_allowed = auth not in the allow-list, body_too_large, "
-            "offload_full = parse worker queue full)", ("reason",), registry=r,
+            "offload_full = parse worker queue full)",
+            ("reason",),
+            registry=r,
         )
         self.memory_drops_total = Counter(
-            "cachescout_memory_drops_total", "Kept state dropped to stay within its byte budget, by store "
-            "(sessions, fanout = parked fan-out parents, tap = response readers)", ("store",), registry=r,
+            "cachescout_memory_drops_total",
+            "Kept state dropped to stay within its byte budget, by store "
+            "(sessions, fanout = parked fan-out parents, tap = response readers)",
+            ("store",),
+            registry=r,
         )
         self.kept_bytes = Gauge(
-            "cachescout_kept_bytes", "Estimated bytes the policy keeps, by store (sessions, tap)", ("store",),
+            "cachescout_kept_bytes",
+            "Estimated bytes the policy keeps, by store (sessions, tap)",
+            ("store",),
             registry=r,
         )
         for reason in SKIP_REASONS:
@@ -157,15 +181,20 @@ class ProxyMetrics:
         # (never a key or a name), at most HINT_SOURCE_LABELS of them (the busiest), class: fact |
         # prediction. Bounded: 8 x 5 + 16 x 2 series at most.
         self.hints_total = Counter(
-            "cachescout_hints_total", "Runtime hints received, by kind and admission outcome",
-            ("kind", "outcome"), registry=r,
+            "cachescout_hints_total",
+            "Runtime hints received, by kind and admission outcome",
+            ("kind", "outcome"),
+            registry=r,
         )
         self.hint_source_standing = Gauge(
-            "cachescout_hint_source_standing", "Calibrated standing of a hint source (posterior mean), 0..1",
-            ("source", "class"), registry=r,
+            "cachescout_hint_source_standing",
+            "Calibrated standing of a hint source (posterior mean), 0..1",
+            ("source", "class"),
+            registry=r,
         )
         self.hint_released_tokens_total = Counter(
-            "cachescout_hint_released_tokens_total", "Context tokens released from protection by session_ended hints",
+            "cachescout_hint_released_tokens_total",
+            "Context tokens released from protection by session_ended hints",
             registry=r,
         )
         # Pre-bound children: the forwarder's per-request label lookups become dict hits, and every
@@ -192,57 +221,83 @@ class ProxyMetrics:
     # --- self-evaluation (proxy/runtime/switchback.py): yield per signal, switchback ----------
     def _define_self_evaluation(self, r: CollectorRegistry) -> None:
         self.signal_saved_tokens_total = Counter(
-            "cachescout_signal_saved_tokens_total", "Client prompt tokens an action saved (engine cached_tokens "
-            "beyond the no-action counterfactual), by signal", ("reason",), registry=r,
+            "cachescout_signal_saved_tokens_total",
+            "Client prompt tokens an action saved (engine cached_tokens "
+            "beyond the no-action counterfactual), by signal",
+            ("reason",),
+            registry=r,
         )
         self.signal_spent_tokens_total = Counter(
-            "cachescout_signal_spent_tokens_total", "Tokens the engine prefilled for actions (their own "
+            "cachescout_signal_spent_tokens_total",
+            "Tokens the engine prefilled for actions (their own "
             "prompt_tokens - cached_tokens), by signal and whether client traffic ran alongside",
-            ("reason", "contended"), registry=r,
+            ("reason", "contended"),
+            registry=r,
         )
         self.signal_yield_tokens = Gauge(
-            "cachescout_signal_yield_tokens", "Decayed realised yield of a signal: saved - spent critical-path "
+            "cachescout_signal_yield_tokens",
+            "Decayed realised yield of a signal: saved - spent critical-path "
             "tokens (idle-time spending charged at yield_idle_cost_share)",
-            ("reason",), registry=r,
+            ("reason",),
+            registry=r,
         )
         self.signal_throttled = Gauge(
-            "cachescout_signal_throttled", "1 while a signal is throttled for negative realised yield",
-            ("reason",), registry=r,
+            "cachescout_signal_throttled",
+            "1 while a signal is throttled for negative realised yield",
+            ("reason",),
+            registry=r,
         )
         self.signal_held_back_total = Counter(
-            "cachescout_signal_held_back_total", "Actions not emitted because their signal is throttled",
-            ("reason",), registry=r,
+            "cachescout_signal_held_back_total",
+            "Actions not emitted because their signal is throttled",
+            ("reason",),
+            registry=r,
         )
         self.switchback_policy_active = Gauge(
-            "cachescout_switchback_policy_active", "1 while the policy may act (0: observe-only window or state)",
+            "cachescout_switchback_policy_active",
+            "1 while the policy may act (0: observe-only window or state)",
             registry=r,
         )
         self.switchback_observe_only = Gauge(
-            "cachescout_switchback_observe_only", "1 while the proxy has switched itself to observe-only "
-            "(actions confidently hurt TTFT)", registry=r,
+            "cachescout_switchback_observe_only",
+            "1 while the proxy has switched itself to observe-only (actions confidently hurt TTFT)",
+            registry=r,
         )
         self.switchback_ttft_effect_seconds = Gauge(
-            "cachescout_switchback_ttft_effect_seconds", "Load-adjusted TTFT effect of acting (on - off window "
-            "means), seconds (source: decision or running; bound: estimate, low or high)", ("source", "bound"), registry=r,
+            "cachescout_switchback_ttft_effect_seconds",
+            "Load-adjusted TTFT effect of acting (on - off window "
+            "means), seconds (source: decision or running; bound: estimate, low or high)",
+            ("source", "bound"),
+            registry=r,
         )
         self.switchback_ttft_effect_ratio = Gauge(
-            "cachescout_switchback_ttft_effect_ratio", "The TTFT effect relative to observe-only windows' mean "
-            "TTFT (-0.1 = 10% faster)", ("source", "bound"), registry=r,
+            "cachescout_switchback_ttft_effect_ratio",
+            "The TTFT effect relative to observe-only windows' mean TTFT (-0.1 = 10% faster)",
+            ("source", "bound"),
+            registry=r,
         )
         self.switchback_hit_ratio = Gauge(
-            "cachescout_switchback_hit_ratio", "Client-visible prefix hit ratio of the experiment's windows, "
-            "by arm, 0..1", ("source", "arm"), registry=r,
+            "cachescout_switchback_hit_ratio",
+            "Client-visible prefix hit ratio of the experiment's windows, by arm, 0..1",
+            ("source", "arm"),
+            registry=r,
         )
         self.switchback_windows_total = Counter(
-            "cachescout_switchback_windows_total", "Switchback windows closed, by arm and whether they had "
-            "enough requests to count", ("arm", "usable"), registry=r,
+            "cachescout_switchback_windows_total",
+            "Switchback windows closed, by arm and whether they had enough requests to count",
+            ("arm", "usable"),
+            registry=r,
         )
         self.switchback_decisions_total = Counter(
-            "cachescout_switchback_decisions_total", "Switchback decisions, by verdict", ("verdict",), registry=r,
+            "cachescout_switchback_decisions_total", "Switchback decisions, by verdict", ("verdict",), registry=r
         )
         for reason in ACTION_REASONS:
-            for m in (self.signal_saved_tokens_total, self.signal_yield_tokens, self.signal_throttled,
-                      self.signal_held_back_total):
+            for m in (
+                self.signal_saved_tokens_total,
+                self.signal_yield_tokens,
+                self.signal_throttled,
+                self.signal_held_back_total,
+            ):
                 m.labels(reason)
             for contended in ("yes", "no"):
                 self.signal_spent_tokens_total.labels(reason, contended)

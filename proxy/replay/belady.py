@@ -33,8 +33,8 @@ def next_uses(block_lists: Sequence[Sequence[int]]) -> list[list[int]]:
 def belady_hits(block_lists: Sequence[Sequence[int]], capacity: int) -> list[int]:
     """Prefix-hit block count per request under MIN with bypass at `capacity` blocks."""
     nxt = next_uses(block_lists)
-    cache: dict[int, int] = {}           # block -> its next use
-    depth: dict[int, int] = {}           # block -> its position in the chain (deeper goes first on ties)
+    cache: dict[int, int] = {}  # block -> its next use
+    depth: dict[int, int] = {}  # block -> its position in the chain (deeper goes first on ties)
     heap: list[tuple[int, int, int]] = []  # (-next use, -depth, block); lazy: stale entries skipped
     push, pop = heapq.heappush, heapq.heappop
     hits: list[int] = []
@@ -59,7 +59,7 @@ def belady_hits(block_lists: Sequence[Sequence[int]], capacity: int) -> list[int
                 depth[h] = j
                 push(heap, (-nu, -j, h))
                 continue
-            while True:                       # farthest live entry (deepest on ties)
+            while True:  # farthest live entry (deepest on ties)
                 neg, negd, victim = heap[0]
                 if cache.get(victim) == -neg:
                     break
@@ -72,7 +72,7 @@ def belady_hits(block_lists: Sequence[Sequence[int]], capacity: int) -> list[int
                 depth[h] = j
                 push(heap, (-nu, -j, h))
             # else: bypass — h is needed later than everything resident
-        if len(heap) > 4 * capacity + 1024:   # compact stale entries
+        if len(heap) > 4 * capacity + 1024:  # compact stale entries
             heap = [(-v, -depth.get(k, 0), k) for k, v in cache.items()]
             heapq.heapify(heap)
     return hits

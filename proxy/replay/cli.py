@@ -26,48 +26,98 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--trace", metavar="FILE", help="jsonl trace file")
     p.add_argument("--format", default="auto", choices=("auto", *FORMATS), help="trace format (default: detect)")
     p.add_argument("--limit", type=int, default=None, help="read only the first N trace lines")
-    p.add_argument("--capacity", default=None,
-                   help="comma list: a share of the stream's unique blocks (0.05 or 5%%) or a block count "
-                        f"(default {DEFAULT_WORKLOAD_CAPACITY} for workloads, {DEFAULT_TRACE_CAPACITY} for traces)")
-    p.add_argument("--cpu-capacity", default=None,
-                   help="host-memory (CPU offload) tier behind the GPU cache: 4x (of each GPU capacity), a share "
-                        "of the unique blocks (0.2 or 20%%) or a block count; default: no host tier")
-    p.add_argument("--offload-bandwidth-gbps", type=float, default=CostModel().offload_gbps,
-                   help="host tier: effective CPU->GPU bandwidth in Gb/s")
-    p.add_argument("--kv-bytes-per-token", type=int, default=CostModel().kv_bytes_per_token,
-                   help="KV bytes per token of the modelled model (host-tier load size)")
-    p.add_argument("--policies", default=",".join(POLICIES),
-                   help=f"comma list from {','.join(POLICIES)} (lru and belady always run); opt-in, with a "
-                        f"runtime sending hints: {','.join(HINT_POLICIES)}")
+    p.add_argument(
+        "--capacity",
+        default=None,
+        help="comma list: a share of the stream's unique blocks (0.05 or 5%%) or a block count "
+        f"(default {DEFAULT_WORKLOAD_CAPACITY} for workloads, {DEFAULT_TRACE_CAPACITY} for traces)",
+    )
+    p.add_argument(
+        "--cpu-capacity",
+        default=None,
+        help="host-memory (CPU offload) tier behind the GPU cache: 4x (of each GPU capacity), a share "
+        "of the unique blocks (0.2 or 20%%) or a block count; default: no host tier",
+    )
+    p.add_argument(
+        "--offload-bandwidth-gbps",
+        type=float,
+        default=CostModel().offload_gbps,
+        help="host tier: effective CPU->GPU bandwidth in Gb/s",
+    )
+    p.add_argument(
+        "--kv-bytes-per-token",
+        type=int,
+        default=CostModel().kv_bytes_per_token,
+        help="KV bytes per token of the modelled model (host-tier load size)",
+    )
+    p.add_argument(
+        "--policies",
+        default=",".join(POLICIES),
+        help=f"comma list from {','.join(POLICIES)} (lru and belady always run); opt-in, with a "
+        f"runtime sending hints: {','.join(HINT_POLICIES)}",
+    )
     p.add_argument("--seed", type=int, default=0, help="workload seed")
     p.add_argument("--sessions", type=int, default=None, help="workload: number of sessions")
     p.add_argument("--predictability", type=float, default=None, help="workload: supervisor predictability")
     p.add_argument("--load", type=float, default=None, help="workload: target cold-prefill load (0..)")
     p.add_argument("--latency-budget", type=float, default=2.0, help="p99 TTFT budget for req/s @ budget")
-    p.add_argument("--engines", type=int, default=1,
-                   help="parallel prefill servers sharing the cache in the TTFT model (traces from clusters)")
-    p.add_argument("--retention-seconds", type=float, default=300.0,
-                   help="scout-proxy-priority: the engine's priority retention (SGLang retention_seconds)")
+    p.add_argument(
+        "--engines",
+        type=int,
+        default=1,
+        help="parallel prefill servers sharing the cache in the TTFT model (traces from clusters)",
+    )
+    p.add_argument(
+        "--retention-seconds",
+        type=float,
+        default=300.0,
+        help="scout-proxy-priority: the engine's priority retention (SGLang retention_seconds)",
+    )
     p.add_argument("--ttl", type=float, default=10.0, help="ttl policy: pin seconds after a tool call")
-    p.add_argument("--scout-set", action="append", default=[], metavar="KEY=VALUE",
-                   help="PolicyConfig override for the scout policies (repeatable)")
-    p.add_argument("--no-session-ids", action="store_true",
-                   help="hide session ids from the scout policies (they infer sessions)")
-    p.add_argument("--replicas", type=int, default=1,
-                   help="engine replicas behind a router, each with its own cache of --capacity blocks and its "
-                        "own CacheScout sidecar (default 1: the single-engine replay)")
-    p.add_argument("--routing", default="session", choices=("round_robin", "session", "prefix"),
-                   help="with --replicas > 1: the router's rule (round_robin; session = consistent hash on the "
-                        "session id; prefix = the router's prefix index, like vllm-router cache_aware)")
-    p.add_argument("--scale", default=None, metavar="N,N,...",
-                   help="learning at scale: replay at each replica count (e.g. 1,2,4,8,16) under every routing "
-                        "and print hit rate, gain over LRU, top-1 accuracy and R")
-    p.add_argument("--scale-load", action="store_true",
-                   help="with --scale and --workload: N replicas get N times the sessions and concurrency "
-                        "(constant load per replica) instead of splitting one stream N ways")
-    p.add_argument("--bootstrap-share", type=float, default=0.0,
-                   help="with --replicas/--scale: one proxy learns on the first share of the stream (0..1); every "
-                        "replica starts from that snapshot and the rest of the stream is measured")
+    p.add_argument(
+        "--scout-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="PolicyConfig override for the scout policies (repeatable)",
+    )
+    p.add_argument(
+        "--no-session-ids", action="store_true", help="hide session ids from the scout policies (they infer sessions)"
+    )
+    p.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="engine replicas behind a router, each with its own cache of --capacity blocks and its "
+        "own CacheScout sidecar (default 1: the single-engine replay)",
+    )
+    p.add_argument(
+        "--routing",
+        default="session",
+        choices=("round_robin", "session", "prefix"),
+        help="with --replicas > 1: the router's rule (round_robin; session = consistent hash on the "
+        "session id; prefix = the router's prefix index, like vllm-router cache_aware)",
+    )
+    p.add_argument(
+        "--scale",
+        default=None,
+        metavar="N,N,...",
+        help="learning at scale: replay at each replica count (e.g. 1,2,4,8,16) under every routing "
+        "and print hit rate, gain over LRU, top-1 accuracy and R",
+    )
+    p.add_argument(
+        "--scale-load",
+        action="store_true",
+        help="with --scale and --workload: N replicas get N times the sessions and concurrency "
+        "(constant load per replica) instead of splitting one stream N ways",
+    )
+    p.add_argument(
+        "--bootstrap-share",
+        type=float,
+        default=0.0,
+        help="with --replicas/--scale: one proxy learns on the first share of the stream (0..1); every "
+        "replica starts from that snapshot and the rest of the stream is measured",
+    )
     p.add_argument("--out", default="replay-out", help="output directory")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--no-progress", action="store_true")
@@ -126,35 +176,56 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("the stream has no requests")
         caps = [resolve_capacity(c, reqs) for c in (args.capacity or default_caps).split(",") if c.strip()]
         from proxy.core.config import PolicyConfig
-        PolicyConfig().with_overrides(**overrides)      # unknown names fail here, not mid-replay
+
+        PolicyConfig().with_overrides(**overrides)  # unknown names fail here, not mid-replay
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"cachescout replay: {exc}", file=sys.stderr)
         return 2
     from proxy.settings import SettingsError, load_settings
+
     try:
-        proxy_settings = load_settings()      # the CACHESCOUT_* settings `cachescout serve` would use
+        proxy_settings = load_settings()  # the CACHESCOUT_* settings `cachescout serve` would use
     except SettingsError as exc:
         print(f"cachescout replay: {exc}", file=sys.stderr)
         return 2
-    settings = ReplaySettings(block_size=block_size, latency_budget_s=args.latency_budget, ttl_s=args.ttl,
-                              scout_overrides=overrides, proxy_settings=proxy_settings, use_sessions=not args.no_session_ids,
-                              engines=args.engines, retention_s=args.retention_seconds,
-                              cost=CostModel(offload_gbps=args.offload_bandwidth_gbps,
-                                             kv_bytes_per_token=args.kv_bytes_per_token),
-                              cpu_capacity=args.cpu_capacity)
+    settings = ReplaySettings(
+        block_size=block_size,
+        latency_budget_s=args.latency_budget,
+        ttl_s=args.ttl,
+        scout_overrides=overrides,
+        proxy_settings=proxy_settings,
+        use_sessions=not args.no_session_ids,
+        engines=args.engines,
+        retention_s=args.retention_seconds,
+        cost=CostModel(offload_gbps=args.offload_bandwidth_gbps, kv_bytes_per_token=args.kv_bytes_per_token),
+        cpu_capacity=args.cpu_capacity,
+    )
     if args.replicas > 1 or args.scale or args.bootstrap_share:
         from proxy.replay.fleet_report import run_fleet
+
         return run_fleet(args, reqs, caps, policies, settings)
     t0 = time.perf_counter()
     results = replay(reqs, caps, policies, settings, progress=not args.no_progress)
-    meta = {"title": args.workload or args.trace, "source": source,
-            "settings": {"capacities": caps, "latency_budget_s": args.latency_budget, "ttl_s": args.ttl,
-                         "engines": args.engines, "retention_s": args.retention_seconds,
-                         "scout_overrides": overrides, "session_ids": not args.no_session_ids,
-                         "block_size": block_size, "seed": args.seed, "cpu_capacity": args.cpu_capacity,
-                         "offload_gbps": args.offload_bandwidth_gbps},
-            "elapsed_s": round(time.perf_counter() - t0, 3)}
+    meta = {
+        "title": args.workload or args.trace,
+        "source": source,
+        "settings": {
+            "capacities": caps,
+            "latency_budget_s": args.latency_budget,
+            "ttl_s": args.ttl,
+            "engines": args.engines,
+            "retention_s": args.retention_seconds,
+            "scout_overrides": overrides,
+            "session_ids": not args.no_session_ids,
+            "block_size": block_size,
+            "seed": args.seed,
+            "cpu_capacity": args.cpu_capacity,
+            "offload_gbps": args.offload_bandwidth_gbps,
+        },
+        "elapsed_s": round(time.perf_counter() - t0, 3),
+    }
     from proxy.replay.report import write_report
+
     paths = write_report(results, meta, args.out, with_plots=not args.no_plots)
     for row in results["capacities"]:
         tier = row.get("cpu_capacity_blocks") or 0

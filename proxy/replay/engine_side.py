@@ -20,7 +20,7 @@ from collections.abc import Callable
 from proxy.core.actions import Action
 from proxy.runtime.executor import ExecutorLimits, action_key
 
-UTILISATION_WINDOW_S = 5.0      # the live proxy's default scrape interval: its utilisation sample
+UTILISATION_WINDOW_S = 5.0  # the live proxy's default scrape interval: its utilisation sample
 
 
 class EngineQueue:
@@ -29,10 +29,10 @@ class EngineQueue:
 
     def __init__(self, engines: int = 1) -> None:
         self.engines = max(1, int(engines))
-        self.servers = [0.0] * self.engines       # heap of the servers' free times
+        self.servers = [0.0] * self.engines  # heap of the servers' free times
         self.starts: deque[float] = deque()
-        self.client_until = 0.0                   # end of the last client prefill job
-        self._jobs: deque[tuple[float, float]] = deque()   # (start, end) of recent jobs
+        self.client_until = 0.0  # end of the last client prefill job
+        self._jobs: deque[tuple[float, float]] = deque()  # (start, end) of recent jobs
 
     def push(self, now: float, service_s: float, client: bool = True) -> float:
         """Queue a job; returns its end time."""
@@ -71,17 +71,28 @@ class ReplayExecutor:
     simulated engine and returns (ok, end time, tokens it prefilled);
     `report(action, ok, now, computed_tokens)` tells the core."""
 
-    def __init__(self, limits: ExecutorLimits, run: Callable[[Action, float], tuple[bool, float, int]],
-                 report: Callable[..., None]) -> None:
+    def __init__(
+        self,
+        limits: ExecutorLimits,
+        run: Callable[[Action, float], tuple[bool, float, int]],
+        report: Callable[..., None],
+    ) -> None:
         self.limits = limits
         self.run = run
         self.report = report
         self.queue: deque[Action] = deque()
-        self.keys: set[tuple] = set()              # queued or running (dedupe)
-        self.running: list[tuple[float, int, Action, bool, int]] = []   # heap: (end, seq, action, ok, computed)
+        self.keys: set[tuple] = set()  # queued or running (dedupe)
+        self.running: list[tuple[float, int, Action, bool, int]] = []  # heap: (end, seq, action, ok, computed)
         self._seq = 0
-        self.stats = {"submitted": 0, "deduped": 0, "ok": 0, "unsupported": 0, "dropped_stale": 0,
-                      "dropped_busy": 0, "dropped_full": 0}
+        self.stats = {
+            "submitted": 0,
+            "deduped": 0,
+            "ok": 0,
+            "unsupported": 0,
+            "dropped_stale": 0,
+            "dropped_busy": 0,
+            "dropped_full": 0,
+        }
 
     def submit(self, actions: list[Action], now: float) -> None:
         for a in actions:
@@ -116,7 +127,7 @@ class ReplayExecutor:
                 self.report(a, False, now)
                 continue
             if busy:
-                break                               # yield to traffic; retried at the next event
+                break  # yield to traffic; retried at the next event
             queue.popleft()
             ok, end, computed = self.run(a, now)
             self.stats["ok" if ok else "unsupported"] += 1

@@ -12,9 +12,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from proxy.replay.traces import ReplayRequest
 from proxy.replay.replicas import ROUTINGS, format_scale_table, learned_snapshot, replay_fleet, scale_table
 from proxy.replay.runner import ReplaySettings
+from proxy.replay.traces import ReplayRequest
 
 
 def split_for_bootstrap(reqs: Sequence[ReplayRequest], share: float) -> tuple[list[ReplayRequest], list[ReplayRequest]]:

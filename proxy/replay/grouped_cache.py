@@ -21,12 +21,12 @@ from collections.abc import Callable, Hashable, Sequence
 class GroupedCache:
     def __init__(self, capacity_blocks: int, score: Callable[[Hashable, float, float], float]):
         self.capacity = int(capacity_blocks)
-        self.score = score                                  # (group, last access time, now) -> keep value
-        self.group_of: dict[int, Hashable] = {}             # resident block -> group
-        self.last: dict[int, tuple[float, int]] = {}        # resident block -> (last access, touch seq)
-        self.parent_of: dict[int, int | None] = {}          # resident block -> its prefix parent
-        self.children: dict[int, int] = {}                  # resident block -> resident children count
-        self.leaves: dict[Hashable, list] = {}              # group -> heap of (t, seq, block), lazy
+        self.score = score  # (group, last access time, now) -> keep value
+        self.group_of: dict[int, Hashable] = {}  # resident block -> group
+        self.last: dict[int, tuple[float, int]] = {}  # resident block -> (last access, touch seq)
+        self.parent_of: dict[int, int | None] = {}  # resident block -> its prefix parent
+        self.children: dict[int, int] = {}  # resident block -> resident children count
+        self.leaves: dict[Hashable, list] = {}  # group -> heap of (t, seq, block), lazy
         self.evictions = 0
         self._seq = 0
         self._pinned: set[int] = set()
@@ -62,14 +62,14 @@ class GroupedCache:
             self._evict(misses - free, now)
             self._pinned = set()
         parent_of, children, last = self.parent_of, self.children, self.last
-        for j, h in enumerate(hashes):                      # link the new blocks to their parents
+        for j, h in enumerate(hashes):  # link the new blocks to their parents
             if h not in group_of:
                 p = hashes[j - 1] if j else None
                 parent_of[h] = p
                 if p is not None:
                     children[p] = children.get(p, 0) + 1
                 group_of[h] = groups[j]
-        for j in range(len(hashes) - 1, -1, -1):            # touch deepest first
+        for j in range(len(hashes) - 1, -1, -1):  # touch deepest first
             h = hashes[j]
             grp = groups[j]
             if group_of[h] != grp:
@@ -87,8 +87,12 @@ class GroupedCache:
     # ------------------------------------------------------------------ eviction
     def _valid(self, grp, entry) -> bool:
         t, seq, h = entry
-        return (self.group_of.get(h) == grp and self.last.get(h) == (t, seq)
-                and not self.children.get(h) and h not in self._pinned)
+        return (
+            self.group_of.get(h) == grp
+            and self.last.get(h) == (t, seq)
+            and not self.children.get(h)
+            and h not in self._pinned
+        )
 
     def _head(self, grp):
         """The group's oldest evictable block entry (stale entries dropped), or None."""
@@ -99,7 +103,7 @@ class GroupedCache:
             entry = heapq.heappop(heap)
             h = entry[2]
             if h in self._pinned and self.group_of.get(h) == grp and self.last.get(h) == entry[:2]:
-                self._stash.append((grp, entry))         # pinned for this request: put back later
+                self._stash.append((grp, entry))  # pinned for this request: put back later
         if heap is not None and not heap:
             del self.leaves[grp]
         return None
@@ -128,7 +132,7 @@ class GroupedCache:
             heapq.heappop(self.leaves[grp])
             parent_grp = self._drop(e[2])
             n -= 1
-            for g in {grp, parent_grp} - {None}:             # a parent may just have become a leaf
+            for g in {grp, parent_grp} - {None}:  # a parent may just have become a leaf
                 cur = self._head(g)
                 if cur is not None:
                     tie += 1

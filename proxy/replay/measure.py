@@ -35,14 +35,14 @@ from proxy.cachemodel.cost_model import CostModel
 @dataclass
 class SignalTally:
     actions: int = 0
-    acted_tokens: int = 0          # tokens warmed, touched or retained
-    warm_tokens: int = 0           # tokens prefilled to execute the actions
-    cost_s: float = 0.0            # engine seconds the actions took
+    acted_tokens: int = 0  # tokens warmed, touched or retained
+    warm_tokens: int = 0  # tokens prefilled to execute the actions
+    cost_s: float = 0.0  # engine seconds the actions took
     converted_tokens: int = 0
     saved_s: float = 0.0
-    leads: list[float] = field(default_factory=list)          # seconds, one per converted mark
-    lead_weights: list[int] = field(default_factory=list)     # tokens of that mark
-    early_tokens: int = 0          # converted tokens whose lead time >= the prefill time of the action's chain
+    leads: list[float] = field(default_factory=list)  # seconds, one per converted mark
+    lead_weights: list[int] = field(default_factory=list)  # tokens of that mark
+    early_tokens: int = 0  # converted tokens whose lead time >= the prefill time of the action's chain
 
 
 class RunRecorder:
@@ -50,7 +50,7 @@ class RunRecorder:
 
     def __init__(self, cost: CostModel, output_tokens: np.ndarray, engines: int = 1):
         self.cost = cost
-        self.engines = max(1, int(engines))          # parallel prefill servers sharing the cache
+        self.engines = max(1, int(engines))  # parallel prefill servers sharing the cache
         self.output_tokens = np.asarray(output_tokens, dtype=np.int64)
         n_requests = len(self.output_tokens)
         self.hit_blocks = np.zeros(n_requests, dtype=np.int64)
@@ -58,15 +58,15 @@ class RunRecorder:
         self.prompt_tokens = np.zeros(n_requests, dtype=np.int64)
         self.blocks = np.zeros(n_requests, dtype=np.int64)
         self.arrival = np.zeros(n_requests)
-        self.action_jobs: list[tuple[float, float]] = []     # (time, engine seconds) of executed actions
+        self.action_jobs: list[tuple[float, float]] = []  # (time, engine seconds) of executed actions
         self.signals: dict[str, SignalTally] = defaultdict(SignalTally)
         self._marks: dict[int, list[tuple[str, float, int, float]]] = {}  # block -> [(reason, t, tokens, need s)]
         self.actions_by_kind: dict[str, int] = defaultdict(int)
         self.unsupported = 0
-        self.tier = None                              # host tier model (tiers.py) or None
+        self.tier = None  # host tier model (tiers.py) or None
         self.load_tokens = np.zeros(n_requests, dtype=np.int64)
-        self.action_load_s = 0.0                      # host-tier load seconds of the actions (prefetches)
-        self.resume = np.zeros(n_requests, dtype=bool)   # request resumes a session paused on a tool call
+        self.action_load_s = 0.0  # host-tier load seconds of the actions (prefetches)
+        self.resume = np.zeros(n_requests, dtype=bool)  # request resumes a session paused on a tool call
 
     # ------------------------------------------------------------------ requests
     def request(self, i: int, t: float, hashes, tokens, hit: int) -> None:
@@ -80,7 +80,7 @@ class RunRecorder:
         if self.tier is not None:
             n = self.tier.on_request(i, hashes, hit)
             if n:
-                self.load_tokens[i] = sum(tokens[hit:hit + n])
+                self.load_tokens[i] = sum(tokens[hit : hit + n])
         if self._marks:
             self._settle(t, hashes, tokens, hit)
 
@@ -90,7 +90,7 @@ class RunRecorder:
         for j, h in enumerate(hashes):
             pending = marks.pop(h, None)
             if pending is None or j >= hit:
-                continue                      # a miss on a marked block: it was evicted, no credit
+                continue  # a miss on a marked block: it was evicted, no credit
             for reason, t_act, tok, need in pending:
                 s = self.signals[reason]
                 saved = per_tok * tok
@@ -103,8 +103,19 @@ class RunRecorder:
                     s.early_tokens += tok
 
     # ------------------------------------------------------------------ actions
-    def action(self, t: float, kind: str, reason: str, hashes, tokens, resident_before: int,
-               resident_after: int, cached_before_tokens: int, warmed_tokens: int, service_s: float) -> None:
+    def action(
+        self,
+        t: float,
+        kind: str,
+        reason: str,
+        hashes,
+        tokens,
+        resident_before: int,
+        resident_after: int,
+        cached_before_tokens: int,
+        warmed_tokens: int,
+        service_s: float,
+    ) -> None:
         """An executed action: `resident_before/after` are leading resident blocks of its chain."""
         s = self.signals[reason]
         s.actions += 1
@@ -115,18 +126,18 @@ class RunRecorder:
             self.action_jobs.append((t, service_s))
         marks = self._marks
         acted = 0
-        need = self.cost.chunk_s(0, sum(tokens[:resident_after]))   # prefill time of what it keeps
+        need = self.cost.chunk_s(0, sum(tokens[:resident_after]))  # prefill time of what it keeps
         for j in range(resident_after):
             h = hashes[j]
             tok = tokens[j]
             if j >= resident_before:
-                marks.pop(h, None)            # it had been evicted: older marks are void
+                marks.pop(h, None)  # it had been evicted: older marks are void
             marks.setdefault(h, []).append((reason, t, tok, need))
             acted += tok
         s.acted_tokens += acted
 
     # ------------------------------------------------------------------ summaries
-    def summary(self, span_s: float, budget_s: float, lru: "RunRecorder | None" = None) -> dict:
+    def summary(self, span_s: float, budget_s: float, lru: RunRecorder | None = None) -> dict:
         hit_tok = int(self.hit_tokens.sum())
         load_tok = int(self.load_tokens.sum())
         prompt = int(self.prompt_tokens.sum())
@@ -148,7 +159,7 @@ class RunRecorder:
             "host_load_rate": load_tok / prompt if prompt else 0.0,
             "load_s": float(self.load_s().sum()),
             "action_load_s": self.action_load_s,
-            "resumes": int(len(resumes)),
+            "resumes": len(resumes),
             "ttft_resume_mean_s": float(resumes.mean()) if len(resumes) else None,
             "ttft_resume_p99_s": float(np.percentile(resumes, 99)) if len(resumes) else None,
             "prefill_s": self.prefill_s_total(),
@@ -189,8 +200,9 @@ class RunRecorder:
         """Each request's host-tier load time (CostModel.load_s, vectorised; 0 without a load)."""
         c = self.cost
         loads = self.load_tokens.astype(float)
-        return np.where(loads > 0, c.offload_latency_s + loads * c.kv_bytes_per_token * 8.0 / (c.offload_gbps * 1e9),
-                        0.0)
+        return np.where(
+            loads > 0, c.offload_latency_s + loads * c.kv_bytes_per_token * 8.0 / (c.offload_gbps * 1e9), 0.0
+        )
 
     def ttft_by_request(self) -> np.ndarray:
         """TTFT indexed by request (the queue orders jobs by arrival)."""
@@ -207,14 +219,18 @@ class RunRecorder:
             pol = pollution_s * share
             leads = np.array(s.leads) if s.leads else np.zeros(0)
             out[reason] = {
-                "actions": s.actions, "acted_tokens": s.acted_tokens, "warm_tokens": s.warm_tokens,
+                "actions": s.actions,
+                "acted_tokens": s.acted_tokens,
+                "warm_tokens": s.warm_tokens,
                 "converted_tokens": s.converted_tokens,
                 "conversion": s.converted_tokens / s.acted_tokens if s.acted_tokens else 0.0,
                 "lead_p10_s": float(np.percentile(leads, 10)) if len(leads) else None,
                 "lead_p50_s": float(np.percentile(leads, 50)) if len(leads) else None,
                 "lead_p90_s": float(np.percentile(leads, 90)) if len(leads) else None,
                 "early_share": s.early_tokens / s.converted_tokens if s.converted_tokens else 0.0,
-                "saved_s": s.saved_s, "cost_s": s.cost_s, "pollution_s": pol,
+                "saved_s": s.saved_s,
+                "cost_s": s.cost_s,
+                "pollution_s": pol,
                 "yield_s": s.saved_s - s.cost_s - pol,
             }
         return out
@@ -230,8 +246,9 @@ class RunRecorder:
         asynchronously: the request waits in WAITING_FOR_REMOTE_KVS, the batch runs on), so a load
         adds to its own TTFT but occupies no prefill server."""
         if getattr(self, "_sorted_n", -1) != len(self.action_jobs):
-            real = zip(self.arrival.tolist(), self.request_service().tolist(), range(len(self.arrival)),
-                       self.load_s().tolist())
+            real = zip(
+                self.arrival.tolist(), self.request_service().tolist(), range(len(self.arrival)), self.load_s().tolist()
+            )
             acts = ((t, s, -1, 0.0) for t, s in self.action_jobs)
             self._sorted = sorted([*real, *acts], key=lambda j: j[0] + j[3])
             self._sorted_n = len(self.action_jobs)
@@ -249,7 +266,7 @@ class RunRecorder:
                     idx.append(i)
                     ttft.append(free - t)
         else:
-            servers = [0.0] * self.engines           # a heap of the servers' free times
+            servers = [0.0] * self.engines  # a heap of the servers' free times
             for t, service, i, delay in jobs:
                 t = t / scale
                 ready = t + delay

@@ -20,15 +20,16 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Sequence
+from typing import ClassVar
 
 import numpy as np
 
 from proxy.cachemodel.block_pool import BlockPool
 from proxy.cachemodel.cost_model import CostModel
-from proxy.replay.traces import ReplayRequest
 from proxy.replay.belady import belady_hits
 from proxy.replay.grouped_cache import GroupedCache
 from proxy.replay.measure import RunRecorder
+from proxy.replay.traces import ReplayRequest
 
 
 class ReplayPolicy:
@@ -37,8 +38,7 @@ class ReplayPolicy:
     name = "base"
     wants_responses = False
 
-    def setup(self, requests: Sequence[ReplayRequest], capacity_blocks: int, cost: CostModel,
-              rec: RunRecorder) -> None:
+    def setup(self, requests: Sequence[ReplayRequest], capacity_blocks: int, cost: CostModel, rec: RunRecorder) -> None:
         self.capacity = capacity_blocks
         self.cost = cost
         self.rec = rec
@@ -54,9 +54,18 @@ class ReplayPolicy:
         return {}
 
 
-def execute_on_pool(pool: BlockPool, rec: RunRecorder, cost: CostModel, now: float, kind: str,
-                    reason: str, hashes: Sequence[int], tokens: Sequence[int], priority: int = 0,
-                    honours_priority: bool = False) -> bool:
+def execute_on_pool(
+    pool: BlockPool,
+    rec: RunRecorder,
+    cost: CostModel,
+    now: float,
+    kind: str,
+    reason: str,
+    hashes: Sequence[int],
+    tokens: Sequence[int],
+    priority: int = 0,
+    honours_priority: bool = False,
+) -> bool:
     """Run one touch/warm/retain against a simulated pool and record it. Returns False when the
     engine cannot honour it (retain on an LRU engine)."""
     before = pool.match_prefix(hashes)
@@ -73,11 +82,11 @@ def execute_on_pool(pool: BlockPool, rec: RunRecorder, cost: CostModel, now: flo
     after = pool.match_prefix(hashes)
     warmed = sum(tokens[before:after])
     loaded = 0
-    if rec.tier is not None:                         # host tier: the evicted part is loaded, not prefilled
+    if rec.tier is not None:  # host tier: the evicted part is loaded, not prefilled
         n = rec.tier.on_action(hashes, before, after)
-        loaded = sum(tokens[before:before + n])
+        loaded = sum(tokens[before : before + n])
     warmed -= loaded
-    rec.action_load_s += cost.load_s(loaded)          # host link time, not engine compute (async load)
+    rec.action_load_s += cost.load_s(loaded)  # host link time, not engine compute (async load)
     # a fully cached touch still recomputes the last token and runs one decode row
     service = cost.chunk_s(cached + loaded, max(warmed, 1)) + cost.decode_seq_s
     rec.action(now, kind, reason, hashes, tokens, before, after, cached, warmed, service)
@@ -114,14 +123,14 @@ def position_bucket(j: int) -> int:
 class HistoryPolicy(ReplayPolicy):
     name = "history"
 
-    BINS = [float(x) for x in np.logspace(-3, 5, 49)]   # reuse-interval histogram edges (s), log spaced
+    BINS: ClassVar[list[float]] = [float(x) for x in np.logspace(-3, 5, 49)]  # reuse-interval edges (s), log spaced
 
     def setup(self, requests, capacity_blocks, cost, rec):
         super().setup(requests, capacity_blocks, cost, rec)
         self.accesses: dict = {}
         self.reuses: dict = {}
-        self.hist: dict = {}                # group -> reuse-interval counts per bin
-        self.seen: dict[int, float] = {}    # block -> last access (every block the stream named)
+        self.hist: dict = {}  # group -> reuse-interval counts per bin
+        self.seen: dict[int, float] = {}  # block -> last access (every block the stream named)
         self.cache = GroupedCache(capacity_blocks, self._score)
         self._cache_key = None
         self._memo: dict = {}
@@ -136,7 +145,7 @@ class HistoryPolicy(ReplayPolicy):
             if counts is None:
                 surv = [1.0] * (len(self.BINS) + 2)
             else:
-                tail = np.cumsum(np.asarray(counts[::-1], dtype=float))[::-1]          # samples in bin k or above
+                tail = np.cumsum(np.asarray(counts[::-1], dtype=float))[::-1]  # samples in bin k or above
                 surv = (tail / max(tail[0], 1)).tolist() + [0.0]
             memo = self._memo[group] = (rho, surv)
         rho, surv = memo
@@ -150,7 +159,7 @@ class HistoryPolicy(ReplayPolicy):
         hit = self.cache.match_prefix(hashes)
         acc, reuses, hist, seen = self.accesses, self.reuses, self.hist, self.seen
         bins = self.BINS
-        for h, g in zip(hashes, groups):       # reuse = a re-access, resident or not (policy-independent)
+        for h, g in zip(hashes, groups):  # reuse = a re-access, resident or not (policy-independent)
             acc[g] = acc.get(g, 0) + 1
             last = seen.get(h)
             if last is not None:
@@ -177,7 +186,7 @@ class TtlPolicy(ReplayPolicy):
     def setup(self, requests, capacity_blocks, cost, rec):
         super().setup(requests, capacity_blocks, cost, rec)
         self.pool = BlockPool(capacity_blocks, "lru")
-        self.pins: dict[str, float] = {}      # session -> pin expiry
+        self.pins: dict[str, float] = {}  # session -> pin expiry
         self.pinned = 0
         self.pin_failed = 0
 
@@ -194,7 +203,7 @@ class TtlPolicy(ReplayPolicy):
         sid = req.session_id
         if sid is not None and sid in self.pins:
             hit = self.pool.match_prefix(req.block_hashes)
-            self.pool.free(("pin", sid), now)          # the resume arrived: unpin, then run it
+            self.pool.free(("pin", sid), now)  # the resume arrived: unpin, then run it
             del self.pins[sid]
             self.pool.access(req.block_hashes, now)
             return hit
@@ -213,8 +222,18 @@ class TtlPolicy(ReplayPolicy):
             return
         self.pins[req.session_id] = now + self.ttl_s
         self.pinned += 1
-        self.rec.action(now, "retain", "tool_resume", hashes, req.block_tokens, before, before,
-                        sum(req.block_tokens[:before]), 0, 0.0)
+        self.rec.action(
+            now,
+            "retain",
+            "tool_resume",
+            hashes,
+            req.block_tokens,
+            before,
+            before,
+            sum(req.block_tokens[:before]),
+            0,
+            0.0,
+        )
 
     def extra(self):
         return {"pins": self.pinned, "pin_failed": self.pin_failed, "ttl_s": self.ttl_s}

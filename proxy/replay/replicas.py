@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from proxy.replay.traces import ReplayRequest, unique_blocks
 from proxy.replay.measure import RunRecorder
 from proxy.replay.runner import DECODE_BATCH, POLICIES, ReplaySettings, make_policy, run_policy
 from proxy.replay.tiers import resolve_cpu_capacity
+from proxy.replay.traces import ReplayRequest, unique_blocks
 
 ROUTINGS = ("round_robin", "session", "prefix")
 PREFIX_THRESHOLD = 0.3  # vllm-router --cache-threshold default
@@ -162,7 +162,7 @@ def replay_fleet(
         "policies": {},
     }
     lru_recs: list[RunRecorder | None] = [None] * len(subs)
-    cpu = resolve_cpu_capacity(s.cpu_capacity, int(capacity), out["unique_blocks"])   # per replica, like the GPU
+    cpu = resolve_cpu_capacity(s.cpu_capacity, int(capacity), out["unique_blocks"])  # per replica, like the GPU
     out["cpu_capacity_blocks_per_replica"] = cpu
     for name in names:
         recs, summaries, extras = [], [], []

@@ -53,8 +53,10 @@ def closing_note(results: dict) -> list[str]:
                 net = s.get("net_saved_vs_lru_s")
                 n = "" if net is None else f", net saved {net:.2f} s"
                 parts.append(f"{name} TTFT {s['ttft_mean_s']:.4f} s{r}{g}{n}")
-            lines.append(f"- capacity {row['capacity_blocks']} blocks + host tier {row['cpu_capacity_blocks']} "
-                         "blocks: " + "; ".join(parts) + ".")
+            lines.append(
+                f"- capacity {row['capacity_blocks']} blocks + host tier {row['cpu_capacity_blocks']} "
+                "blocks: " + "; ".join(parts) + "."
+            )
             continue
         for name, s in row["policies"].items():
             gap = s.get("gap_closed")
@@ -70,8 +72,9 @@ def markdown(results: dict, meta: dict) -> str:
     md.append("## Input")
     for k, v in src.items():
         md.append(f"- {k}: {v}")
-    md.append(f"- requests: {results['requests']}, span {results['span_s']:.1f} s, "
-              f"unique blocks {results['unique_blocks']}")
+    md.append(
+        f"- requests: {results['requests']}, span {results['span_s']:.1f} s, unique blocks {results['unique_blocks']}"
+    )
     st = meta.get("settings", {})
     md.append("- settings: " + ", ".join(f"{k}={v}" for k, v in st.items()))
     md.append("")
@@ -80,23 +83,31 @@ def markdown(results: dict, meta: dict) -> str:
         md.append(f"## Capacity {row['capacity_blocks']} blocks" + (f" + host tier {tier} blocks" if tier else ""))
         md.append("")
         if tier:
-            md.append("| policy | GPU hit tokens | host load tokens | recompute tokens | load s | TTFT mean s "
-                      "| TTFT gap closed | tool-resume TTFT mean s | resume gap closed | net saved vs LRU s |")
+            md.append(
+                "| policy | GPU hit tokens | host load tokens | recompute tokens | load s | TTFT mean s "
+                "| TTFT gap closed | tool-resume TTFT mean s | resume gap closed | net saved vs LRU s |"
+            )
             md.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
             for name, s in row["policies"].items():
-                md.append(f"| {name} | {s['gpu_hit_tokens']} | {s['host_load_tokens']} | {s['recompute_tokens']} "
-                          f"| {s['load_s']:.3f} | {s['ttft_mean_s']:.4f} | {_pct(s.get('ttft_gap_closed'))} "
-                          f"| {_f(s.get('ttft_resume_mean_s'))} | {_pct(s.get('ttft_resume_gap_closed'))} "
-                          f"| {_f(s.get('net_saved_vs_lru_s'), 3)} |")
+                md.append(
+                    f"| {name} | {s['gpu_hit_tokens']} | {s['host_load_tokens']} | {s['recompute_tokens']} "
+                    f"| {s['load_s']:.3f} | {s['ttft_mean_s']:.4f} | {_pct(s.get('ttft_gap_closed'))} "
+                    f"| {_f(s.get('ttft_resume_mean_s'))} | {_pct(s.get('ttft_resume_gap_closed'))} "
+                    f"| {_f(s.get('net_saved_vs_lru_s'), 3)} |"
+                )
             md.append("")
-        md.append("| policy | hit rate (tokens) | hit rate (blocks) | gap closed | prefill tokens | warmup tokens "
-                  "| TTFT mean s | p50 s | p99 s | turn mean s | req/s @ budget | actions/req |")
+        md.append(
+            "| policy | hit rate (tokens) | hit rate (blocks) | gap closed | prefill tokens | warmup tokens "
+            "| TTFT mean s | p50 s | p99 s | turn mean s | req/s @ budget | actions/req |"
+        )
         md.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for name, s in row["policies"].items():
-            md.append(f"| {name} | {s['hit_rate']:.4f} | {s['block_hit_rate']:.4f} | {_pct(s.get('gap_closed'))} "
-                      f"| {s['prefill_tokens']} | {s['warmup_tokens']} | {s['ttft_mean_s']:.4f} "
-                      f"| {s['ttft_p50_s']:.4f} | {s['ttft_p99_s']:.4f} | {s['turn_mean_s']:.4f} "
-                      f"| {s['throughput_at_budget_rps']:.2f} | {s['actions_per_request']:.3f} |")
+            md.append(
+                f"| {name} | {s['hit_rate']:.4f} | {s['block_hit_rate']:.4f} | {_pct(s.get('gap_closed'))} "
+                f"| {s['prefill_tokens']} | {s['warmup_tokens']} | {s['ttft_mean_s']:.4f} "
+                f"| {s['ttft_p50_s']:.4f} | {s['ttft_p99_s']:.4f} | {s['turn_mean_s']:.4f} "
+                f"| {s['throughput_at_budget_rps']:.2f} | {s['actions_per_request']:.3f} |"
+            )
         md.append("")
         from proxy.replay.scout_hints import hint_report_lines  # tool-resume TTFT, hint calibration (issue 16)
 
@@ -104,18 +115,24 @@ def markdown(results: dict, meta: dict) -> str:
         for name, s in row["policies"].items():
             if not s.get("signals"):
                 continue
-            md.append(f"**{name}: per-signal conversion, lead time, yield** "
-                      f"(pollution vs LRU {s['pollution_s']:.3f} s; net prefill saved vs LRU after warmups "
-                      f"{_f(s.get('net_saved_vs_lru_s'), 3)} s)")
+            md.append(
+                f"**{name}: per-signal conversion, lead time, yield** "
+                f"(pollution vs LRU {s['pollution_s']:.3f} s; net prefill saved vs LRU after warmups "
+                f"{_f(s.get('net_saved_vs_lru_s'), 3)} s)"
+            )
             md.append("")
-            md.append("| signal | actions | acted tokens | warm tokens | conversion | lead p10/p50/p90 s "
-                      "| early share | saved s | cost s | pollution s | yield s |")
+            md.append(
+                "| signal | actions | acted tokens | warm tokens | conversion | lead p10/p50/p90 s "
+                "| early share | saved s | cost s | pollution s | yield s |"
+            )
             md.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
             for reason, g in s["signals"].items():
                 leads = "/".join(_f(g[k], 3) for k in ("lead_p10_s", "lead_p50_s", "lead_p90_s"))
-                md.append(f"| {reason} | {g['actions']} | {g['acted_tokens']} | {g['warm_tokens']} "
-                          f"| {_pct(g['conversion'])} | {leads} | {_pct(g['early_share'])} | {g['saved_s']:.3f} "
-                          f"| {g['cost_s']:.3f} | {g['pollution_s']:.3f} | {g['yield_s']:.3f} |")
+                md.append(
+                    f"| {reason} | {g['actions']} | {g['acted_tokens']} | {g['warm_tokens']} "
+                    f"| {_pct(g['conversion'])} | {leads} | {_pct(g['early_share'])} | {g['saved_s']:.3f} "
+                    f"| {g['cost_s']:.3f} | {g['pollution_s']:.3f} | {g['yield_s']:.3f} |"
+                )
             md.append("")
             if s.get("extra"):
                 md.append(f"_{name} details_: `{json.dumps(s['extra'], sort_keys=True)}`")
@@ -124,12 +141,15 @@ def markdown(results: dict, meta: dict) -> str:
     md.append("")
     md.extend(closing_note(results))
     md.append("")
-    md.append("Definitions: hit rate = prefix-hit tokens / prompt tokens (blocks: hit blocks / block accesses); "
-              "gap closed = (policy − lru) / (belady − lru); conversion = acted tokens that served a real hit "
-              "before eviction / acted tokens; early share = converted tokens whose lead time ≥ the prefill time "
-              "of the chain the action kept or warmed; yield = saved − action cost − pollution (lost hits vs LRU, shared by acted tokens). "
-              "TTFT: FIFO prefill server over the cost model; req/s @ budget: largest rate (arrival times "
-              "compressed) keeping p99 TTFT within the budget.")
+    md.append(
+        "Definitions: hit rate = prefix-hit tokens / prompt tokens (blocks: hit blocks / block accesses); "
+        "gap closed = (policy − lru) / (belady − lru); conversion = acted tokens that served a real hit "
+        "before eviction / acted tokens; early share = converted tokens whose lead time ≥ the prefill time "
+        "of the chain the action kept or warmed; "
+        "yield = saved − action cost − pollution (lost hits vs LRU, shared by acted tokens). "
+        "TTFT: FIFO prefill server over the cost model; req/s @ budget: largest rate (arrival times "
+        "compressed) keeping p99 TTFT within the budget."
+    )
     if meta.get("plots_note"):
         md.append("")
         md.append(meta["plots_note"])
@@ -139,6 +159,7 @@ def markdown(results: dict, meta: dict) -> str:
 def plots(results: dict, out: Path, ttft_capacity_index: int = 0) -> list[str]:
     """Write the PNGs; returns their names (raises ImportError without matplotlib)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -207,8 +228,7 @@ def write_report(results: dict, meta: dict, out_dir: str | Path, with_plots: boo
         try:
             written = plots(results, out)
         except ImportError as exc:
-            meta = {**meta, "plots_note": f"Plots skipped: matplotlib unavailable ({exc}); "
-                                          "install cachescout[plots]."}
+            meta = {**meta, "plots_note": f"Plots skipped: matplotlib unavailable ({exc}); install cachescout[plots]."}
     doc = {"meta": meta, "results": _public(results), "closing_note": closing_note(results), "plots": written}
     (out / "report.json").write_text(json.dumps(doc, indent=2, sort_keys=False, default=float))
     (out / "report.md").write_text(markdown(results, meta))

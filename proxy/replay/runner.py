@@ -25,17 +25,22 @@ from typing import Any
 import numpy as np
 
 from proxy.cachemodel.cost_model import CostModel
-from proxy.replay.traces import ReplayRequest, unique_blocks
 from proxy.replay.measure import RunRecorder
 from proxy.replay.policies import BeladyPolicy, HistoryPolicy, LruPolicy, ReplayPolicy, TtlPolicy
 from proxy.replay.tiers import LruHostTier, MinHostTier, resolve_cpu_capacity
+from proxy.replay.traces import ReplayRequest, unique_blocks
 
 POLICIES = ("lru", "history", "ttl", "scout-engine", "scout-proxy", "scout-proxy-priority", "belady")
 # scout-proxy with a runtime sending hints (truthful, noisy, lying; proxy/replay/hint_stream.py):
 # opt-in by name, not in the default --policies list
-HINT_POLICIES = ("scout-proxy+hints", "scout-proxy+noisy-hints", "scout-proxy+all-hints", "scout-proxy+liar",
-                 "scout-proxy+hints+liar")
-DECODE_BATCH = 16          # nominal running batch for the decode step of response timing
+HINT_POLICIES = (
+    "scout-proxy+hints",
+    "scout-proxy+noisy-hints",
+    "scout-proxy+all-hints",
+    "scout-proxy+liar",
+    "scout-proxy+hints+liar",
+)
+DECODE_BATCH = 16  # nominal running batch for the decode step of response timing
 
 
 @dataclass
@@ -45,11 +50,11 @@ class ReplaySettings:
     ttl_s: float = 10.0
     scout_overrides: dict = field(default_factory=dict)
     use_sessions: bool = True
-    engines: int = 1                 # parallel prefill servers in the TTFT queue (one shared cache)
-    retention_s: float = 300.0       # priority engine: a block's priority decays after this idle time
+    engines: int = 1  # parallel prefill servers in the TTFT queue (one shared cache)
+    retention_s: float = 300.0  # priority engine: a block's priority decays after this idle time
     cost: CostModel = field(default_factory=CostModel)
-    proxy_settings: Any = None       # the proxy's Settings (None = defaults); scout_overrides go over
-                                     # its policy_overrides; the same builder as the live proxy
+    proxy_settings: Any = None  # the proxy's Settings (None = defaults); scout_overrides go over
+    # its policy_overrides; the same builder as the live proxy
     cpu_capacity: str | None = None  # host tier: "4x" (of the GPU capacity), a share, or blocks; None = none
 
 
@@ -64,9 +69,14 @@ def make_policy(name: str, s: ReplaySettings) -> ReplayPolicy:
         return TtlPolicy(s.ttl_s)
     if name in ("scout-proxy", "scout-proxy-priority", "scout-engine"):
         from proxy.replay.scout import ScoutEnginePolicy, ScoutProxyPolicy, ScoutProxyPriorityPolicy
-        cls = {"scout-proxy": ScoutProxyPolicy, "scout-proxy-priority": ScoutProxyPriorityPolicy,
-               "scout-engine": ScoutEnginePolicy}[name]
+
+        cls = {
+            "scout-proxy": ScoutProxyPolicy,
+            "scout-proxy-priority": ScoutProxyPriorityPolicy,
+            "scout-engine": ScoutEnginePolicy,
+        }[name]
         from proxy.replay.scout import default_settings
+
         base = s.proxy_settings
         if base is None:
             settings = default_settings(s.scout_overrides)
@@ -77,6 +87,7 @@ def make_policy(name: str, s: ReplaySettings) -> ReplayPolicy:
         return pol
     if name in HINT_POLICIES:
         from proxy.replay.scout_hints import make_hint_policy
+
         pol = make_hint_policy(name, s.scout_overrides, s.use_sessions, s.block_size)
         pol.retention_s = s.retention_s
         return pol
@@ -107,16 +118,25 @@ def resume_mask(requests: Sequence[ReplayRequest]) -> np.ndarray:
     return out
 
 
-def run_policy(policy: ReplayPolicy, requests: Sequence[ReplayRequest], capacity: int,
-               cost: CostModel, progress: Callable[[int], None] | None = None, engines: int = 1,
-               cpu_blocks: int = 0) -> RunRecorder:
+def run_policy(
+    policy: ReplayPolicy,
+    requests: Sequence[ReplayRequest],
+    capacity: int,
+    cost: CostModel,
+    progress: Callable[[int], None] | None = None,
+    engines: int = 1,
+    cpu_blocks: int = 0,
+) -> RunRecorder:
     """One policy over the stream (with a host tier of `cpu_blocks` behind it); returns its recorder."""
     outputs = np.fromiter((r.output_tokens for r in requests), dtype=np.int64, count=len(requests))
     rec = RunRecorder(cost, outputs, engines)
     rec.resume = resume_mask(requests)
     if cpu_blocks > 0:
-        rec.tier = (MinHostTier(cpu_blocks, [r.block_hashes for r in requests]) if isinstance(policy, BeladyPolicy)
-                    else LruHostTier(cpu_blocks))
+        rec.tier = (
+            MinHostTier(cpu_blocks, [r.block_hashes for r in requests])
+            if isinstance(policy, BeladyPolicy)
+            else LruHostTier(cpu_blocks)
+        )
     policy.setup(requests, capacity, cost, rec)
     tick = max(1, len(requests) // 50)
     if not policy.wants_responses:
@@ -130,9 +150,8 @@ def run_policy(policy: ReplayPolicy, requests: Sequence[ReplayRequest], capacity
             progress(len(requests) - 1)
         return rec
     step = cost.step_base_s + cost.decode_seq_s * DECODE_BATCH
-    pending: list[tuple[float, int, int]] = []     # (end time, seq, request index)
+    pending: list[tuple[float, int, int]] = []  # (end time, tie-break, request index)
     hits: dict[int, int] = {}
-    seq = 0
     for i, r in enumerate(requests):
         while pending and pending[0][0] <= r.t:
             t_end, _, j = heapq.heappop(pending)
@@ -141,10 +160,13 @@ def run_policy(policy: ReplayPolicy, requests: Sequence[ReplayRequest], capacity
         rec.request(i, r.t, r.block_hashes, r.block_tokens, hit)
         hits[i] = hit
         cached = int(rec.hit_tokens[i] + rec.load_tokens[i])
-        end = (r.t + cost.load_s(int(rec.load_tokens[i])) + cost.prefill_s(r.prompt_tokens, cached)
-               + r.output_tokens * step)
-        seq += 1
-        heapq.heappush(pending, (end, seq, i))
+        end = (
+            r.t
+            + cost.load_s(int(rec.load_tokens[i]))
+            + cost.prefill_s(r.prompt_tokens, cached)
+            + r.output_tokens * step
+        )
+        heapq.heappush(pending, (end, i, i))  # ties: request order
         if progress is not None and i % tick == 0:
             progress(i)
     while pending:
@@ -168,17 +190,24 @@ def _bar(name: str, n: int, enabled: bool) -> Callable[[int], None] | None:
             if decile > last[0]:
                 last[0] = decile
                 sys.stderr.write(f"  {name:<22} {10 * decile:3d}% ({i + 1}/{n})\n")
+
         return log_line
 
     def show(i: int) -> None:
         done = int(30 * (i + 1) / n)
         sys.stderr.write(f"\r  {name:<22} [{'#' * done}{'.' * (30 - done)}] {i + 1}/{n}")
         sys.stderr.flush()
+
     return show
 
 
-def replay(requests: Sequence[ReplayRequest], capacities: Sequence[int], policies: Sequence[str],
-           settings: ReplaySettings | None = None, progress: bool = False) -> dict:
+def replay(
+    requests: Sequence[ReplayRequest],
+    capacities: Sequence[int],
+    policies: Sequence[str],
+    settings: ReplaySettings | None = None,
+    progress: bool = False,
+) -> dict:
     """Every policy at every capacity. Returns a JSON-ready dict (see report.py for its shape)."""
     s = settings or ReplaySettings()
     names = list(dict.fromkeys(["lru", *policies, "belady"]))
@@ -186,8 +215,13 @@ def replay(requests: Sequence[ReplayRequest], capacities: Sequence[int], policie
         if n not in POLICIES and n not in HINT_POLICIES:
             raise ValueError(f"unknown policy {n!r}; choose from {POLICIES + HINT_POLICIES}")
     span = (requests[-1].t - requests[0].t) if requests else 0.0
-    out: dict = {"policies": names, "capacities": [], "span_s": span, "requests": len(requests),
-                 "unique_blocks": unique_blocks(requests)}
+    out: dict = {
+        "policies": names,
+        "capacities": [],
+        "span_s": span,
+        "requests": len(requests),
+        "unique_blocks": unique_blocks(requests),
+    }
     for cap in capacities:
         cpu = resolve_cpu_capacity(s.cpu_capacity, int(cap), out["unique_blocks"])
         row: dict = {"capacity_blocks": int(cap), "cpu_capacity_blocks": cpu, "policies": {}}
@@ -195,12 +229,14 @@ def replay(requests: Sequence[ReplayRequest], capacities: Sequence[int], policie
         for name in names:
             pol = make_policy(name, s)
             t0 = time.perf_counter()
-            rec = run_policy(pol, requests, cap, s.cost, _bar(f"{name} @ {cap}", len(requests), progress),
-                             s.engines, cpu)
+            rec = run_policy(
+                pol, requests, cap, s.cost, _bar(f"{name} @ {cap}", len(requests), progress), s.engines, cpu
+            )
             elapsed = time.perf_counter() - t0
             if progress:
-                sys.stderr.write(f"  {elapsed:.2f}s\n" if sys.stderr.isatty()
-                                 else f"  {name} @ {cap}: done in {elapsed:.2f}s\n")
+                sys.stderr.write(
+                    f"  {elapsed:.2f}s\n" if sys.stderr.isatty() else f"  {name} @ {cap}: done in {elapsed:.2f}s\n"
+                )
             recs[name] = rec
             summ = rec.summary(span, s.latency_budget_s, recs.get("lru") if name != "lru" else None)
             summ["replay_seconds"] = elapsed
@@ -210,20 +246,24 @@ def replay(requests: Sequence[ReplayRequest], capacities: Sequence[int], policie
             summ["_ttft"] = rec.latencies(DECODE_BATCH)[0]
             if any(r.finish_reason == "tool_calls" for r in requests):
                 from proxy.replay.scout_hints import resume_latency
+
                 summ.update(resume_latency(rec, requests))
             row["policies"][name] = summ
         lru = row["policies"]["lru"]
         bel = row["policies"]["belady"]
-        for name, summ in row["policies"].items():
+        for summ in row["policies"].values():
             summ["gap_closed"] = gap_share(summ["hit_rate"], lru["hit_rate"], bel["hit_rate"])
-            summ["gap_closed_blocks"] = gap_share(summ["block_hit_rate"], lru["block_hit_rate"],
-                                                  bel["block_hit_rate"])
+            summ["gap_closed_blocks"] = gap_share(summ["block_hit_rate"], lru["block_hit_rate"], bel["block_hit_rate"])
             # TTFT: lower is better, so the gap runs from LRU's TTFT down to Belady's
             summ["ttft_gap_closed"] = gap_share(-summ["ttft_mean_s"], -lru["ttft_mean_s"], -bel["ttft_mean_s"])
-            if None not in (summ.get("ttft_resume_mean_s"), lru.get("ttft_resume_mean_s"),
-                            bel.get("ttft_resume_mean_s")):
-                summ["ttft_resume_gap_closed"] = gap_share(-summ["ttft_resume_mean_s"], -lru["ttft_resume_mean_s"],
-                                                           -bel["ttft_resume_mean_s"])
+            if None not in (
+                summ.get("ttft_resume_mean_s"),
+                lru.get("ttft_resume_mean_s"),
+                bel.get("ttft_resume_mean_s"),
+            ):
+                summ["ttft_resume_gap_closed"] = gap_share(
+                    -summ["ttft_resume_mean_s"], -lru["ttft_resume_mean_s"], -bel["ttft_resume_mean_s"]
+                )
         out["capacities"].append(row)
     return out
 

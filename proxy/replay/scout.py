@@ -9,8 +9,9 @@
 - `scout-proxy-priority`: the same planner (with Retain hints on) against a priority-eviction
   engine (SGLang `--radix-eviction-policy priority`): actions carry their priority into the pool.
 - `scout-engine`: the paper's in-engine eviction: every block belongs to the agent that last used
-  it (anchor blocks; other blocks form one p_surv = 0 group) and the victim minimises (p_surv(agent)+δ)·(e^(−λ·age)+δ), with agents and p_surv taken from
-  the same core (its agent registry, transition learner and survival BFS, as the planner's sweep
+  it (anchor blocks; other blocks form one p_surv = 0 group) and the victim minimises
+  (p_surv(agent)+δ)·(e^(−λ·age)+δ), with agents and p_surv taken from the same core (its agent
+  registry, transition learner and survival BFS, as the planner's sweep
   uses them). It needs no actions, so it reports no signal tables.
 """
 
@@ -18,21 +19,21 @@ from __future__ import annotations
 
 import math
 
+from proxy.cachemodel.block_pool import BlockPool
 from proxy.core import config as core_config
 from proxy.core.actions import Action
 from proxy.core.economics import RunningSet
 from proxy.core.policy import ScoutPolicy
 from proxy.core.survival import reachable_agents
 from proxy.core.view import EngineLoad, ResponseOutcome, view_from_blocks
-from proxy.runtime.policy_config import executor_limits, policy_config
-from proxy.settings import Settings
-from proxy.cachemodel.block_pool import BlockPool
 from proxy.replay.engine_side import EngineQueue, ReplayExecutor
 from proxy.replay.grouped_cache import GroupedCache
 from proxy.replay.policies import ReplayPolicy, execute_on_pool
+from proxy.runtime.policy_config import executor_limits, policy_config
+from proxy.settings import Settings
 
 SIM_PAYLOAD = "sim"
-HISTORY = "__history__"          # scout-engine's group for non-anchor blocks (p_surv = 0: age only)
+HISTORY = "__history__"  # scout-engine's group for non-anchor blocks (p_surv = 0: age only)
 
 
 def default_settings(overrides: dict | None = None) -> Settings:
@@ -40,36 +41,56 @@ def default_settings(overrides: dict | None = None) -> Settings:
     return Settings.model_construct(policy_overrides=dict(overrides or {}))
 
 
-def build_config(capacity_blocks: int, block_size: int, settings: Settings | None = None,
-                 retain: bool = False, prefill_tokens_per_s: float | None = None,
-                 reload: tuple[float, float] | None = None, host_tier_blocks: int = 0) -> core_config.PolicyConfig:
+def build_config(
+    capacity_blocks: int,
+    block_size: int,
+    settings: Settings | None = None,
+    retain: bool = False,
+    prefill_tokens_per_s: float | None = None,
+    reload: tuple[float, float] | None = None,
+    host_tier_blocks: int = 0,
+) -> core_config.PolicyConfig:
     """The planner's config for a replay: the live proxy's builder (`policy_config`), given the
     engine truth the live proxy would learn: the cache's capacity, the prefill rate and, with a
     host tier, its size and reload price (tokens/s, latency s)."""
-    return policy_config(settings if settings is not None else default_settings(),
-                         capacity_tokens=int(capacity_blocks) * int(block_size),
-                         prefill_tokens_per_s=prefill_tokens_per_s, retain=retain, reload=reload,
-                         host_tier_tokens=int(host_tier_blocks) * int(block_size) if host_tier_blocks else None)
+    return policy_config(
+        settings if settings is not None else default_settings(),
+        capacity_tokens=int(capacity_blocks) * int(block_size),
+        prefill_tokens_per_s=prefill_tokens_per_s,
+        retain=retain,
+        reload=reload,
+        host_tier_tokens=int(host_tier_blocks) * int(block_size) if host_tier_blocks else None,
+    )
 
 
 class _ScoutBase(ReplayPolicy):
     wants_responses = True
 
-    def __init__(self, overrides: dict | None = None, use_sessions: bool = True, block_size: int = 16,
-                 settings: Settings | None = None):
+    def __init__(
+        self,
+        overrides: dict | None = None,
+        use_sessions: bool = True,
+        block_size: int = 16,
+        settings: Settings | None = None,
+    ):
         self.settings = settings if settings is not None else default_settings(overrides)
         self.use_sessions = use_sessions
         self.block_size = block_size
 
     def _view(self, req):
-        return view_from_blocks(req.tenant, req.block_hashes, req.block_tokens,
-                                anchor_blocks=req.anchor_blocks, header_blocks=req.header_blocks,
-                                session_id=req.session_id if self.use_sessions else None,
-                                model=req.model,
-                                # the simulated engine rebuilds prompts from block ids: any payload will do,
-                                # but the planner only acts on anchors/contexts that have one
-                                anchor_payload=req.anchor_payload if req.anchor_payload is not None else SIM_PAYLOAD,
-                                context_payload=SIM_PAYLOAD)
+        return view_from_blocks(
+            req.tenant,
+            req.block_hashes,
+            req.block_tokens,
+            anchor_blocks=req.anchor_blocks,
+            header_blocks=req.header_blocks,
+            session_id=req.session_id if self.use_sessions else None,
+            model=req.model,
+            # the simulated engine rebuilds prompts from block ids: any payload will do,
+            # but the planner only acts on anchors/contexts that have one
+            anchor_payload=req.anchor_payload if req.anchor_payload is not None else SIM_PAYLOAD,
+            context_payload=SIM_PAYLOAD,
+        )
 
     def _observe_response(self, i, req, hit_blocks, now):
         rid = self._rid.pop(i, None)
@@ -77,15 +98,26 @@ class _ScoutBase(ReplayPolicy):
         if rid is None:
             return
         cached = sum(req.block_tokens[:hit_blocks])
-        self.sp.observe_response(rid, ResponseOutcome(
-            finish_reason=req.finish_reason or "stop", prompt_tokens=req.prompt_tokens,
-            cached_tokens=cached, output_tokens=req.output_tokens), now)
+        self.sp.observe_response(
+            rid,
+            ResponseOutcome(
+                finish_reason=req.finish_reason or "stop",
+                prompt_tokens=req.prompt_tokens,
+                cached_tokens=cached,
+                output_tokens=req.output_tokens,
+            ),
+            now,
+        )
 
     def extra(self):
         st = self.sp.stats()
-        return {"predictability": round(st.predictability, 4), "agents": st.agents,
-                "top1_accuracy": round(st.top1_accuracy, 4), "predictions": st.predictions,
-                "actions_emitted": dict(st.actions_emitted)}
+        return {
+            "predictability": round(st.predictability, 4),
+            "agents": st.agents,
+            "top1_accuracy": round(st.top1_accuracy, 4),
+            "predictions": st.predictions,
+            "actions_emitted": dict(st.actions_emitted),
+        }
 
 
 class ScoutProxyPolicy(_ScoutBase):
@@ -98,17 +130,25 @@ class ScoutProxyPolicy(_ScoutBase):
         engines = getattr(rec, "engines", 1)
         reload, host = None, 0
         tier = getattr(rec, "tier", None)
-        if tier is not None:                            # the engine has a host tier: reloads are loads
+        if tier is not None:  # the engine has a host tier: reloads are loads
             reload = (1.0 / cost.transfer_s(1), cost.offload_latency_s)
             host = tier.stats()["capacity_blocks"]
-        self.sp = ScoutPolicy(build_config(capacity_blocks, self.block_size, self.settings, retain=prio,
-                                           prefill_tokens_per_s=engines / cost.prefill_token_s, reload=reload,
-                                           host_tier_blocks=host))
+        self.sp = ScoutPolicy(
+            build_config(
+                capacity_blocks,
+                self.block_size,
+                self.settings,
+                retain=prio,
+                prefill_tokens_per_s=engines / cost.prefill_token_s,
+                reload=reload,
+                host_tier_blocks=host,
+            )
+        )
         self.pool = BlockPool(capacity_blocks, self.eviction, getattr(self, "retention_s", 300.0))
         self.queue = EngineQueue(engines)
         self.executor = ReplayExecutor(executor_limits(self.settings), self._execute, self.sp.record_action_result)
         self._rid: dict[int, int] = {}
-        self._running = RunningSet()            # distinct tokens of the requests in flight
+        self._running = RunningSet()  # distinct tokens of the requests in flight
         self.inflight = 0
         self.executed = 0
 
@@ -134,8 +174,13 @@ class ScoutProxyPolicy(_ScoutBase):
 
     def _plan(self, now: float) -> None:
         q = self.queue
-        load = EngineLoad(inflight=self.inflight, waiting=q.waiting(now), prefilling=q.prefilling(now),
-                          running_tokens=self._running.tokens, utilisation=q.utilisation(now))
+        load = EngineLoad(
+            inflight=self.inflight,
+            waiting=q.waiting(now),
+            prefilling=q.prefilling(now),
+            running_tokens=self._running.tokens,
+            utilisation=q.utilisation(now),
+        )
         actions = self.sp.plan(now, load)
         if actions:
             self.executor.submit(actions, now)
@@ -147,13 +192,23 @@ class ScoutProxyPolicy(_ScoutBase):
         jobs = len(self.rec.action_jobs)
         toks = self._tokens_of(a)
         before = self.pool.match_prefix(a.block_hashes)
-        ok = execute_on_pool(self.pool, self.rec, self.cost, now, a.kind, a.reason, a.block_hashes,
-                             toks, a.priority, honours_priority=self.eviction == "priority")
+        ok = execute_on_pool(
+            self.pool,
+            self.rec,
+            self.cost,
+            now,
+            a.kind,
+            a.reason,
+            a.block_hashes,
+            toks,
+            a.priority,
+            honours_priority=self.eviction == "priority",
+        )
         self.executed += ok
         end = now
         if len(self.rec.action_jobs) > jobs:
             end = self.queue.push(now, self.rec.action_jobs[-1][1], client=False)
-        computed = sum(toks[before:self.pool.match_prefix(a.block_hashes)]) if ok and a.kind != "retain" else 0
+        computed = sum(toks[before : self.pool.match_prefix(a.block_hashes)]) if ok and a.kind != "retain" else 0
         return ok, end, computed
 
     def _tokens_of(self, a) -> tuple[int, ...]:
@@ -168,9 +223,16 @@ class ScoutProxyPolicy(_ScoutBase):
         out = super().extra()
         self.executor.flush()
         st = self.executor.stats
-        out.update({"executed": self.executed, "dropped_stale": st["dropped_stale"],
-                    "dropped_busy": st["dropped_busy"], "deduped": st["deduped"],
-                    "declined": self.sp.planner.declined, "overflow_ticks": self.sp.planner.overflow_ticks})
+        out.update(
+            {
+                "executed": self.executed,
+                "dropped_stale": st["dropped_stale"],
+                "dropped_busy": st["dropped_busy"],
+                "deduped": st["deduped"],
+                "declined": self.sp.planner.declined,
+                "overflow_ticks": self.sp.planner.overflow_ticks,
+            }
+        )
         return out
 
 
@@ -210,7 +272,7 @@ class ScoutEnginePolicy(_ScoutBase):
         n = len(req.block_hashes)
         a = self.sp.agents.by_id.get(obs.agent_id) if obs.agent_id else None
         k = len(a.anchor_hashes) if a is not None else 0
-        groups = [obs.agent_id] * k + [HISTORY] * (n - k)   # only anchors carry an agent's survival
+        groups = [obs.agent_id] * k + [HISTORY] * (n - k)  # only anchors carry an agent's survival
         return self.cache.access(req.block_hashes, groups, now)
 
     def on_response(self, i, req, hit_blocks, now):

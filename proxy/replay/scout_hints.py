@@ -23,11 +23,11 @@ import numpy as np
 from proxy.core.hint_actions import Hint, HintDriver
 from proxy.core.hints import HintConfig
 from proxy.core.view import EngineLoad
-from proxy.replay.traces import ReplayRequest
 from proxy.replay.hint_stream import PRESET_STREAMS, HintEmitter, HintStreamSpec, resumed_after_tool
 from proxy.replay.measure import RunRecorder
 from proxy.replay.policies import execute_on_pool
 from proxy.replay.scout import ScoutProxyPolicy
+from proxy.replay.traces import ReplayRequest
 
 HINT_POLICIES = tuple(PRESET_STREAMS)
 

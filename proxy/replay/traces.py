@@ -32,8 +32,8 @@ import xxhash
 FORMATS = ("mooncake", "bailian", "lmcache", "openai")
 MOONCAKE_BLOCK = 512
 BAILIAN_BLOCK = 16
-TEXT_BLOCK = 16            # tokens per block for text traces (lmcache/openai)
-CHARS_PER_TOKEN = 4        # text traces carry no token ids: a stable, tokenizer-free estimate
+TEXT_BLOCK = 16  # tokens per block for text traces (lmcache/openai)
+CHARS_PER_TOKEN = 4  # text traces carry no token ids: a stable, tokenizer-free estimate
 MAX_EXAMPLES = 5
 
 
@@ -47,14 +47,14 @@ class ReplayRequest:
     block_tokens: tuple[int, ...]
     output_tokens: int = 0
     session_id: str | None = None
-    agent: str | None = None           # ground-truth agent label (measurement only; policies learn their own)
-    category: str = ""                 # workload category (the history baseline learns per category)
-    anchor_blocks: int = 0             # leading blocks that are the agent's fixed context (0 = unknown)
-    finish_reason: str | None = None   # "tool_calls" when the session pauses for a tool
+    agent: str | None = None  # ground-truth agent label (measurement only; policies learn their own)
+    category: str = ""  # workload category (the history baseline learns per category)
+    anchor_blocks: int = 0  # leading blocks that are the agent's fixed context (0 = unknown)
+    finish_reason: str | None = None  # "tool_calls" when the session pauses for a tool
     tool_seconds: float | None = None  # how long the tool ran (ground truth, for measurement)
     model: str = ""
     anchor_payload: Any = None
-    header_blocks: int = 0             # leading envelope blocks (model + tools) of a canonical chat view
+    header_blocks: int = 0  # leading envelope blocks (model + tools) of a canonical chat view
 
     @property
     def prompt_tokens(self) -> int:
@@ -95,7 +95,7 @@ def block_tokens_for(input_length: int, n_blocks: int, block_size: int) -> tuple
         return ()
     last = input_length - block_size * (n_blocks - 1)
     if last <= 0 or last > block_size:
-        last = block_size          # lengths disagree with the ids: trust the ids, count full blocks
+        last = block_size  # lengths disagree with the ids: trust the ids, count full blocks
     return (block_size,) * (n_blocks - 1) + (last,)
 
 
@@ -120,9 +120,13 @@ def parse_mooncake(obj: dict) -> ReplayRequest:
     ids = _hash_ids(obj)
     t = _num(obj, "timestamp") / 1000.0
     n_in = _num(obj, "input_length", int)
-    return ReplayRequest(t=t, tenant="", block_hashes=ids,
-                         block_tokens=block_tokens_for(n_in, len(ids), MOONCAKE_BLOCK),
-                         output_tokens=int(obj.get("output_length", 0) or 0))
+    return ReplayRequest(
+        t=t,
+        tenant="",
+        block_hashes=ids,
+        block_tokens=block_tokens_for(n_in, len(ids), MOONCAKE_BLOCK),
+        output_tokens=int(obj.get("output_length", 0) or 0),
+    )
 
 
 def _bailian_parser():
@@ -138,10 +142,16 @@ def _bailian_parser():
         root[chat] = session
         n_in = _num(obj, "input_length", int) if "input_length" in obj else BAILIAN_BLOCK * len(ids)
         kind = str(obj.get("type", ""))
-        return ReplayRequest(t=_num(obj, "timestamp"), tenant="", block_hashes=ids,
-                             block_tokens=block_tokens_for(n_in, len(ids), BAILIAN_BLOCK),
-                             output_tokens=int(obj.get("output_length", 0) or 0),
-                             session_id=str(session), category=kind)
+        return ReplayRequest(
+            t=_num(obj, "timestamp"),
+            tenant="",
+            block_hashes=ids,
+            block_tokens=block_tokens_for(n_in, len(ids), BAILIAN_BLOCK),
+            output_tokens=int(obj.get("output_length", 0) or 0),
+            session_id=str(session),
+            category=kind,
+        )
+
     return parse
 
 
@@ -153,7 +163,7 @@ def text_blocks(text: str, block_size: int = TEXT_BLOCK, salt: str = "") -> tupl
     tokens: list[int] = []
     parent = xxhash.xxh3_64_intdigest(salt.encode())
     for i in range(0, len(text), width):
-        chunk = text[i:i + width]
+        chunk = text[i : i + width]
         parent = xxhash.xxh3_64_intdigest(chunk.encode("utf-8", "surrogatepass"), seed=parent)
         hashes.append(parent)
         tokens.append(max(1, -(-len(chunk) // CHARS_PER_TOKEN)))
@@ -168,8 +178,14 @@ def parse_lmcache(obj: dict) -> ReplayRequest:
     out = obj.get("output")
     out_tokens = len(out) // CHARS_PER_TOKEN if isinstance(out, str) else 0
     sid = obj.get("session_id")
-    return ReplayRequest(t=_num(obj, "timestamp"), tenant="", block_hashes=hashes, block_tokens=tokens,
-                         output_tokens=out_tokens, session_id=None if sid is None else str(sid))
+    return ReplayRequest(
+        t=_num(obj, "timestamp"),
+        tenant="",
+        block_hashes=hashes,
+        block_tokens=tokens,
+        output_tokens=out_tokens,
+        session_id=None if sid is None else str(sid),
+    )
 
 
 def _render_messages(body: dict) -> str:
@@ -199,7 +215,7 @@ def parse_openai(obj: dict) -> ReplayRequest:
     t = _num(obj, "timestamp") if "timestamp" in obj else _num(body, "timestamp")
     logged_path = obj.get("path") if isinstance(obj.get("path"), str) else None
     if logged_path is None and "input" in body:
-        logged_path = "/v1/responses"                    # Responses API body: instructions + input items
+        logged_path = "/v1/responses"  # Responses API body: instructions + input items
     if logged_path is None and not isinstance(body.get("messages"), list) and not isinstance(body.get("prompt"), str):
         raise Malformed("body has neither 'messages' nor a string 'prompt'")
     headers = obj.get("headers") if isinstance(obj.get("headers"), dict) else {}
@@ -209,29 +225,42 @@ def parse_openai(obj: dict) -> ReplayRequest:
     sid = obj.get("session_id", body.get("user"))
     view = _core_view(path, body, headers)
     if view is not None:
-        return ReplayRequest(t=t, tenant=view.tenant, block_hashes=view.block_hashes,
-                             block_tokens=view.block_tokens, output_tokens=out_tokens,
-                             session_id=view.session_id or (None if sid is None else str(sid)),
-                             anchor_blocks=view.anchor_blocks, model=view.model,
-                             anchor_payload=view.anchor_payload, header_blocks=view.header_blocks)
+        return ReplayRequest(
+            t=t,
+            tenant=view.tenant,
+            block_hashes=view.block_hashes,
+            block_tokens=view.block_tokens,
+            output_tokens=out_tokens,
+            session_id=view.session_id or (None if sid is None else str(sid)),
+            anchor_blocks=view.anchor_blocks,
+            model=view.model,
+            anchor_payload=view.anchor_payload,
+            header_blocks=view.header_blocks,
+        )
     if "messages" not in body and not isinstance(body.get("prompt"), str):
         raise Malformed(f"a {path} body the canonical view cannot read")
     text = _render_messages(body) if "messages" in body else body["prompt"]
     salt = str(body.get("cache_salt", "") or "")
     hashes, tokens = text_blocks(text, salt=salt)
-    return ReplayRequest(t=t, tenant=salt, block_hashes=hashes, block_tokens=tokens,
-                         output_tokens=out_tokens, session_id=None if sid is None else str(sid),
-                         model=str(body.get("model", "")))
+    return ReplayRequest(
+        t=t,
+        tenant=salt,
+        block_hashes=hashes,
+        block_tokens=tokens,
+        output_tokens=out_tokens,
+        session_id=None if sid is None else str(sid),
+        model=str(body.get("model", "")),
+    )
 
 
 def _core_view(path: str, body: dict, headers: dict):
     try:
         from proxy.core.fingerprint import view_from_openai
-    except ImportError:          # the core is optional for loading
+    except ImportError:  # the core is optional for loading
         return None
     try:
         return view_from_openai(path, body, headers)
-    except Exception:            # noqa: BLE001 - an unreadable body falls back to the text chain
+    except Exception:  # noqa: BLE001 - an unreadable body falls back to the text chain
         return None
 
 
@@ -287,7 +316,7 @@ def load_lines(lines: Iterable[str], fmt: str = "auto") -> LoadResult:
             result.note(lineno, str(exc))
         except (TypeError, ValueError) as exc:
             result.note(lineno, f"bad value: {exc}")
-    out.sort(key=lambda r: r.t)           # stable: equal timestamps keep file order
+    out.sort(key=lambda r: r.t)  # stable: equal timestamps keep file order
     result.requests = out
     result.block_size = {"mooncake": MOONCAKE_BLOCK, "bailian": BAILIAN_BLOCK}.get(result.format, TEXT_BLOCK)
     if result.format == "auto":

@@ -15,8 +15,9 @@ partial block carries its fill level in the hash, so it never hits (vLLM caches 
 
 Timing is open loop: session starts are Poisson, at the rate that makes the engine's cold prefill
 work (every prompt computed from scratch, cost model) a `load` share of the span — or, with
-`load=None`, at the rate that keeps `concurrency` sessions live on average (Little's law); inside a session the next request follows the previous one's nominal
-latency plus a small orchestration gap, or the tool's duration after a tool call. The same seed
+`load=None`, at the rate that keeps `concurrency` sessions live on average (Little's law);
+inside a session the next request follows the previous one's nominal latency plus a small
+orchestration gap, or the tool's duration after a tool call. The same seed
 gives the same stream.
 """
 
@@ -38,29 +39,29 @@ class WorkloadSpec:
     name: str = "selector"
     topology: str = "selector"
     agents: int = 6
-    predictability: float = 0.85          # selector: P(supervisor follows the script); random ignores it
-    anchor_tokens: tuple[int, int] = (640, 960)     # per-agent fixed context (system prompt + tools)
-    task_tokens: tuple[int, int] = (60, 200)        # the user's opening message
-    reply_tokens: tuple[int, int] = (40, 160)       # each agent turn appended to the shared history
-    steps: tuple[int, int] = (8, 14)                # agent turns per session
+    predictability: float = 0.85  # selector: P(supervisor follows the script); random ignores it
+    anchor_tokens: tuple[int, int] = (640, 960)  # per-agent fixed context (system prompt + tools)
+    task_tokens: tuple[int, int] = (60, 200)  # the user's opening message
+    reply_tokens: tuple[int, int] = (40, 160)  # each agent turn appended to the shared history
+    steps: tuple[int, int] = (8, 14)  # agent turns per session
     sessions: int = 64
-    load: float | None = 0.8                        # target engine load: cold prefill seconds / span
-    concurrency: float = 16.0                       # mean live sessions, used when load is None
-    tool_agents: int = 0                            # agents 1..tool_agents may call tools
-    tool_prob: float = 0.0                          # P(a tool agent's turn ends in a tool call)
+    load: float | None = 0.8  # target engine load: cold prefill seconds / span
+    concurrency: float = 16.0  # mean live sessions, used when load is None
+    tool_agents: int = 0  # agents 1..tool_agents may call tools
+    tool_prob: float = 0.0  # P(a tool agent's turn ends in a tool call)
     tool_seconds: tuple[float, float] = (0.5, 4.0)  # tool duration range (log-uniform)
     tool_result_tokens: tuple[int, int] = (100, 400)
-    selector_calls: bool = False                    # the supervisor itself makes an LLM call per step
-    second_user_turn: bool = False                  # mt-bench: a follow-up question mid-session
+    selector_calls: bool = False  # the supervisor itself makes an LLM call per step
+    second_user_turn: bool = False  # mt-bench: a follow-up question mid-session
     block_size: int = 16
-    gap_seconds: float = 0.05                       # orchestration gap between turns
-    decode_tokens_per_s: float = 140.0              # nominal per-stream decode (cost model at batch 16)
-    prefill_tokens_per_s: float = 15000.0           # nominal prefill speed (cost model default)
+    gap_seconds: float = 0.05  # orchestration gap between turns
+    decode_tokens_per_s: float = 140.0  # nominal per-stream decode (cost model at batch 16)
+    prefill_tokens_per_s: float = 15000.0  # nominal prefill speed (cost model default)
     seed: int = 0
-    fanout: int = 0                                 # >1: a turn may fork into this many parallel branches
-    fanout_prob: float = 0.0                        # P(a turn forks): map steps, parallel tool calls
-    fanout_stagger_s: float = 0.3                   # delay between the branches' starts
-    branch_tokens: tuple[int, int] = (32, 96)       # each branch's own instruction after the shared parent
+    fanout: int = 0  # >1: a turn may fork into this many parallel branches
+    fanout_prob: float = 0.0  # P(a turn forks): map steps, parallel tool calls
+    fanout_stagger_s: float = 0.3  # delay between the branches' starts
+    branch_tokens: tuple[int, int] = (32, 96)  # each branch's own instruction after the shared parent
 
 
 PRESETS: dict[str, WorkloadSpec] = {
@@ -70,23 +71,67 @@ PRESETS: dict[str, WorkloadSpec] = {
     "selector": WorkloadSpec(name="selector", topology="selector", predictability=0.85),
     "random": WorkloadSpec(name="random", topology="random", predictability=0.0),
     # workload presets shaped like the paper's benchmarks (6-agent SelectorGroupChat)
-    "gsm8k": WorkloadSpec(name="gsm8k", topology="selector", predictability=0.8, anchor_tokens=(560, 800),
-                          task_tokens=(60, 160), reply_tokens=(40, 140), steps=(6, 10), selector_calls=True),
-    "mtbench": WorkloadSpec(name="mtbench", topology="selector", predictability=0.75, anchor_tokens=(720, 1040),
-                            task_tokens=(80, 240), reply_tokens=(80, 200), steps=(6, 10), second_user_turn=True,
-                            selector_calls=True),
-    "gaia": WorkloadSpec(name="gaia", topology="selector", predictability=0.7, anchor_tokens=(1100, 1600),
-                         task_tokens=(80, 240), reply_tokens=(40, 140), steps=(8, 14), tool_agents=3,
-                         tool_prob=0.5, tool_seconds=(0.5, 8.0), tool_result_tokens=(80, 300),
-                         selector_calls=True),
-    "swebench": WorkloadSpec(name="swebench", topology="selector", predictability=0.75,
-                             anchor_tokens=(2400, 3600), task_tokens=(200, 600), reply_tokens=(60, 200),
-                             steps=(10, 16), tool_agents=3, tool_prob=0.6, tool_seconds=(1.0, 20.0),
-                             tool_result_tokens=(150, 500), sessions=48),
+    "gsm8k": WorkloadSpec(
+        name="gsm8k",
+        topology="selector",
+        predictability=0.8,
+        anchor_tokens=(560, 800),
+        task_tokens=(60, 160),
+        reply_tokens=(40, 140),
+        steps=(6, 10),
+        selector_calls=True,
+    ),
+    "mtbench": WorkloadSpec(
+        name="mtbench",
+        topology="selector",
+        predictability=0.75,
+        anchor_tokens=(720, 1040),
+        task_tokens=(80, 240),
+        reply_tokens=(80, 200),
+        steps=(6, 10),
+        second_user_turn=True,
+        selector_calls=True,
+    ),
+    "gaia": WorkloadSpec(
+        name="gaia",
+        topology="selector",
+        predictability=0.7,
+        anchor_tokens=(1100, 1600),
+        task_tokens=(80, 240),
+        reply_tokens=(40, 140),
+        steps=(8, 14),
+        tool_agents=3,
+        tool_prob=0.5,
+        tool_seconds=(0.5, 8.0),
+        tool_result_tokens=(80, 300),
+        selector_calls=True,
+    ),
+    "swebench": WorkloadSpec(
+        name="swebench",
+        topology="selector",
+        predictability=0.75,
+        anchor_tokens=(2400, 3600),
+        task_tokens=(200, 600),
+        reply_tokens=(60, 200),
+        steps=(10, 16),
+        tool_agents=3,
+        tool_prob=0.6,
+        tool_seconds=(1.0, 20.0),
+        tool_result_tokens=(150, 500),
+        sessions=48,
+    ),
     # fan-out: a selector chat whose turns fork into 4 parallel branches half of the time (the
     # branches share the agent's anchor and the session's history: the parent)
-    "fanout": WorkloadSpec(name="fanout", topology="selector", predictability=0.8, steps=(6, 10),
-                           anchor_tokens=(720, 1040), fanout=4, fanout_prob=0.5, branch_tokens=(16, 48)),
+    "fanout": WorkloadSpec(
+        name="fanout",
+        topology="selector",
+        predictability=0.8,
+        steps=(6, 10),
+        anchor_tokens=(720, 1040),
+        fanout=4,
+        fanout_prob=0.5,
+        branch_tokens=(16, 48),
+    ),
 }
 
 
@@ -133,8 +178,9 @@ class _Chains:
         return hashes, tuple(tokens)
 
 
-def _branch(chains: _Chains, agent: int, session: int, hist_tokens: int, key: tuple,
-            branch_tokens: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def _branch(
+    chains: _Chains, agent: int, session: int, hist_tokens: int, key: tuple, branch_tokens: int
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """A fan-out branch: the parent (anchor + the history's full blocks) + the branch's own blocks."""
     bs = chains.bs
     hashes, tokens = chains.prompt(agent, session, hist_tokens)
@@ -163,7 +209,7 @@ def _next_agent(spec: WorkloadSpec, cur: int | None, step: int, script: list[int
     n = spec.agents
     if spec.topology == "pipeline":
         return step % n
-    if spec.topology == "debate":             # debaters 0 and 1 alternate; judge 2 every third turn
+    if spec.topology == "debate":  # debaters 0 and 1 alternate; judge 2 every third turn
         if cur is None:
             return 0
         if step % 3 == 2:
@@ -177,8 +223,9 @@ def _next_agent(spec: WorkloadSpec, cur: int | None, step: int, script: list[int
     raise ValueError(f"unknown topology {spec.topology!r}; expected one of {TOPOLOGIES}")
 
 
-def _session(spec: WorkloadSpec, sid: int, chains: _Chains, script: list[int], sel_agent: int | None,
-             rng: random.Random) -> list[tuple[float, ReplayRequest]]:
+def _session(
+    spec: WorkloadSpec, sid: int, chains: _Chains, script: list[int], sel_agent: int | None, rng: random.Random
+) -> list[tuple[float, ReplayRequest]]:
     """One session's requests with times relative to its start."""
     out: list[tuple[float, ReplayRequest]] = []
     t = 0.0
@@ -187,20 +234,35 @@ def _session(spec: WorkloadSpec, sid: int, chains: _Chains, script: list[int], s
     cur: int | None = None
     sname = f"{spec.name}-{sid}"
 
-    def emit(agent: int, out_tokens: int, finish: str | None = None, tool_s: float | None = None,
-             category: str = "agent") -> float:
+    def emit(
+        agent: int, out_tokens: int, finish: str | None = None, tool_s: float | None = None, category: str = "agent"
+    ) -> float:
         hashes, tokens = chains.prompt(agent, sid, hist)
         prompt = sum(tokens)
-        out.append((t, ReplayRequest(
-            t=0.0, tenant="", block_hashes=hashes, block_tokens=tokens, output_tokens=out_tokens,
-            session_id=sname, agent=f"agent{agent}", category=category,
-            anchor_blocks=len(chains.anchor[agent]), finish_reason=finish, tool_seconds=tool_s)))
+        out.append(
+            (
+                t,
+                ReplayRequest(
+                    t=0.0,
+                    tenant="",
+                    block_hashes=hashes,
+                    block_tokens=tokens,
+                    output_tokens=out_tokens,
+                    session_id=sname,
+                    agent=f"agent{agent}",
+                    category=category,
+                    anchor_blocks=len(chains.anchor[agent]),
+                    finish_reason=finish,
+                    tool_seconds=tool_s,
+                ),
+            )
+        )
         return prompt / spec.prefill_tokens_per_s + out_tokens / spec.decode_tokens_per_s
 
     for step in range(steps):
         if spec.second_user_turn and step == steps // 2:
             hist += rng.randint(*spec.task_tokens)
-        if sel_agent is not None:              # the supervisor's own call picks the speaker
+        if sel_agent is not None:  # the supervisor's own call picks the speaker
             t += emit(sel_agent, 8, category="selector") + spec.gap_seconds
         cur = _next_agent(spec, cur, step, script, rng)
         reply = rng.randint(*spec.reply_tokens)
@@ -212,12 +274,24 @@ def _session(spec: WorkloadSpec, sid: int, chains: _Chains, script: list[int], s
                 out_tokens = rng.randint(*spec.reply_tokens)
                 hashes, tokens = _branch(chains, cur, sid, hist, (sid, step, b), rng.randint(*spec.branch_tokens))
                 start = t + b * spec.fanout_stagger_s
-                out.append((start, ReplayRequest(
-                    t=0.0, tenant="", block_hashes=hashes, block_tokens=tokens, output_tokens=out_tokens,
-                    session_id=sname, agent=f"agent{cur}", category="branch",
-                    anchor_blocks=len(chains.anchor[cur]), finish_reason="stop")))
-                end = max(end, start + sum(tokens) / spec.prefill_tokens_per_s
-                          + out_tokens / spec.decode_tokens_per_s)
+                out.append(
+                    (
+                        start,
+                        ReplayRequest(
+                            t=0.0,
+                            tenant="",
+                            block_hashes=hashes,
+                            block_tokens=tokens,
+                            output_tokens=out_tokens,
+                            session_id=sname,
+                            agent=f"agent{cur}",
+                            category="branch",
+                            anchor_blocks=len(chains.anchor[cur]),
+                            finish_reason="stop",
+                        ),
+                    )
+                )
+                end = max(end, start + sum(tokens) / spec.prefill_tokens_per_s + out_tokens / spec.decode_tokens_per_s)
                 joined += out_tokens // 2
             hist += joined
             t = end + spec.gap_seconds
@@ -252,7 +326,7 @@ def generate(spec: WorkloadSpec) -> list[ReplayRequest]:
         cold = sum(cost.prefill_s(r.prompt_tokens) for sess in sessions for _, r in sess)
         rate = len(sessions) / max(cold / spec.load - mean_len, mean_len / len(sessions), 1e-6)
     else:
-        rate = spec.concurrency / max(mean_len, 1e-6)    # Little's law: L = λ·W
+        rate = spec.concurrency / max(mean_len, 1e-6)  # Little's law: L = λ·W
     out: list[tuple[float, int, ReplayRequest]] = []
     start = 0.0
     seq = 0
@@ -278,9 +352,14 @@ def describe(spec: WorkloadSpec, requests: list[ReplayRequest]) -> dict:
     """Summary numbers for the report."""
     span = requests[-1].t - requests[0].t if requests else 0.0
     return {
-        "preset": spec.name, "topology": spec.topology, "agents": spec.agents,
-        "predictability": spec.predictability, "sessions": spec.sessions, "seed": spec.seed,
-        "requests": len(requests), "span_s": round(span, 3),
+        "preset": spec.name,
+        "topology": spec.topology,
+        "agents": spec.agents,
+        "predictability": spec.predictability,
+        "sessions": spec.sessions,
+        "seed": spec.seed,
+        "requests": len(requests),
+        "span_s": round(span, 3),
         "request_rate": round(len(requests) / span, 3) if span > 0 else 0.0,
         "anchor_share": round(anchor_share(requests), 4),
         "tool_calls": sum(1 for r in requests if r.finish_reason == "tool_calls"),

@@ -32,8 +32,11 @@ def _usage(u: Any, cached_key: str) -> dict | None:
         return None
     details = u.get("input_tokens_details")
     cached = details.get(cached_key) if isinstance(details, dict) else u.get(cached_key)
-    return {"prompt_tokens": u.get("input_tokens"), "completion_tokens": u.get("output_tokens"),
-            "prompt_tokens_details": {"cached_tokens": cached}}
+    return {
+        "prompt_tokens": u.get("input_tokens"),
+        "completion_tokens": u.get("output_tokens"),
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
 
 
 def _responses(obj: dict) -> dict:
@@ -42,14 +45,21 @@ def _responses(obj: dict) -> dict:
         if not isinstance(item, dict):
             continue
         if item.get("type") == "function_call":
-            calls.append({"id": item.get("call_id"), "type": "function",
-                          "function": {"name": item.get("name"), "arguments": item.get("arguments")}})
+            calls.append(
+                {
+                    "id": item.get("call_id"),
+                    "type": "function",
+                    "function": {"name": item.get("name"), "arguments": item.get("arguments")},
+                }
+            )
         elif item.get("type") == "message":
             for part in item.get("content") or ():
                 if isinstance(part, dict) and part.get("type") == "output_text":
                     text.append(str(part.get("text", "")))
     status = obj.get("status")
-    finish = "tool_calls" if calls else ("length" if status == "incomplete" else "stop" if status == "completed" else None)
+    finish = (
+        "tool_calls" if calls else ("length" if status == "incomplete" else "stop" if status == "completed" else None)
+    )
     msg: dict = {"role": "assistant", "content": "".join(text) if text else None}
     if calls:
         msg["tool_calls"] = calls
@@ -62,17 +72,23 @@ def _responses(obj: dict) -> dict:
 
 def _messages(obj: dict) -> dict:
     import json
+
     calls, text = [], []
     for b in obj.get("content") or ():
         if isinstance(b, dict) and b.get("type") == "tool_use":
-            calls.append({"id": b.get("id"), "type": "function",
-                          "function": {"name": b.get("name"), "arguments": json.dumps(b.get("input") or {})}})
+            calls.append(
+                {
+                    "id": b.get("id"),
+                    "type": "function",
+                    "function": {"name": b.get("name"), "arguments": json.dumps(b.get("input") or {})},
+                }
+            )
         elif isinstance(b, dict) and b.get("type") == "text":
             text.append(str(b.get("text", "")))
     msg: dict = {"role": "assistant", "content": "".join(text) if text else None}
     if calls:
         msg["tool_calls"] = calls
-    out: dict = {"choices": [{"finish_reason": _ANTHROPIC_STOP.get(str(obj.get("stop_reason")), None), "message": msg}]}
+    out: dict = {"choices": [{"finish_reason": _ANTHROPIC_STOP.get(str(obj.get("stop_reason"))), "message": msg}]}
     u = _usage(obj.get("usage"), "cache_read_input_tokens")
     if u is not None:
         out["usage"] = u

@@ -32,8 +32,8 @@ BUSY_POLL_S = 0.01
 class ExecutorLimits:
     queue_size: int = 256
     concurrency: int = 2
-    max_inflight: int = 64       # client requests in flight through the proxy
-    max_waiting: int = 4         # engine's waiting queue (from the scraper)
+    max_inflight: int = 64  # client requests in flight through the proxy
+    max_waiting: int = 4  # engine's waiting queue (from the scraper)
 
 
 def action_key(action: Any) -> tuple:
@@ -65,19 +65,30 @@ class ActionExecutor:
         self._running: dict[tuple, Any] = {}
         self.recent: deque[dict] = deque(maxlen=64)
         self.paused = False
-        self.sending = 0             # actions inside adapter.warm (the engine may already count them)
-        self.prefill: Any = None     # PrefillRate: ok warmups' computed tokens / duration
-        self.stats = {"submitted": 0, "deduped": 0, "ok": 0, "error": 0, "unsupported": 0,
-                      "dropped_stale": 0, "dropped_busy": 0, "dropped_full": 0,
-                      "warm_prompt_tokens": 0, "warm_cached_tokens": 0, "warm_computed_tokens": 0}
+        self.sending = 0  # actions inside adapter.warm (the engine may already count them)
+        self.prefill: Any = None  # PrefillRate: ok warmups' computed tokens / duration
+        self.stats = {
+            "submitted": 0,
+            "deduped": 0,
+            "ok": 0,
+            "error": 0,
+            "unsupported": 0,
+            "dropped_stale": 0,
+            "dropped_busy": 0,
+            "dropped_full": 0,
+            "warm_prompt_tokens": 0,
+            "warm_cached_tokens": 0,
+            "warm_computed_tokens": 0,
+        }
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def start(self) -> None:
         if self._queue is not None:
             return
         self._queue = asyncio.Queue(maxsize=self.limits.queue_size)
-        self._workers = [asyncio.create_task(self._worker(i), name=f"cachescout-action-{i}")
-                         for i in range(self.limits.concurrency)]
+        self._workers = [
+            asyncio.create_task(self._worker(i), name=f"cachescout-action-{i}") for i in range(self.limits.concurrency)
+        ]
 
     async def stop(self) -> None:
         for t in self._workers:
@@ -103,7 +114,7 @@ class ActionExecutor:
             self.stats["submitted"] += 1
             key = action_key(action)
             if key in self._pending or key in self._running:
-                self.stats["deduped"] += 1          # the twin action carries it; the core still hears back
+                self.stats["deduped"] += 1  # the twin action carries it; the core still hears back
                 self._report(action, WarmResult(ok=False, error="deduped"))
                 continue
             if self._queue is None:
@@ -122,9 +133,18 @@ class ActionExecutor:
     def pending(self) -> list[dict]:
         now = self.clock()
         items = list(self._running.values()) + list(self._pending.values())
-        return [{"kind": a.kind, "reason": a.reason, "anchor": a.anchor_id, "tokens": a.tokens,
-                 "running": action_key(a) in self._running, "age_s": round(now - a.created, 3),
-                 "deadline_in_s": round(a.deadline - now, 3)} for a in items]
+        return [
+            {
+                "kind": a.kind,
+                "reason": a.reason,
+                "anchor": a.anchor_id,
+                "tokens": a.tokens,
+                "running": action_key(a) in self._running,
+                "age_s": round(now - a.created, 3),
+                "deadline_in_s": round(a.deadline - now, 3),
+            }
+            for a in items
+        ]
 
     # -- workers ----------------------------------------------------------------------------------
     async def quiesce(self, timeout: float = 5.0) -> bool:
@@ -157,7 +177,7 @@ class ActionExecutor:
                 await self._run_one(action)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - an adapter bug must not kill the worker
+            except Exception as exc:
                 log.exception("action failed unexpectedly")
                 self._finish(action, "error", WarmResult(ok=False, error=type(exc).__name__))
             finally:
@@ -199,17 +219,25 @@ class ActionExecutor:
             if self.metrics is not None:
                 self.metrics.warmup_tokens_total.inc(result.prompt_tokens)
         now = self.clock()
-        self.recent.append({"kind": action.kind, "reason": action.reason, "anchor": action.anchor_id,
-                            "tokens": action.tokens, "outcome": outcome, "at": round(now, 3),
-                            "cached": result.cached_tokens if result else None,
-                            "error": result.error if result else None})
+        self.recent.append(
+            {
+                "kind": action.kind,
+                "reason": action.reason,
+                "anchor": action.anchor_id,
+                "tokens": action.tokens,
+                "outcome": outcome,
+                "at": round(now, 3),
+                "cached": result.cached_tokens if result else None,
+                "error": result.error if result else None,
+            }
+        )
         self._report(action, result if result is not None else WarmResult(ok=False, error=outcome))
 
     def _report(self, action: Any, result: WarmResult) -> None:
         if self.on_result is not None:
             try:
                 self.on_result(action, result, self.clock())
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("on_result hook failed")
 
     def _depth(self) -> None:

@@ -32,7 +32,7 @@ log = logging.getLogger("cachescout.kv_events")
 
 @dataclass(frozen=True, slots=True)
 class KvEvent:
-    kind: str                                  # "stored" | "removed" | "cleared"
+    kind: str  # "stored" | "removed" | "cleared"
     block_hashes: tuple[Any, ...] = ()
     parent: Any = None
     token_ids: tuple[int, ...] = ()
@@ -52,7 +52,7 @@ def token_chain_hashes(token_ids: Sequence[int], block_size: int) -> list[int]:
     out: list[int] = []
     parent: int | None = None
     for i in range(0, len(token_ids) - block_size + 1, block_size):
-        parent = token_chain(parent, token_ids[i:i + block_size])
+        parent = token_chain(parent, token_ids[i : i + block_size])
         out.append(parent)
     return out
 
@@ -61,8 +61,15 @@ def _map_to_array(ev: dict) -> list:
     """vLLM 0.32's tagged-map event as the older positional array (one decoder for both)."""
     tag = ev.get("type")
     if tag == "BlockStored":
-        return [tag, ev.get("block_hashes"), ev.get("parent_block_hash"), ev.get("token_ids"),
-                ev.get("block_size"), ev.get("lora_id"), ev.get("medium")]
+        return [
+            tag,
+            ev.get("block_hashes"),
+            ev.get("parent_block_hash"),
+            ev.get("token_ids"),
+            ev.get("block_size"),
+            ev.get("lora_id"),
+            ev.get("medium"),
+        ]
     if tag == "BlockRemoved":
         return [tag, ev.get("block_hashes"), ev.get("medium")]
     return [tag] if isinstance(tag, str) else []
@@ -82,9 +89,16 @@ def decode_batch(payload: bytes) -> list[KvEvent]:
             continue
         tag = ev[0]
         if tag == "BlockStored":
-            out.append(KvEvent("stored", tuple(ev[1] or ()), ev[2] if len(ev) > 2 else None,
-                               tuple(ev[3] or ()) if len(ev) > 3 else (), int(ev[4] or 0) if len(ev) > 4 else 0,
-                               ev[6] if len(ev) > 6 else None))
+            out.append(
+                KvEvent(
+                    "stored",
+                    tuple(ev[1] or ()),
+                    ev[2] if len(ev) > 2 else None,
+                    tuple(ev[3] or ()) if len(ev) > 3 else (),
+                    int(ev[4] or 0) if len(ev) > 4 else 0,
+                    ev[6] if len(ev) > 6 else None,
+                )
+            )
         elif tag == "BlockRemoved":
             out.append(KvEvent("removed", tuple(ev[1] or ()), medium=ev[2] if len(ev) > 2 else None))
         elif tag == "AllBlocksCleared":
@@ -112,7 +126,7 @@ class KvResidency:
             parent_key = self.by_engine.get(ev.parent) if ev.parent is not None else None
             bs = ev.block_size or (len(ev.token_ids) // max(1, len(ev.block_hashes)))
             for i, eh in enumerate(ev.block_hashes):
-                toks = ev.token_ids[i * bs:(i + 1) * bs]
+                toks = ev.token_ids[i * bs : (i + 1) * bs]
                 parent_key = token_chain(parent_key, toks)
                 if len(self.by_engine) < self.max_blocks:
                     self.by_engine[eh] = parent_key
@@ -180,7 +194,7 @@ class KvEventSubscriber:
         if len(parts) >= 3 and len(parts[-2]) == 8:
             seq = int.from_bytes(parts[-2], "big")
             if self.last_seq is not None and seq != self.last_seq + 1:
-                self.gaps += 1   # missed messages: the view may be stale until the next clear
+                self.gaps += 1  # missed messages: the view may be stale until the next clear
             self.last_seq = seq
         self.messages += 1
         for ev in decode_batch(payload):
@@ -202,5 +216,11 @@ class KvEventSubscriber:
             self._ctx = None
 
     def info(self) -> dict:
-        return {"endpoint": self.endpoint, "messages": self.messages, "gaps": self.gaps, "error": self.error,
-                "resident_blocks": len(self.residency.resident), **self.residency.counts}
+        return {
+            "endpoint": self.endpoint,
+            "messages": self.messages,
+            "gaps": self.gaps,
+            "error": self.error,
+            "resident_blocks": len(self.residency.resident),
+            **self.residency.counts,
+        }

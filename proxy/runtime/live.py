@@ -32,25 +32,36 @@ from proxy.runtime.policy_config import executor_limits, policy_config
 from proxy.runtime.prefill import PrefillRate
 from proxy.runtime.reload_price import ReloadPrice
 from proxy.runtime.scraper import EngineScraper
-from proxy.runtime.switchback import SelfEvaluation, switchback_config, yield_config
 from proxy.runtime.state_file import harden_observer as _harden
 from proxy.runtime.state_file import read_state_file, tenant_tag, write_state_file
+from proxy.runtime.switchback import SelfEvaluation, switchback_config, yield_config
 
 log = logging.getLogger("cachescout.live")
 
 
 class LiveRuntime:
-    def __init__(self, settings: Any, client: httpx.AsyncClient, metrics: Any, clock: Callable[[], float],
-                 config: PolicyConfig | None = None) -> None:
+    def __init__(
+        self,
+        settings: Any,
+        client: httpx.AsyncClient,
+        metrics: Any,
+        clock: Callable[[], float],
+        config: PolicyConfig | None = None,
+    ) -> None:
         self.settings = settings
         self.client = client
         self.metrics = metrics
         self.clock = clock
         self.config = config or policy_config(settings)
         self.policy = ScoutPolicy(self.config)
-        self.observer = LivePolicyObserver(self.policy, metrics, clock, block_chars=self.config.block_chars,
-                                           chars_per_token=self.config.chars_per_token)
-        self.hints = build_hint_service(settings, self.policy, metrics)     # runtime hints (issue 16)
+        self.observer = LivePolicyObserver(
+            self.policy,
+            metrics,
+            clock,
+            block_chars=self.config.block_chars,
+            chars_per_token=self.config.chars_per_token,
+        )
+        self.hints = build_hint_service(settings, self.policy, metrics)  # runtime hints (issue 16)
         self.observer.hints = self.hints
         if self.hints is not None:
             self.hints.after_submit = lambda: self.observer.plan(self.clock())
@@ -59,7 +70,9 @@ class LiveRuntime:
         self._api_key = key
         self.adapter: Any = NoEngineAdapter(client, settings.upstream_url, key)
         self.executor = ActionExecutor(
-            self.adapter, metrics, clock,
+            self.adapter,
+            metrics,
+            clock,
             executor_limits(settings),
             load=lambda: (self.observer.inflight, self.scraper.waiting if self.scraper else 0),
             on_result=self._on_result,
@@ -81,9 +94,14 @@ class LiveRuntime:
         self.lmcache = LmcacheClient(client, settings.lmcache_url) if settings.lmcache_url else None
         self._side_tasks: set[asyncio.Task] = set()
         # self-evaluation: switchback windows and per-signal yield veto actions through one planner hook
-        self.selfeval = SelfEvaluation(switchback_config(settings), yield_config(settings), metrics, clock,
-                                       seed=settings.switchback_seed,
-                                       turnover_s=lambda: self.policy.residency.lifetime_s())
+        self.selfeval = SelfEvaluation(
+            switchback_config(settings),
+            yield_config(settings),
+            metrics,
+            clock,
+            seed=settings.switchback_seed,
+            turnover_s=lambda: self.policy.residency.lifetime_s(),
+        )
         self.policy.planner.action_gate = self.selfeval.gate
         self.observer.selfeval = self.selfeval
 
@@ -91,19 +109,30 @@ class LiveRuntime:
     async def start(self) -> None:
         s = self.settings
         self._load_state()
-        self.adapter = await build_adapter(s.engine, self.client, s.upstream_url, self._api_key,
-                                           model=s.engine_model, kv_hints=s.kv_hints,
-                                           request_priority=s.request_priority)
+        self.adapter = await build_adapter(
+            s.engine,
+            self.client,
+            s.upstream_url,
+            self._api_key,
+            model=s.engine_model,
+            kv_hints=s.kv_hints,
+            request_priority=s.request_priority,
+        )
         self.executor.adapter = self.adapter
-        log.info("cache policy on: engine=%s capabilities=%s disabled=%s", self.adapter.name,
-                 ",".join(sorted(self.adapter.capabilities)) or "-", self.adapter.disabled or "-")
+        log.info(
+            "cache policy on: engine=%s capabilities=%s disabled=%s",
+            self.adapter.name,
+            ",".join(sorted(self.adapter.capabilities)) or "-",
+            self.adapter.disabled or "-",
+        )
         if s.kv_hints or s.request_priority:
             # Opt-in exception to byte-exact forwarding: the observer's rewrite_body adds the adapter's
             # hints (only when the engine has the capability; otherwise request_extras is empty).
             self.observer.extras_for = self.adapter.request_extras
             self.observer.rewrite_enabled = True
-            log.info("engine hints on forwarded requests: kv_hints=%s request_priority=%s", s.kv_hints,
-                     s.request_priority)
+            log.info(
+                "engine hints on forwarded requests: kv_hints=%s request_priority=%s", s.kv_hints, s.request_priority
+            )
         self.scraper = EngineScraper(self.adapter, self.metrics, s.scrape_interval, on_snapshot=self._on_snapshot)
         self.observer.engine_waiting = lambda: self.scraper.waiting if self.scraper else 0
         await self.executor.start()
@@ -156,20 +185,20 @@ class LiveRuntime:
                 self.selfeval.tick(self.clock())
                 self.observer.plan(self.clock())
                 self.observer.update_gauges()
-            except Exception:  # noqa: BLE001 - keep ticking; the forwarder is unaffected
+            except Exception:
                 if self.metrics is not None:
                     self.metrics.policy_errors_total.inc()
                 log.debug("plan tick failed", exc_info=True)
 
     def _on_result(self, action: Any, result: WarmResult, now: float) -> None:
-        self.observer.note_action(action, result, now)          # yield: before the shadow moves
+        self.observer.note_action(action, result, now)  # yield: before the shadow moves
         self.observer.on_action_result(action, result, now)
         lm = self.lmcache
         if lm is None or not result.ok or lm.disabled or action.priority < lm.pin_min_priority:
             return
         spec = warm_spec(action)
         ids = spec and (spec.token_ids or self.adapter.tokens.get(spec.key))
-        if ids:   # pin the anchor in the offload tier too, off the executor's path
+        if ids:  # pin the anchor in the offload tier too, off the executor's path
             task = asyncio.get_running_loop().create_task(lm.maybe_pin(ids, action.priority))
             self._side_tasks.add(task)
             task.add_done_callback(self._side_tasks.discard)
@@ -180,8 +209,9 @@ class LiveRuntime:
         that went backwards (engine restarted) -> the shadow is cleared; prefill time -> the rate
         the warmup budget follows. The waiting queue reaches the core through `observer.load()`."""
         kwargs: dict[str, Any] = {}
-        capacity = snap.capacity_tokens or (snap.capacity_blocks * snap.block_size
-                                            if snap.capacity_blocks and snap.block_size else None)
+        capacity = snap.capacity_tokens or (
+            snap.capacity_blocks * snap.block_size if snap.capacity_blocks and snap.block_size else None
+        )
         if capacity:
             # The shadow counts the views' estimated tokens (characters / chars_per_token); the engine
             # counts its tokenizer's: convert with the calibrated ratio (engine tokens per view token).
@@ -197,7 +227,7 @@ class LiveRuntime:
             kwargs["usage_ratio"] = usage
         if snap.prefix_queries is not None:
             if self._prev_queries is not None and snap.prefix_queries < self._prev_queries:
-                kwargs["cleared"] = True            # counters restarted: so did the engine's cache
+                kwargs["cleared"] = True  # counters restarted: so did the engine's cache
             self._prev_queries = snap.prefix_queries
         if kwargs:
             self.policy.residency.on_engine_truth(**kwargs)
@@ -236,8 +266,9 @@ class LiveRuntime:
         self.policy.planner.cfg = cfg
         if "host_tier_tokens" in changed:
             self.policy.set_host_tier(cfg.host_tier_tokens)
-        log.info("engine host tier: reload %.0f tokens/s, %d tokens modelled", cfg.reload_tokens_per_s,
-                 cfg.host_tier_tokens)
+        log.info(
+            "engine host tier: reload %.0f tokens/s, %d tokens modelled", cfg.reload_tokens_per_s, cfg.host_tier_tokens
+        )
 
     def _on_kv_event(self, ev: KvEvent) -> None:
         """Engine block ids are not the views' ids: only a full clear maps onto the shadow directly
@@ -264,15 +295,23 @@ class LiveRuntime:
             cfg = cfg.with_overrides(prefill_tokens_per_s=rate)
             self.policy.config = cfg
             self.policy.planner.cfg = cfg
-            log.info("engine prefill rate %.0f tokens/s (%s): warmup budget %.0f tokens/s, burst %.0f",
-                     rate, self.prefill.source, *cfg.warm_budget())
+            log.info(
+                "engine prefill rate %.0f tokens/s (%s): warmup budget %.0f tokens/s, burst %.0f",
+                rate,
+                self.prefill.source,
+                *cfg.warm_budget(),
+            )
         if rate is not None:
             refill, burst = cfg.warm_budget()
-            self.budget = {"source": f"measured ({self.prefill.source})",
-                           "measured_prefill_tokens_per_s": round(rate),
-                           "prefill_tokens_per_s": round(cfg.prefill_tokens_per_s),
-                           "warmup_share": cfg.warmup_share, "fixed": bool(cfg.warmup_tokens_per_s),
-                           "warmup_tokens_per_s": round(refill), "warmup_burst_tokens": round(burst)}
+            self.budget = {
+                "source": f"measured ({self.prefill.source})",
+                "measured_prefill_tokens_per_s": round(rate),
+                "prefill_tokens_per_s": round(cfg.prefill_tokens_per_s),
+                "warmup_share": cfg.warmup_share,
+                "fixed": bool(cfg.warmup_tokens_per_s),
+                "warmup_tokens_per_s": round(refill),
+                "warmup_burst_tokens": round(burst),
+            }
 
     # -- state file -------------------------------------------------------------------------------------
     def _initial_state_path(self) -> str | None:
@@ -336,22 +375,38 @@ def describe_policy(policy: Any, now: float, top: int = 20) -> dict:
     agents: list[dict] = []
     transitions: list[dict] = []
     for tenant, ts in getattr(policy.agents, "tenants", {}).items():
-        tenant_tag = "" if not tenant else f"salt:{len(tenant)}c"   # never the salt itself
+        tenant_tag = "" if not tenant else f"salt:{len(tenant)}c"  # never the salt itself
         for a in ts.agents.values():
-            agents.append({"id": a.agent_id, "tenant": tenant_tag, "tokens": a.tokens, "uses": a.uses,
-                           "last_seen_s_ago": round(now - a.last_seen, 3)})
+            agents.append(
+                {
+                    "id": a.agent_id,
+                    "tenant": tenant_tag,
+                    "tokens": a.tokens,
+                    "uses": a.uses,
+                    "last_seen_s_ago": round(now - a.last_seen, 3),
+                }
+            )
         learner = ts.learner
         for i, src in ts.by_slot.items():
             for j, p in learner.successors(i, 3, 0.0):
                 dst = ts.by_slot.get(j)
                 if dst is not None:
-                    transitions.append({"from": src.agent_id, "to": dst.agent_id, "p": round(p, 3),
-                                        "count": round(learner.count(i, j), 2)})
+                    transitions.append(
+                        {
+                            "from": src.agent_id,
+                            "to": dst.agent_id,
+                            "p": round(p, 3),
+                            "count": round(learner.count(i, j), 2),
+                        }
+                    )
     agents.sort(key=lambda a: -a["uses"])
     transitions.sort(key=lambda t: -t["count"])
     sessions = getattr(policy, "sessions", None)
-    return {"agents": agents[:100], "top_transitions": transitions[:top],
-            "sessions": len(sessions) if sessions is not None else 0}
+    return {
+        "agents": agents[:100],
+        "top_transitions": transitions[:top],
+        "sessions": len(sessions) if sessions is not None else 0,
+    }
 
 
 def _plain(obj: Any) -> Any:
@@ -364,7 +419,9 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
-def build_live(settings: Any, client: httpx.AsyncClient, metrics: Any, clock: Callable[[], float]) -> LiveRuntime | None:
+def build_live(
+    settings: Any, client: httpx.AsyncClient, metrics: Any, clock: Callable[[], float]
+) -> LiveRuntime | None:
     """The live policy for `create_app`; None when the policy is switched off."""
     if not getattr(settings, "policy_enabled", True):
         return None

@@ -47,10 +47,10 @@ log = logging.getLogger("cachescout.live_policy")
 
 OBSERVED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages")
 WARMUP_HEADER = "x-cachescout-warmup"
-CONVERSION_SHARE = 0.8          # cached >= 80% of the warmed prompt counts as converted
+CONVERSION_SHARE = 0.8  # cached >= 80% of the warmed prompt counts as converted
 MAX_ACTED = 4096
 STALE_INFLIGHT_S = 900.0
-HINT_TTL_S = 60.0               # an anchor's action priority is used for forwarded requests this long
+HINT_TTL_S = 60.0  # an anchor's action priority is used for forwarded requests this long
 ANCHOR_REASONS = ("transition", "fanout", "hint")
 
 
@@ -75,39 +75,47 @@ class _ReqState:
 
     def __init__(self) -> None:
         self.alone = False
-        self.held = False               # its blocks are counted in the running set
+        self.held = False  # its blocks are counted in the running set
         self.hints: Any = None
         self.view: RequestView | None = None
         self.observed: Any = None
         self.tap: ResponseTap | None = None
         self.status: int | None = None
         self.skip = False
-        self.accepted = False           # the engine answered 2xx: only then is the request learned
-        self.parsing = False            # the view is being built on the worker thread
-        self.end: tuple | None = None   # (error, now) once the response ended
-        self.done = False               # its response was observed
+        self.accepted = False  # the engine answered 2xx: only then is the request learned
+        self.parsing = False  # the view is being built on the worker thread
+        self.end: tuple | None = None  # (error, now) once the response ended
+        self.done = False  # its response was observed
 
 
 class LivePolicyObserver:
     """Implements proxy.http.observer.RequestObserver on top of a ScoutPolicy."""
 
-    def __init__(self, policy: Any, metrics: Any, clock: Callable[[], float], *,
-                 block_chars: int = 64, chars_per_token: float = 4.0, defer: bool = True) -> None:
+    def __init__(
+        self,
+        policy: Any,
+        metrics: Any,
+        clock: Callable[[], float],
+        *,
+        block_chars: int = 64,
+        chars_per_token: float = 4.0,
+        defer: bool = True,
+    ) -> None:
         self.policy = policy
         self.metrics = metrics
         self.clock = clock
         self.block_chars = block_chars
         self.chars_per_token = chars_per_token
         self.defer = defer
-        self.executor: Any = None             # set by LiveRuntime (submit(actions))
+        self.executor: Any = None  # set by LiveRuntime (submit(actions))
         self.engine_waiting: Callable[[], int] = lambda: 0
         self._inflight: dict[int, float] = {}
-        self._states: dict[int, _ReqState] = {}     # in flight: first token seen yet? (slack)
-        self.running = RunningSet()                 # distinct view tokens of the requests in flight
-        self.utilisation = 0.0                      # engine prefill busy share (LiveRuntime, scraped)
-        self.deferred = 0                       # call_soon work scheduled but not yet run
-        self.prefill: Any = None                # PrefillRate: streamed requests' computed tokens / TTFT
-        self.token_ratio: float | None = None   # engine tokens per estimated view token (EWMA)
+        self._states: dict[int, _ReqState] = {}  # in flight: first token seen yet? (slack)
+        self.running = RunningSet()  # distinct view tokens of the requests in flight
+        self.utilisation = 0.0  # engine prefill busy share (LiveRuntime, scraped)
+        self.deferred = 0  # call_soon work scheduled but not yet run
+        self.prefill: Any = None  # PrefillRate: streamed requests' computed tokens / TTFT
+        self.token_ratio: float | None = None  # engine tokens per estimated view token (EWMA)
         # Opt-in engine hints on forwarded requests (kv_hints / request_priority): LiveRuntime sets
         # `extras_for` to the adapter's request_extras and switches `rewrite_enabled` on.
         self.rewrite_enabled = False
@@ -117,19 +125,33 @@ class LivePolicyObserver:
         # the operator asked to forward bodies without the engines' proposal fields.
         self.hints: Any = None
         self.strip_hint_fields = False
-        self.selfeval: Any = None               # runtime.switchback.SelfEvaluation (LiveRuntime sets it)
-        self._last_request_at = float("-inf")   # when the latest client request started
+        self.selfeval: Any = None  # runtime.switchback.SelfEvaluation (LiveRuntime sets it)
+        self._last_request_at = float("-inf")  # when the latest client request started
         # (tenant, last hash of an executed action's prefix) -> (engine prompt tokens, already cached,
         # remaining LRU life in shadow tokens, shadow inserted tokens then): the yield counterfactual
         self._yield_info: OrderedDict[tuple[str, int], tuple[int, int, float | None, int]] = OrderedDict()
-        self.counts = {"requests": 0, "observed": 0, "skipped": 0, "warmup_requests": 0, "responses": 0,
-                       "errors": 0, "prompt_tokens": 0, "cached_tokens": 0, "converted_tokens": 0,
-                       "deferred_observe_us": 0, "rewritten": 0, "rejected": 0, "not_allowed": 0,
-                       "body_too_large": 0, "offloaded": 0, "offload_full": 0}
+        self.counts = {
+            "requests": 0,
+            "observed": 0,
+            "skipped": 0,
+            "warmup_requests": 0,
+            "responses": 0,
+            "errors": 0,
+            "prompt_tokens": 0,
+            "cached_tokens": 0,
+            "converted_tokens": 0,
+            "deferred_observe_us": 0,
+            "rewritten": 0,
+            "rejected": 0,
+            "not_allowed": 0,
+            "body_too_large": 0,
+            "offloaded": 0,
+            "offload_full": 0,
+        }
         self.limits = ObserveLimits()
         self.offload = ParseOffload(self.limits.offload_queue)
         self.tap_budget = TapBudget()
-        self.allowed_auth: frozenset[str] = frozenset()   # sha256 hex of allowed auth headers; empty = all
+        self.allowed_auth: frozenset[str] = frozenset()  # sha256 hex of allowed auth headers; empty = all
         self._drops_seen: dict[str, int] = {}
 
     # -- load -------------------------------------------------------------------------------------
@@ -143,9 +165,13 @@ class LivePolicyObserver:
         distinct tokens, the engine's queue and prefill utilisation."""
         now = self.clock()
         prefilling = sum(1 for rid, st in self._states.items() if self._prefilling(rid, st, now))
-        return EngineLoad(inflight=len(self._inflight), waiting=int(self.engine_waiting() or 0),
-                          prefilling=prefilling, running_tokens=self.running.tokens,
-                          utilisation=self.utilisation)
+        return EngineLoad(
+            inflight=len(self._inflight),
+            waiting=int(self.engine_waiting() or 0),
+            prefilling=prefilling,
+            running_tokens=self.running.tokens,
+            utilisation=self.utilisation,
+        )
 
     def _prefilling(self, rid: int, st: _ReqState, now: float) -> bool:
         """Still in prefill: no first streamed token yet; unstreamed (no token to see), while its
@@ -157,7 +183,7 @@ class LivePolicyObserver:
             return True
         view, obs = st.view, st.observed
         if view is None or obs is None:
-            return True                                 # not observed yet: just arrived
+            return True  # not observed yet: just arrived
         rate = self.policy.config.prefill_tokens_per_s
         todo = max(0, view.total_tokens - int(obs.resident_tokens or 0))
         return now < self._inflight.get(rid, now) + todo / max(1.0, rate)
@@ -186,7 +212,7 @@ class LivePolicyObserver:
         if isinstance(ctx.json, dict):
             self._later(self._build_view, ctx, st)
         elif ctx.json is None and size > self.limits.inline_parse_bytes and ctx.body[:1] in b"{ \t\r\n":
-            st.parsing = True           # the forwarder left it unparsed: too large for the loop
+            st.parsing = True  # the forwarder left it unparsed: too large for the loop
             args = (ctx.path, ctx.body, ctx.headers, self.block_chars, self.chars_per_token)
             if self.offload.submit(view_from_openai_bytes, args, lambda f: self._view_ready(ctx, st, f)):
                 self.counts["offloaded"] += 1
@@ -220,8 +246,9 @@ class LivePolicyObserver:
         st = ctx.state.get("cachescout")
         if st is None or st.skip or st.parsing or not isinstance(ctx.json, dict):
             return self._stripped(ctx) if self.strip_hint_fields else None
-        view = view_from_openai(ctx.path, ctx.json, ctx.headers, block_chars=self.block_chars,
-                                chars_per_token=self.chars_per_token)
+        view = view_from_openai(
+            ctx.path, ctx.json, ctx.headers, block_chars=self.block_chars, chars_per_token=self.chars_per_token
+        )
         st.view = view
         if view is None or view.is_warmup or not view.block_hashes:
             return None
@@ -312,9 +339,10 @@ class LivePolicyObserver:
                 log.exception("policy step failed (counted in cachescout_policy_errors_total)")
 
     def _build_view(self, ctx: Any, st: _ReqState) -> None:
-        if st.view is None:             # (rewrite_body may have built it already)
-            st.view = view_from_openai(ctx.path, ctx.json, ctx.headers, block_chars=self.block_chars,
-                                       chars_per_token=self.chars_per_token)
+        if st.view is None:  # (rewrite_body may have built it already)
+            st.view = view_from_openai(
+                ctx.path, ctx.json, ctx.headers, block_chars=self.block_chars, chars_per_token=self.chars_per_token
+            )
         if st.view is None:
             st.skip = True
             self.counts["skipped"] += 1
@@ -344,14 +372,18 @@ class LivePolicyObserver:
     def _end_response(self, ctx: Any, st: _ReqState) -> None:
         if st.observed is not None:
             self._observe_response(ctx, st, *st.end)
-        elif not st.parsing and st.tap is not None:   # never observed (skipped): free the tap
+        elif not st.parsing and st.tap is not None:  # never observed (skipped): free the tap
             st.tap.close()
 
     def _observe_request(self, ctx: Any, st: _ReqState) -> None:
         t0 = self.clock()
         view = st.view
         # the session keeps the context as the body bytes (shared with the forwarder), not parsed JSON
-        kept = BodyPayload(ctx.path, ctx.body) if view.context_payload is not None and isinstance(ctx.body, bytes) else None
+        kept = (
+            BodyPayload(ctx.path, ctx.body)
+            if view.context_payload is not None and isinstance(ctx.body, bytes)
+            else None
+        )
         st.observed = self.policy.observe_request(view, ctx.started, kept)
         if not view.is_warmup and ctx.request_id in self._states:
             self.running.add(view.block_hashes, view.block_tokens)
@@ -360,8 +392,9 @@ class LivePolicyObserver:
         hints = self.hints
         if hints is not None and not view.is_warmup:
             st.hints = request_hints(ctx.json if isinstance(ctx.json, dict) else {}, ctx.headers)
-            hints.on_request(st.hints, ctx.headers, view.tenant, st.observed.session_id, st.observed.agent_id,
-                             ctx.started)
+            hints.on_request(
+                st.hints, ctx.headers, view.tenant, st.observed.session_id, st.observed.agent_id, ctx.started
+            )
         if self.metrics is not None:
             if st.observed.predicted is not None:
                 self.metrics.prediction_total.labels("hit" if st.observed.predicted else "miss").inc()
@@ -370,7 +403,7 @@ class LivePolicyObserver:
         self.plan(self.clock())
         spent = self.clock() - t0
         self.counts["deferred_observe_us"] += int(1e6 * spent)
-        if self.metrics is not None:   # the forwarder does not time hooks; observe+plan is recorded here
+        if self.metrics is not None:  # the forwarder does not time hooks; observe+plan is recorded here
             self.metrics.policy_observe_seconds.observe(spent)
 
     def _observe_response(self, ctx: Any, st: _ReqState, error: str | None, now: float) -> None:
@@ -389,22 +422,26 @@ class LivePolicyObserver:
         else:
             tap.finish()
             outcome = ResponseOutcome(
-                finish_reason=tap.finish_reason, prompt_tokens=tap.prompt_tokens,
-                cached_tokens=tap.cached_tokens, output_tokens=tap.output_tokens,
+                finish_reason=tap.finish_reason,
+                prompt_tokens=tap.prompt_tokens,
+                cached_tokens=tap.cached_tokens,
+                output_tokens=tap.output_tokens,
                 assistant_payload=tap.assistant_message() if tap.finish_reason == "tool_calls" else None,
             )
-            if not st.view.is_warmup and self.selfeval is not None:   # switchback: client-visible timing
+            if not st.view.is_warmup and self.selfeval is not None:  # switchback: client-visible timing
                 first = tap.first_token_at if tap.first_token_at is not None else now
-                self.selfeval.record_outcome(ctx.started, first - ctx.started, now - ctx.started,
-                                             tap.prompt_tokens or 0, tap.cached_tokens or 0)
+                self.selfeval.record_outcome(
+                    ctx.started, first - ctx.started, now - ctx.started, tap.prompt_tokens or 0, tap.cached_tokens or 0
+                )
                 self._credit_yield(st, tap.prompt_tokens or 0, tap.cached_tokens or 0, now)
             if not st.view.is_warmup and tap.prompt_tokens:
                 self._count_usage(st, tap.prompt_tokens, tap.cached_tokens or 0)
                 if self.prefill is not None and tap.stream and tap.first_token_at is not None:
-                    self.prefill.add_request(tap.prompt_tokens - (tap.cached_tokens or 0),
-                                             tap.first_token_at - ctx.started, alone=st.alone)
+                    self.prefill.add_request(
+                        tap.prompt_tokens - (tap.cached_tokens or 0), tap.first_token_at - ctx.started, alone=st.alone
+                    )
                 est = st.view.total_tokens
-                if est > 0:   # calibrate the view's token estimate against the engine's tokenizer
+                if est > 0:  # calibrate the view's token estimate against the engine's tokenizer
                     r = tap.prompt_tokens / est
                     self.token_ratio = r if self.token_ratio is None else 0.95 * self.token_ratio + 0.05 * r
         self.policy.observe_response(st.observed.request_id, outcome, now)
@@ -425,7 +462,7 @@ class LivePolicyObserver:
         reason = getattr(obs, "acted_reason", None)
         if not reason or cached <= 0:
             return
-        tokens = int(obs.acted_tokens * (self.token_ratio or 1.0))      # view -> engine tokens
+        tokens = int(obs.acted_tokens * (self.token_ratio or 1.0))  # view -> engine tokens
         if cached >= CONVERSION_SHARE * min(tokens, prompt):
             self.counts["converted_tokens"] += tokens
             if self.metrics is not None:
@@ -437,7 +474,7 @@ class LivePolicyObserver:
         if self.executor is None:
             return 0
         for rid, started in list(self._inflight.items()):
-            if now - started > STALE_INFLIGHT_S:   # a hook that never ended must not pause actions forever
+            if now - started > STALE_INFLIGHT_S:  # a hook that never ended must not pause actions forever
                 del self._inflight[rid]
                 st = self._states.pop(rid, None)
                 if st is not None and st.held and st.view is not None:
@@ -449,7 +486,7 @@ class LivePolicyObserver:
     def on_action_result(self, action: Any, result: WarmResult, now: float) -> None:
         """Executor callback: report to the core, remember warmed prefixes for conversion."""
         computed = None
-        if result.ok and result.prompt_tokens:      # engine tokens -> the views' token estimate
+        if result.ok and result.prompt_tokens:  # engine tokens -> the views' token estimate
             computed = result.computed_tokens / max(0.05, self.token_ratio or 1.0)
         self.policy.record_action_result(action, bool(result.ok), now, computed)
         if result.ok and action.reason in ANCHOR_REASONS:
@@ -479,8 +516,12 @@ class LivePolicyObserver:
         if action.kind == "retain":
             return
         key = (action.tenant, action.block_hashes[-1])
-        self._yield_info[key] = (int(result.prompt_tokens or 0), int(result.cached_tokens or 0), life,
-                                 res.inserted_tokens)
+        self._yield_info[key] = (
+            int(result.prompt_tokens or 0),
+            int(result.cached_tokens or 0),
+            life,
+            res.inserted_tokens,
+        )
         self._yield_info.move_to_end(key)
         while len(self._yield_info) > MAX_ACTED:
             self._yield_info.popitem(last=False)
@@ -520,8 +561,9 @@ class LivePolicyObserver:
         self.metrics.sessions.set(s.sessions)
 
 
-def view_from_openai_bytes(path: str, body: bytes, headers: Any, block_chars: int,
-                           chars_per_token: float) -> RequestView | None:
+def view_from_openai_bytes(
+    path: str, body: bytes, headers: Any, block_chars: int, chars_per_token: float
+) -> RequestView | None:
     """The worker thread's job: parse a large body and build its view (None when not a chat/completions body)."""
     return view_from_openai(path, body, headers, block_chars=block_chars, chars_per_token=chars_per_token)
 
@@ -530,8 +572,11 @@ def _memory_metrics(observer: LivePolicyObserver) -> None:
     """Byte budgets -> metrics: drops since the last tick as counter increments, kept bytes as gauges."""
     m, policy = observer.metrics, observer.policy
     sessions = getattr(policy, "sessions", None)
-    now = {"sessions": getattr(sessions, "dropped_for_bytes", 0), "fanout": getattr(policy, "fanout_dropped", 0),
-           "tap": observer.tap_budget.overflows}
+    now = {
+        "sessions": getattr(sessions, "dropped_for_bytes", 0),
+        "fanout": getattr(policy, "fanout_dropped", 0),
+        "tap": observer.tap_budget.overflows,
+    }
     seen = observer._drops_seen
     for store, n in now.items():
         if n > seen.get(store, 0):

@@ -15,24 +15,32 @@ from proxy.core.config import PolicyConfig
 from proxy.runtime.executor import ExecutorLimits
 
 
-def policy_config(settings: Any, *, capacity_tokens: int | None = None,
-                  prefill_tokens_per_s: float | None = None, retain: bool | None = None,
-                  reload: tuple[float, float] | None = None, host_tier_tokens: int | None = None) -> PolicyConfig:
+def policy_config(
+    settings: Any,
+    *,
+    capacity_tokens: int | None = None,
+    prefill_tokens_per_s: float | None = None,
+    retain: bool | None = None,
+    reload: tuple[float, float] | None = None,
+    host_tier_tokens: int | None = None,
+) -> PolicyConfig:
     """PolicyConfig from Settings: the executor-facing knobs, the operator's overrides, engine truth.
 
     `max_concurrent` (actions the planner may have unanswered) is twice the executor's workers so a
     worker never idles waiting for the planner's next tick; `action_ttl_s` and `max_engine_waiting`
     are the executor's own limits, so the planner never emits what the executor would drop."""
-    overrides: dict[str, Any] = {"action_ttl_s": float(settings.action_ttl),
-                                 "max_concurrent": int(settings.action_concurrency) * 2,
-                                 "max_engine_waiting": int(settings.action_max_waiting)}
+    overrides: dict[str, Any] = {
+        "action_ttl_s": float(settings.action_ttl),
+        "max_concurrent": int(settings.action_concurrency) * 2,
+        "max_engine_waiting": int(settings.action_max_waiting),
+    }
     if settings.policy_r_min is not None:
         overrides["r_min"] = float(settings.policy_r_min)
     if getattr(settings, "host_tier_tokens", 0):
         overrides["host_tier_tokens"] = int(settings.host_tier_tokens)
     if host_tier_tokens:
         overrides["host_tier_tokens"] = int(host_tier_tokens)
-    if reload is not None:      # a host tier's load price: (tokens/s, latency s)
+    if reload is not None:  # a host tier's load price: (tokens/s, latency s)
         overrides["reload_tokens_per_s"], overrides["reload_latency_s"] = float(reload[0]), float(reload[1])
     if getattr(settings, "warmup_prefill_share", None) is not None:
         overrides["warmup_share"] = float(settings.warmup_prefill_share)
@@ -42,7 +50,7 @@ def policy_config(settings: Any, *, capacity_tokens: int | None = None,
         overrides["prefill_tokens_per_s"] = float(prefill_tokens_per_s)
     if retain is not None:
         overrides["retain_enabled"] = bool(retain)
-    overrides.update(dict(getattr(settings, "policy_overrides", None) or {}))   # unknown names raise
+    overrides.update(dict(getattr(settings, "policy_overrides", None) or {}))  # unknown names raise
     cfg = PolicyConfig()
     known = {f.name for f in dataclasses.fields(PolicyConfig)}
     typed = {k: _cast(getattr(cfg, k), v) for k, v in overrides.items() if k in known}
@@ -51,8 +59,12 @@ def policy_config(settings: Any, *, capacity_tokens: int | None = None,
 
 def executor_limits(settings: Any) -> ExecutorLimits:
     """The live executor's rules (queue bound, workers, yield-to-traffic thresholds)."""
-    return ExecutorLimits(queue_size=settings.action_queue_size, concurrency=settings.action_concurrency,
-                          max_inflight=settings.action_max_inflight, max_waiting=settings.action_max_waiting)
+    return ExecutorLimits(
+        queue_size=settings.action_queue_size,
+        concurrency=settings.action_concurrency,
+        max_inflight=settings.action_max_inflight,
+        max_waiting=settings.action_max_waiting,
+    )
 
 
 def _cast(default: Any, value: Any) -> Any:

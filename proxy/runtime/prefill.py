@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from collections import deque
 
-MIN_TOKENS = 64          # computed tokens below this measure overhead, not prefill
+MIN_TOKENS = 64  # computed tokens below this measure overhead, not prefill
 MIN_TOTAL_TOKENS = 1024  # no estimate until this many computed tokens were timed
-WINDOW = 64              # samples kept per source (the regime can change: model swap, load)
+WINDOW = 64  # samples kept per source (the regime can change: model swap, load)
 
 
 class PrefillRate:
@@ -28,7 +28,7 @@ class PrefillRate:
         self._engine: deque[tuple[float, float]] = deque(maxlen=WINDOW)
         self._observed: deque[tuple[float, float]] = deque(maxlen=WINDOW)
         self._alone: deque[tuple[float, float]] = deque(maxlen=WINDOW)
-        self._prev: tuple[float, float] | None = None     # (computed tokens, prefill seconds) cumulative
+        self._prev: tuple[float, float] | None = None  # (computed tokens, prefill seconds) cumulative
 
     def add_request(self, computed_tokens: float, seconds: float, alone: bool = False) -> None:
         """A client TTFT or a warmup's duration, with the tokens the engine computed for it; `alone`:
@@ -44,7 +44,7 @@ class PrefillRate:
         if prev is None:
             return
         dt, ds = computed_tokens - prev[0], prefill_seconds - prev[1]
-        if ds > 0 and dt >= MIN_TOKENS:         # a counter reset gives dt < 0: skipped
+        if ds > 0 and dt >= MIN_TOKENS:  # a counter reset gives dt < 0: skipped
             self._engine.append((dt, ds))
 
     @property

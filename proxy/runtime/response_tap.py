@@ -22,9 +22,9 @@ from typing import Any
 from proxy.http.sse import SSEParser
 from proxy.runtime.api_outcomes import as_chat
 
-MAX_JSON_BYTES = 1024 * 1024          # larger non-stream bodies are not parsed (still forwarded)
-MAX_SSE_LINE_BYTES = 1024 * 1024      # a longer SSE line / event data is skipped
-MAX_ASSISTANT_CHARS = 64 * 1024       # larger assistant turns are not kept for tool_resume
+MAX_JSON_BYTES = 1024 * 1024  # larger non-stream bodies are not parsed (still forwarded)
+MAX_SSE_LINE_BYTES = 1024 * 1024  # a longer SSE line / event data is skipped
+MAX_ASSISTANT_CHARS = 64 * 1024  # larger assistant turns are not kept for tool_resume
 _BAD_JSON = (ValueError, RecursionError, TypeError, OverflowError)
 
 
@@ -71,8 +71,8 @@ class ResponseTap:
         self.frames = 0
         self._parser = SSEParser(MAX_SSE_LINE_BYTES) if stream else None
         self._budget = budget
-        self._held = 0                   # bytes charged to the budget
-        self._off = False                # stopped reading (over the shared budget)
+        self._held = 0  # bytes charged to the budget
+        self._off = False  # stopped reading (over the shared budget)
         self._json_parts: list[bytes] = []
         self._json_size = 0
         self._content: list[str] = []
@@ -179,8 +179,11 @@ class ResponseTap:
                 self._add_text(content)
             for tc in delta.get("tool_calls") or ():
                 self._add_tool_delta(tc)
-            if self.first_token_at is None and now is not None and (content or delta.get("tool_calls")
-                                                                    or delta.get("reasoning_content")):
+            if (
+                self.first_token_at is None
+                and now is not None
+                and (content or delta.get("tool_calls") or delta.get("reasoning_content"))
+            ):
                 self.first_token_at = now
         elif isinstance(text, str) and text:
             self._add_text(text)
@@ -198,8 +201,10 @@ class ResponseTap:
         if not isinstance(tc, dict):
             return
         idx = tc.get("index", len(self._tool_calls))
-        slot = self._tool_calls.setdefault(int(idx) if isinstance(idx, int) else 0,
-                                           {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+        slot = self._tool_calls.setdefault(
+            int(idx) if isinstance(idx, int) else 0,
+            {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+        )
         if tc.get("id"):
             slot["id"] = tc["id"]
         fn = tc.get("function") or {}

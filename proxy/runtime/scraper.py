@@ -21,8 +21,13 @@ log = logging.getLogger("cachescout.scraper")
 
 
 class EngineScraper:
-    def __init__(self, adapter: Any, metrics: Any, interval_s: float = 5.0,
-                 on_snapshot: Callable[[EngineSnapshot], None] | None = None) -> None:
+    def __init__(
+        self,
+        adapter: Any,
+        metrics: Any,
+        interval_s: float = 5.0,
+        on_snapshot: Callable[[EngineSnapshot], None] | None = None,
+    ) -> None:
         self.adapter = adapter
         self.metrics = metrics
         self.interval_s = interval_s
@@ -32,7 +37,7 @@ class EngineScraper:
         self.scrapes = 0
         self.failures = 0
         self._prev: EngineSnapshot | None = None
-        self._before: EngineSnapshot | None = None     # the scrape before `latest`
+        self._before: EngineSnapshot | None = None  # the scrape before `latest`
         self._task: asyncio.Task | None = None
 
     @property
@@ -65,7 +70,7 @@ class EngineScraper:
         if self.on_snapshot is not None:
             try:
                 self.on_snapshot(snap)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("on_snapshot hook failed")
         return snap
 
@@ -73,12 +78,16 @@ class EngineScraper:
         ratio: float | None = None
         prev = self._prev
         if snap.prefix_queries is not None and snap.prefix_hits is not None:
-            if prev is not None and prev.prefix_queries is not None and prev.prefix_hits is not None \
-                    and snap.prefix_queries >= prev.prefix_queries:
+            if (
+                prev is not None
+                and prev.prefix_queries is not None
+                and prev.prefix_hits is not None
+                and snap.prefix_queries >= prev.prefix_queries
+            ):
                 dq = snap.prefix_queries - prev.prefix_queries
                 if dq > 0:
                     ratio = (snap.prefix_hits - prev.prefix_hits) / dq
-            elif snap.prefix_queries > 0:          # first scrape (or counters reset): since engine start
+            elif snap.prefix_queries > 0:  # first scrape (or counters reset): since engine start
                 ratio = snap.prefix_hits / snap.prefix_queries
         elif snap.hit_rate is not None:
             ratio = snap.hit_rate
@@ -106,11 +115,19 @@ class EngineScraper:
     def info(self) -> dict:
         snap = self.latest
         return {
-            "interval_s": self.interval_s, "scrapes": self.scrapes, "failures": self.failures,
+            "interval_s": self.interval_s,
+            "scrapes": self.scrapes,
+            "failures": self.failures,
             "window_hit_ratio": self.window_hit_ratio,
-            "latest": None if snap is None else {
-                "prefix_queries": snap.prefix_queries, "prefix_hits": snap.prefix_hits,
-                "hit_rate": snap.hit_rate, "kv_usage": snap.kv_usage,
-                "running": snap.running, "waiting": snap.waiting},
+            "latest": None
+            if snap is None
+            else {
+                "prefix_queries": snap.prefix_queries,
+                "prefix_hits": snap.prefix_hits,
+                "hit_rate": snap.hit_rate,
+                "kv_usage": snap.kv_usage,
+                "running": snap.running,
+                "waiting": snap.waiting,
+            },
             "waiting_used": self.waiting,
         }

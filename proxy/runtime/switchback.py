@@ -29,27 +29,40 @@ YIELD_PUBLISH_S = 1.0
 
 def switchback_config(settings: Any) -> SwitchbackConfig:
     return SwitchbackConfig(
-        mode=str(settings.switchback), window_min_s=float(settings.switchback_window_min_s),
+        mode=str(settings.switchback),
+        window_min_s=float(settings.switchback_window_min_s),
         window_max_s=float(settings.switchback_window_max_s),
         burn_in_min_s=float(settings.switchback_burn_in_min_s),
         control_share_confident=float(settings.switchback_control_share_confident),
         decision_windows=int(settings.switchback_decision_windows),
         min_window_requests=int(settings.switchback_min_window_requests),
-        confidence=float(settings.switchback_confidence), harm_margin=float(settings.switchback_harm_margin),
-        retry_s=float(settings.switchback_retry_s), start_after_s=float(settings.switchback_start_after_s))
+        confidence=float(settings.switchback_confidence),
+        harm_margin=float(settings.switchback_harm_margin),
+        retry_s=float(settings.switchback_retry_s),
+        start_after_s=float(settings.switchback_start_after_s),
+    )
 
 
 def yield_config(settings: Any) -> YieldConfig:
-    return YieldConfig(enabled=bool(settings.yield_throttle), half_life_s=float(settings.yield_half_life_s),
-                       min_evidence_tokens=float(settings.yield_min_evidence_tokens),
-                       explore_interval_s=float(settings.yield_explore_interval_s),
-                       idle_cost_share=float(settings.yield_idle_cost_share))
+    return YieldConfig(
+        enabled=bool(settings.yield_throttle),
+        half_life_s=float(settings.yield_half_life_s),
+        min_evidence_tokens=float(settings.yield_min_evidence_tokens),
+        explore_interval_s=float(settings.yield_explore_interval_s),
+        idle_cost_share=float(settings.yield_idle_cost_share),
+    )
 
 
 class SelfEvaluation:
-    def __init__(self, switchback: SwitchbackConfig, yields: YieldConfig, metrics: Any,
-                 clock: Callable[[], float], seed: int | None = None,
-                 turnover_s: Callable[[], float | None] = lambda: None) -> None:
+    def __init__(
+        self,
+        switchback: SwitchbackConfig,
+        yields: YieldConfig,
+        metrics: Any,
+        clock: Callable[[], float],
+        seed: int | None = None,
+        turnover_s: Callable[[], float | None] = lambda: None,
+    ) -> None:
         self.metrics = metrics
         self.clock = clock
         self.turnover_s = turnover_s
@@ -74,8 +87,9 @@ class SelfEvaluation:
         return False
 
     # -- inputs -------------------------------------------------------------------------------------
-    def record_outcome(self, started: float, ttft_s: float, latency_s: float, prompt_tokens: int,
-                       cached_tokens: int) -> None:
+    def record_outcome(
+        self, started: float, ttft_s: float, latency_s: float, prompt_tokens: int, cached_tokens: int
+    ) -> None:
         self.experiment.record(started, ttft_s, latency_s, prompt_tokens, cached_tokens)
 
     def record_spent(self, reason: str, tokens: int, contended: bool, now: float) -> None:
@@ -118,17 +132,27 @@ class SelfEvaluation:
         elif kind == "decision":
             verdict, est = info["verdict"], info["estimate"] or {}
             t = est.get("ttft") or {}
-            log.info("switchback decision: %s; TTFT effect %+.1f%% [%+.1f%%, %+.1f%%] (%s on / %s off "
-                     "windows, adjusted for %s); hit ratio on %s off %s", verdict,
-                     100 * t.get("relative", 0.0), 100 * t.get("relative_low", 0.0),
-                     100 * t.get("relative_high", 0.0), est.get("windows_on"), est.get("windows_off"),
-                     ",".join(t.get("adjusted_for", [])) or "nothing", est.get("hit_ratio_on"),
-                     est.get("hit_ratio_off"))
+            log.info(
+                "switchback decision: %s; TTFT effect %+.1f%% [%+.1f%%, %+.1f%%] (%s on / %s off "
+                "windows, adjusted for %s); hit ratio on %s off %s",
+                verdict,
+                100 * t.get("relative", 0.0),
+                100 * t.get("relative_low", 0.0),
+                100 * t.get("relative_high", 0.0),
+                est.get("windows_on"),
+                est.get("windows_off"),
+                ",".join(t.get("adjusted_for", [])) or "nothing",
+                est.get("hit_ratio_on"),
+                est.get("hit_ratio_off"),
+            )
             if m is not None:
                 m.switchback_decisions_total.labels(verdict).inc()
         elif kind == "observe_only":
-            log.warning("cache actions hurt TTFT on this traffic: observe-only for %.0f s (still learning; "
-                        "pin with CACHESCOUT_SWITCHBACK=on|off)", info["retry_in_s"])
+            log.warning(
+                "cache actions hurt TTFT on this traffic: observe-only for %.0f s (still learning; "
+                "pin with CACHESCOUT_SWITCHBACK=on|off)",
+                info["retry_in_s"],
+            )
         elif kind == "resume":
             log.info("switchback: acting again (%s)", info["reason"])
 
@@ -144,7 +168,7 @@ class SelfEvaluation:
         cur = exp.estimate()
         for source, e in (("decision", est), ("running", cur)):
             t = (e or {}).get("ttft")
-            if t is None:                   # no estimate (yet, or the batch just started): NaN, not stale
+            if t is None:  # no estimate (yet, or the batch just started): NaN, not stale
                 for bound in BOUNDS:
                     m.switchback_ttft_effect_seconds.labels(source, bound).set(NAN)
                     m.switchback_ttft_effect_ratio.labels(source, bound).set(NAN)
@@ -169,15 +193,30 @@ class SelfEvaluation:
             if y.throttled != was:
                 self._throttled[reason] = y.throttled
                 if y.throttled:
-                    log.info("signal %s throttled: realised yield %+.0f tokens (saved %.0f, spent %.0f)",
-                             reason, y.yield_tokens, y.saved_tokens, y.spent_tokens)
+                    log.info(
+                        "signal %s throttled: realised yield %+.0f tokens (saved %.0f, spent %.0f)",
+                        reason,
+                        y.yield_tokens,
+                        y.saved_tokens,
+                        y.spent_tokens,
+                    )
                 else:
                     log.info("signal %s no longer throttled: realised yield %+.0f tokens", reason, y.yield_tokens)
 
     def describe(self) -> dict[str, Any]:
         now = self.clock()
-        return {"switchback": self.experiment.describe(now),
-                "signals": {r: {"saved_tokens": round(y.saved_tokens, 1), "spent_tokens": round(y.spent_tokens, 1),
-                                "yield_tokens": round(y.yield_tokens, 1), "throttled": y.throttled,
-                                "actions": y.actions, "conversions": y.conversions, "held_back": y.held_back}
-                            for r, y in self.ledger.snapshot(now).items()}}
+        return {
+            "switchback": self.experiment.describe(now),
+            "signals": {
+                r: {
+                    "saved_tokens": round(y.saved_tokens, 1),
+                    "spent_tokens": round(y.spent_tokens, 1),
+                    "yield_tokens": round(y.yield_tokens, 1),
+                    "throttled": y.throttled,
+                    "actions": y.actions,
+                    "conversions": y.conversions,
+                    "held_back": y.held_back,
+                }
+                for r, y in self.ledger.snapshot(now).items()
+            },
+        }

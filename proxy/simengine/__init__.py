@@ -1,1 +1,3 @@
-"""The simulated OpenAI-compatible engine: tokenizer, chat template, scheduler, HTTP server and metrics, over proxy.cachemodel."""
+"""The simulated OpenAI-compatible engine: tokenizer, chat template, scheduler, HTTP server and
+metrics, over proxy.cachemodel.
+"""

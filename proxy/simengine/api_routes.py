@@ -53,7 +53,7 @@ def _envelope(body: Mapping, chat: dict, max_key: str) -> dict:
         out["max_tokens"] = body[max_key]
     if body.get("tool_choice") is not None and out.get("tools"):
         choice = body["tool_choice"]
-        if isinstance(choice, Mapping):                 # {type: function|tool, name} -> chat form
+        if isinstance(choice, Mapping):  # {type: function|tool, name} -> chat form
             choice = {"type": "function", "function": {"name": choice.get("name")}}
         elif choice == "any":
             choice = "required"
@@ -89,8 +89,9 @@ def messages_chat_body(body: Any) -> dict:
     return _envelope(body, chat, "max_tokens")
 
 
-def responses_body(chat: dict, out: Output, n_out: int, prompt: int, cached: int, model: str,
-                   store: ResponseStore) -> dict:
+def responses_body(
+    chat: dict, out: Output, n_out: int, prompt: int, cached: int, model: str, store: ResponseStore
+) -> dict:
     rid = "resp_" + uuid.uuid4().hex
     text = "".join(out.pieces[:n_out])
     items: list[dict] = []
@@ -98,22 +99,47 @@ def responses_body(chat: dict, out: Output, n_out: int, prompt: int, cached: int
     if out.tool_call is not None:
         name, args = out.tool_call
         call_id = "call_" + uuid.uuid4().hex[:24]
-        items.append({"type": "function_call", "id": "fc_" + uuid.uuid4().hex[:24], "call_id": call_id,
-                      "name": name, "arguments": args, "status": "completed"})
+        items.append(
+            {
+                "type": "function_call",
+                "id": "fc_" + uuid.uuid4().hex[:24],
+                "call_id": call_id,
+                "name": name,
+                "arguments": args,
+                "status": "completed",
+            }
+        )
         assistant["tool_calls"] = [{"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}]
     else:
-        items.append({"type": "message", "id": "msg_" + uuid.uuid4().hex[:24], "role": "assistant",
-                      "status": "completed", "content": [{"type": "output_text", "text": text, "annotations": []}]})
+        items.append(
+            {
+                "type": "message",
+                "id": "msg_" + uuid.uuid4().hex[:24],
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        )
         assistant["content"] = text
     store.put(rid, [*chat["messages"], assistant])
     incomplete = out.finish_reason == "length"
-    return {"id": rid, "object": "response", "created_at": int(time.time()), "model": model,
-            "status": "incomplete" if incomplete else "completed",
-            "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
-            "output": items, "tools": chat.get("tools") or [],
-            "usage": {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached},
-                      "output_tokens": n_out, "output_tokens_details": {"reasoning_tokens": 0},
-                      "total_tokens": prompt + n_out}}
+    return {
+        "id": rid,
+        "object": "response",
+        "created_at": int(time.time()),
+        "model": model,
+        "status": "incomplete" if incomplete else "completed",
+        "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+        "output": items,
+        "tools": chat.get("tools") or [],
+        "usage": {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": cached},
+            "output_tokens": n_out,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt + n_out,
+        },
+    }
 
 
 _STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
@@ -123,11 +149,25 @@ def messages_body(out: Output, n_out: int, prompt: int, cached: int, model: str)
     content: list[dict] = []
     if out.tool_call is not None:
         import json
+
         name, args = out.tool_call
-        content.append({"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:24], "name": name,
-                        "input": json.loads(args) if args else {}})
+        content.append(
+            {
+                "type": "tool_use",
+                "id": "toolu_" + uuid.uuid4().hex[:24],
+                "name": name,
+                "input": json.loads(args) if args else {},
+            }
+        )
     else:
         content.append({"type": "text", "text": "".join(out.pieces[:n_out])})
-    return {"id": "msg_" + uuid.uuid4().hex[:24], "type": "message", "role": "assistant", "model": model,
-            "content": content, "stop_reason": _STOP.get(out.finish_reason, "end_turn"), "stop_sequence": None,
-            "usage": {"input_tokens": prompt, "output_tokens": n_out, "cache_read_input_tokens": cached}}
+    return {
+        "id": "msg_" + uuid.uuid4().hex[:24],
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": _STOP.get(out.finish_reason, "end_turn"),
+        "stop_sequence": None,
+        "usage": {"input_tokens": prompt, "output_tokens": n_out, "cache_read_input_tokens": cached},
+    }

@@ -30,8 +30,8 @@ TOOLS_HEADER = (
 )
 TOOLS_FOOTER = (
     "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
-    "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
-    "\"arguments\": <args-json-object>}\n</tool_call>"
+    'within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, '
+    '"arguments": <args-json-object>}\n</tool_call>'
 )
 GENERATION_PROMPT = f"{IM_START}assistant\n"
 
@@ -91,8 +91,12 @@ def _assistant_body(msg: Mapping) -> str:
     return "\n".join(parts)
 
 
-def render_chat(messages: Sequence[Any], tools: Sequence[Any] | None = None,
-                add_generation_prompt: bool = True, continue_final_message: bool = False) -> str:
+def render_chat(
+    messages: Sequence[Any],
+    tools: Sequence[Any] | None = None,
+    add_generation_prompt: bool = True,
+    continue_final_message: bool = False,
+) -> str:
     """Render an OpenAI messages list (plus tools) to the prompt text. ``continue_final_message``
     (vLLM's flag) leaves the last message open: no end-of-turn, no generation prompt."""
     if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):

@@ -48,7 +48,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 256
     cost: CostModel = field(default_factory=CostModel)
-    cpu_blocks: int = 0                   # host (CPU offload) tier size in blocks; 0 = no host tier
+    cpu_blocks: int = 0  # host (CPU offload) tier size in blocks; 0 = no host tier
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.capacity_blocks <= 0:
@@ -65,16 +65,16 @@ class EngineRequest:
 
     req_id: int
     prompt_ids: Sequence[int]
-    output_ids: Sequence[int]                 # what it will generate (decided by the caller)
+    output_ids: Sequence[int]  # what it will generate (decided by the caller)
     salt: str | None = None
     priority: int = 0
     arrival: float = 0.0
     hashes: list[int] = field(default_factory=list)
     admitted_at: float | None = None
-    cached_tokens: int = 0                    # GPU hits + host-tier loads (vLLM num_cached_tokens)
-    loaded_tokens: int = 0                    # of which loaded from the host tier
-    ready_at: float | None = None             # host-tier load completes (no prefill before)
-    computed: int = 0                         # prompt tokens with KV (cached + prefilled)
+    cached_tokens: int = 0  # GPU hits + host-tier loads (vLLM num_cached_tokens)
+    loaded_tokens: int = 0  # of which loaded from the host tier
+    ready_at: float | None = None  # host-tier load completes (no prefill before)
+    computed: int = 0  # prompt tokens with KV (cached + prefilled)
     generated: int = 0
     first_token_at: float | None = None
     finished_at: float | None = None
@@ -100,7 +100,7 @@ class StepResult:
     prefill_tokens: int
     decode_rows: int
     admitted: tuple[EngineRequest, ...]
-    emitted: tuple[EngineRequest, ...]        # requests that got one new token at `end`
+    emitted: tuple[EngineRequest, ...]  # requests that got one new token at `end`
     finished: tuple[EngineRequest, ...]
 
 
@@ -112,14 +112,14 @@ class SimEngine:
         self.pool = BlockPool(config.capacity_blocks, config.eviction, config.retention_seconds)
         self.waiting: deque[EngineRequest] = deque()
         self.running: list[EngineRequest] = []
-        self.prompt_tokens_queried = 0        # vllm:prefix_cache_queries (tokens)
-        self.prompt_tokens_hit = 0            # vllm:prefix_cache_hits (tokens)
+        self.prompt_tokens_queried = 0  # vllm:prefix_cache_queries (tokens)
+        self.prompt_tokens_hit = 0  # vllm:prefix_cache_hits (tokens)
         self.host = HostTier(config.cpu_blocks) if config.cpu_blocks > 0 else None
-        self.external_queried = 0             # vllm:external_prefix_cache_queries (tokens)
-        self.external_hit = 0                 # vllm:external_prefix_cache_hits (tokens loaded)
-        self.offload = {"CPU_to_GPU": [0, 0.0], "GPU_to_CPU": [0, 0.0]}   # transfer type -> [bytes, seconds]
+        self.external_queried = 0  # vllm:external_prefix_cache_queries (tokens)
+        self.external_hit = 0  # vllm:external_prefix_cache_hits (tokens loaded)
+        self.offload = {"CPU_to_GPU": [0, 0.0], "GPU_to_CPU": [0, 0.0]}  # transfer type -> [bytes, seconds]
         self.steps = 0
-        self.kv_events: list[tuple] | None = None       # vLLM-style KV events, when enabled
+        self.kv_events: list[tuple] | None = None  # vLLM-style KV events, when enabled
         self._kv_ctx: tuple[Sequence[int], Sequence[int]] | None = None
 
     # ----------------------------------------------------------------- KV events
@@ -151,13 +151,22 @@ class SimEngine:
             index = {h: i for i, h in enumerate(chain)}
             bs = self.config.block_size
             run: list[int] = []
-            for h in hashes + [None]:                   # group consecutive blocks into one event
+            for h in hashes + [None]:  # group consecutive blocks into one event
                 i = index.get(h) if h is not None else None
                 if run and (i is None or i != index[run[-1]] + 1):
                     first = index[run[0]]
                     parent = chain[first - 1] if first > 0 else None
-                    ev.append(("BlockStored", list(run), parent, list(tokens[first * bs:(first + len(run)) * bs]),
-                               bs, None, "GPU"))
+                    ev.append(
+                        (
+                            "BlockStored",
+                            list(run),
+                            parent,
+                            list(tokens[first * bs : (first + len(run)) * bs]),
+                            bs,
+                            None,
+                            "GPU",
+                        )
+                    )
                     run = []
                 if i is not None:
                     run.append(h)
@@ -229,7 +238,7 @@ class SimEngine:
             self.running.append(r)
             admitted.append(r)
             if r.ready_at is not None and r.ready_at > now:
-                loading.append(r)             # its KV is on the way from the host tier
+                loading.append(r)  # its KV is on the way from the host tier
                 continue
             n = min(r.prompt_len - r.computed, budget)
             chunks.append((r, r.computed, n))
@@ -256,8 +265,9 @@ class SimEngine:
             self.running.remove(r)
             self._release(r, end)
         self.steps += 1
-        return StepResult(now, end, sum(n for _, _, n in chunks), len(decode), tuple(admitted),
-                          tuple(emitted), tuple(finished))
+        return StepResult(
+            now, end, sum(n for _, _, n in chunks), len(decode), tuple(admitted), tuple(emitted), tuple(finished)
+        )
 
     def run_until_idle(self, now: float, max_steps: int = 1_000_000) -> float:
         """Drive every queued request to completion in virtual time; returns the final time."""
@@ -276,8 +286,9 @@ class SimEngine:
         full = len(r.hashes)
         extra = self.blocks_needed(r.prompt_len, len(r.output_ids)) - full
         self._kv_ctx = (r.hashes, r.prompt_ids) if self.kv_events is not None else None
-        hit = self.pool.allocate(r.req_id, r.hashes, now, r.priority, extra_blocks=max(extra, 0),
-                                 max_hit_blocks=(r.prompt_len - 1) // bs)
+        hit = self.pool.allocate(
+            r.req_id, r.hashes, now, r.priority, extra_blocks=max(extra, 0), max_hit_blocks=(r.prompt_len - 1) // bs
+        )
         self._kv_ctx = None
         if hit is None:
             return False
@@ -287,9 +298,9 @@ class SimEngine:
         loaded = 0
         if self.host is not None:
             loaded = self.host.lookup(r.hashes, hit, (r.prompt_len - 1) // bs)
-            self.external_queried += r.prompt_len - hit * bs     # vLLM: num_tokens - local computed
+            self.external_queried += r.prompt_len - hit * bs  # vLLM: num_tokens - local computed
             if loaded:
-                self.host.load(r.hashes[hit:hit + loaded])
+                self.host.load(r.hashes[hit : hit + loaded])
                 tokens = loaded * bs
                 cost = self.config.cost
                 self.external_hit += tokens
@@ -308,12 +319,12 @@ class SimEngine:
         if kv_tokens // bs > len(r.hashes):
             seq = list(r.prompt_ids) + list(r.output_ids[: max(r.generated - 1, 0)])
             chain = extend_chain(r.hashes, seq[:kv_tokens], bs, r.salt)
-            tail = chain[len(r.hashes):]
+            tail = chain[len(r.hashes) :]
             if self.kv_events is not None:
                 self._kv_ctx = (chain, seq)
         self.pool.free(r.req_id, now, tail_hashes=tail)
         self._kv_ctx = None
-        if self.host is not None:          # write-through of the blocks this request computed
+        if self.host is not None:  # write-through of the blocks this request computed
             chain = (list(r.hashes) + tail)[: kv_tokens // bs]
             new = self.host.store(chain)
             if new:

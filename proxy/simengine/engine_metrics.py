@@ -22,11 +22,54 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from proxy.simengine.engine import EngineRequest, SimEngine, StepResult
 
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
-                7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
 BLOCK_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
-LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-                   120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+LATENCY_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 
 
 class SimEngineMetrics:
@@ -38,20 +81,41 @@ class SimEngineMetrics:
         self._lv = (model, "0")
         self.queries = Counter("vllm:prefix_cache_queries", "Prefix cache queries, in tokens.", lab, registry=registry)
         self.hits = Counter("vllm:prefix_cache_hits", "Prefix cache hits, in tokens.", lab, registry=registry)
-        self.prompt_tokens = Counter("vllm:prompt_tokens", "Prompt tokens of admitted requests (cached or not).", lab, registry=registry)
+        self.prompt_tokens = Counter(
+            "vllm:prompt_tokens", "Prompt tokens of admitted requests (cached or not).", lab, registry=registry
+        )
         self.cached_prompt = Counter("vllm:prompt_tokens_cached", "Cached prompt tokens.", lab, registry=registry)
         self.gen_tokens = Counter("vllm:generation_tokens", "Generation tokens processed.", lab, registry=registry)
-        self.success = Counter("vllm:request_success", "Finished requests.", lab + ["finished_reason"], registry=registry)
-        self.usage = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage (held blocks / all blocks), 1 = 100%.", lab, registry=registry)
-        self.running = Gauge("vllm:num_requests_running", "Requests in model execution batches.", lab, registry=registry)
+        self.success = Counter(
+            "vllm:request_success", "Finished requests.", lab + ["finished_reason"], registry=registry
+        )
+        self.usage = Gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage (held blocks / all blocks), 1 = 100%.", lab, registry=registry
+        )
+        self.running = Gauge(
+            "vllm:num_requests_running", "Requests in model execution batches.", lab, registry=registry
+        )
         self.waiting = Gauge("vllm:num_requests_waiting", "Requests waiting to be processed.", lab, registry=registry)
-        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Time to first token (virtual seconds).", lab,
-                              buckets=TTFT_BUCKETS, registry=registry)
-        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "End-to-end request latency (virtual seconds).", lab,
-                             buckets=LATENCY_BUCKETS, registry=registry)
-        info_labels = {"block_size": str(cfg.block_size), "num_gpu_blocks": str(cfg.capacity_blocks),
-                       "eviction": cfg.eviction}
-        if cfg.cpu_blocks:            # vLLM CacheConfig: kv_offloading_size (GiB), kv_offloading_backend
+        self.ttft = Histogram(
+            "vllm:time_to_first_token_seconds",
+            "Time to first token (virtual seconds).",
+            lab,
+            buckets=TTFT_BUCKETS,
+            registry=registry,
+        )
+        self.e2e = Histogram(
+            "vllm:e2e_request_latency_seconds",
+            "End-to-end request latency (virtual seconds).",
+            lab,
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        info_labels = {
+            "block_size": str(cfg.block_size),
+            "num_gpu_blocks": str(cfg.capacity_blocks),
+            "eviction": cfg.eviction,
+        }
+        if cfg.cpu_blocks:  # vLLM CacheConfig: kv_offloading_size (GiB), kv_offloading_backend
             gib = cfg.cpu_blocks * cfg.block_size * cfg.cost.kv_bytes_per_token / (1 << 30)
             info_labels.update(kv_offloading_size=f"{gib:.6g}", kv_offloading_backend="native")
         info = Gauge("vllm:cache_config_info", "Cache configuration.", list(info_labels), registry=registry)
@@ -59,60 +123,107 @@ class SimEngineMetrics:
         kv_lab = ["model_name", "engine"]
         self.block_hist = {
             kind: Histogram(f"vllm:kv_block_{kind}_seconds", help_, kv_lab, buckets=BLOCK_BUCKETS, registry=registry)
-            for kind, help_ in (("idle_before_evict", "Seconds a block sat unused before eviction (virtual)."),
-                                ("lifetime", "Seconds from a block's caching to its eviction (virtual)."),
-                                ("reuse_gap", "Seconds between two uses of a cached block (virtual)."))}
+            for kind, help_ in (
+                ("idle_before_evict", "Seconds a block sat unused before eviction (virtual)."),
+                ("lifetime", "Seconds from a block's caching to its eviction (virtual)."),
+                ("reuse_gap", "Seconds between two uses of a cached block (virtual)."),
+            )
+        }
         engine.pool.enable_block_times()
-        self.evicted = Counter("cachescout_sim_evicted_blocks", "Cached blocks evicted by the simulated engine.",
-                               registry=registry)
+        self.evicted = Counter(
+            "cachescout_sim_evicted_blocks", "Cached blocks evicted by the simulated engine.", registry=registry
+        )
         self._evicted_seen = 0
         self.sglang = cfg.eviction == "priority"
         if self.sglang:
             sl = ["model_name"]
-            self.sg_hit = Gauge("sglang:cache_hit_rate", "Prefix cache hit rate since start (tokens), 0..1.", sl, registry=registry)
-            self.sg_usage = Gauge("sglang:token_usage", "Share of KV tokens held by running requests, 0..1.", sl, registry=registry)
+            self.sg_hit = Gauge(
+                "sglang:cache_hit_rate", "Prefix cache hit rate since start (tokens), 0..1.", sl, registry=registry
+            )
+            self.sg_usage = Gauge(
+                "sglang:token_usage", "Share of KV tokens held by running requests, 0..1.", sl, registry=registry
+            )
             self.sg_used = Gauge("sglang:num_used_tokens", "KV tokens held by running requests.", sl, registry=registry)
             self.sg_running = Gauge("sglang:num_running_reqs", "Running requests.", sl, registry=registry)
             self.sg_queue = Gauge("sglang:num_queue_reqs", "Queued requests.", sl, registry=registry)
             # SGLang's TTFT histogram (same observations as vllm:time_to_first_token_seconds), so the
             # dashboards' SGLang TTFT panels have data against the sim in priority mode.
-            self.sg_ttft = Histogram("sglang:time_to_first_token_seconds", "Time to first token (virtual seconds).",
-                                     sl, buckets=TTFT_BUCKETS, registry=registry)
-        self.by_source = Counter("vllm:prompt_tokens_by_source", "Prompt tokens by where their KV came from.",
-                                 lab + ["source"], registry=registry)
+            self.sg_ttft = Histogram(
+                "sglang:time_to_first_token_seconds",
+                "Time to first token (virtual seconds).",
+                sl,
+                buckets=TTFT_BUCKETS,
+                registry=registry,
+            )
+        self.by_source = Counter(
+            "vllm:prompt_tokens_by_source",
+            "Prompt tokens by where their KV came from.",
+            lab + ["source"],
+            registry=registry,
+        )
         for src in ("local_compute", "local_cache_hit", "external_kv_transfer"):
             self.by_source.labels(*self._lv, src)
         self.tier = engine.host is not None
         self._seen: dict[str, float] = {}
         if self.tier:
-            self.ext_queries = Counter("vllm:external_prefix_cache_queries",
-                                       "Tokens looked up in the KV connector (host tier).", lab, registry=registry)
-            self.ext_hits = Counter("vllm:external_prefix_cache_hits",
-                                    "Tokens loaded from the KV connector (host tier).", lab, registry=registry)
-            self.off_bytes = Counter("vllm:kv_offload_total_bytes", "Number of bytes offloaded by KV connector "
-                                     "(deprecated in vLLM; see kv_offload_load/store_bytes).",
-                                     lab + ["transfer_type"], registry=registry)
-            self.off_time = Counter("vllm:kv_offload_total_time", "Total time of KV offloading operations "
-                                    "(virtual seconds; deprecated in vLLM).", lab + ["transfer_type"], registry=registry)
+            self.ext_queries = Counter(
+                "vllm:external_prefix_cache_queries",
+                "Tokens looked up in the KV connector (host tier).",
+                lab,
+                registry=registry,
+            )
+            self.ext_hits = Counter(
+                "vllm:external_prefix_cache_hits",
+                "Tokens loaded from the KV connector (host tier).",
+                lab,
+                registry=registry,
+            )
+            self.off_bytes = Counter(
+                "vllm:kv_offload_total_bytes",
+                "Number of bytes offloaded by KV connector (deprecated in vLLM; see kv_offload_load/store_bytes).",
+                lab + ["transfer_type"],
+                registry=registry,
+            )
+            self.off_time = Counter(
+                "vllm:kv_offload_total_time",
+                "Total time of KV offloading operations (virtual seconds; deprecated in vLLM).",
+                lab + ["transfer_type"],
+                registry=registry,
+            )
             self.flat = {
                 (tt, kind): Counter(f"vllm:kv_offload_{op}_{kind}", help_, lab, registry=registry)
                 for tt, op in (("CPU_to_GPU", "load"), ("GPU_to_CPU", "store"))
-                for kind, help_ in (("bytes", f"Total bytes of KV offload {op}s."),
-                                    ("time", f"Total KV offload {op} time, virtual seconds."))}
-            self.cpu_usage = Gauge("vllm:kv_offload_cpu_cache_usage_perc", "Host tier blocks in use, 0..1.", lab,
-                                   registry=registry)
+                for kind, help_ in (
+                    ("bytes", f"Total bytes of KV offload {op}s."),
+                    ("time", f"Total KV offload {op} time, virtual seconds."),
+                )
+            }
+            self.cpu_usage = Gauge(
+                "vllm:kv_offload_cpu_cache_usage_perc", "Host tier blocks in use, 0..1.", lab, registry=registry
+            )
             self.cpu_counts = {
                 name: Counter(f"cachescout_sim_host_{name}_blocks", help_, registry=registry)
-                for name, help_ in (("lookup", "Blocks looked up in the simulated host tier."),
-                                    ("hit", "Blocks found in the simulated host tier."),
-                                    ("evicted", "Blocks evicted from the simulated host tier."))}
+                for name, help_ in (
+                    ("lookup", "Blocks looked up in the simulated host tier."),
+                    ("hit", "Blocks found in the simulated host tier."),
+                    ("evicted", "Blocks evicted from the simulated host tier."),
+                )
+            }
             for m in (self.ext_queries, self.ext_hits, self.cpu_usage, *self.flat.values()):
                 m.labels(*self._lv)
             for tt in ("CPU_to_GPU", "GPU_to_CPU"):
                 self.off_bytes.labels(*self._lv, tt)
                 self.off_time.labels(*self._lv, tt)
-        for m in (self.queries, self.hits, self.prompt_tokens, self.cached_prompt, self.gen_tokens, self.usage,
-                  self.running, self.waiting):
+        for m in (
+            self.queries,
+            self.hits,
+            self.prompt_tokens,
+            self.cached_prompt,
+            self.gen_tokens,
+            self.usage,
+            self.running,
+            self.waiting,
+        ):
             m.labels(*self._lv)
         self.refresh()
 
@@ -120,7 +231,7 @@ class SimEngineMetrics:
         lv = self._lv
         for r in res.admitted:
             self.queries.labels(*lv).inc(r.prompt_len)
-            self.hits.labels(*lv).inc(r.cached_tokens - r.loaded_tokens)     # GPU tier only
+            self.hits.labels(*lv).inc(r.cached_tokens - r.loaded_tokens)  # GPU tier only
             self.prompt_tokens.labels(*lv).inc(r.prompt_len)
             self.cached_prompt.labels(*lv).inc(r.cached_tokens)
             local = r.cached_tokens - r.loaded_tokens
@@ -137,7 +248,7 @@ class SimEngineMetrics:
         self.refresh()
 
     def on_finish(self, r: EngineRequest, finish_reason: str) -> None:
-        reason = "stop" if finish_reason == "tool_calls" else finish_reason   # engine-level reasons
+        reason = "stop" if finish_reason == "tool_calls" else finish_reason  # engine-level reasons
         self.success.labels(*self._lv, reason).inc()
         if r.finished_at is not None:
             self.e2e.labels(*self._lv).observe(r.finished_at - r.arrival)

@@ -26,19 +26,61 @@ from proxy.simengine.chat_template import render_tool_call
 from proxy.simengine.tokenizer import SimTokenizer
 
 WORDS = (
-    "the", "cache", "agent", "plan", "step", "result", "check", "value", "next", "answer", "token",
-    "prefix", "block", "warm", "reuse", "model", "query", "tool", "state", "order", "data", "list",
-    "final", "review", "update", "branch", "memory", "signal", "route", "batch", "queue", "score",
-    "and", "of", "to", "is", "for", "with", "then", "so", "we", "it", "on", "in", "a", "by",
+    "the",
+    "cache",
+    "agent",
+    "plan",
+    "step",
+    "result",
+    "check",
+    "value",
+    "next",
+    "answer",
+    "token",
+    "prefix",
+    "block",
+    "warm",
+    "reuse",
+    "model",
+    "query",
+    "tool",
+    "state",
+    "order",
+    "data",
+    "list",
+    "final",
+    "review",
+    "update",
+    "branch",
+    "memory",
+    "signal",
+    "route",
+    "batch",
+    "queue",
+    "score",
+    "and",
+    "of",
+    "to",
+    "is",
+    "for",
+    "with",
+    "then",
+    "so",
+    "we",
+    "it",
+    "on",
+    "in",
+    "a",
+    "by",
 )
 
 
 @dataclass(frozen=True, slots=True)
 class Output:
     ids: tuple[int, ...]
-    pieces: tuple[str, ...]            # text of each token ("" for the end token)
-    text: str                          # the visible text (no end token)
-    finish_reason: str                 # "stop" | "length" | "tool_calls"
+    pieces: tuple[str, ...]  # text of each token ("" for the end token)
+    text: str  # the visible text (no end token)
+    finish_reason: str  # "stop" | "length" | "tool_calls"
     tool_call: tuple[str, str] | None  # (name, arguments JSON) when finish_reason == "tool_calls"
 
 
@@ -87,7 +129,8 @@ def tool_arguments(tool: Mapping, rng: random.Random) -> dict:
     props = params.get("properties") or {}
     required = params.get("required") or list(props)[:3]
     return {name: _arg_value(props.get(name, {}), rng) for name in required if name in props} or (
-        {"query": _arg_value({}, rng)} if not props else {})
+        {"query": _arg_value({}, rng)} if not props else {}
+    )
 
 
 def choose_tool(tools: Sequence[Any], tool_choice: Any, rng: random.Random, share: float) -> Mapping | None:
@@ -102,10 +145,20 @@ def choose_tool(tools: Sequence[Any], tool_choice: Any, rng: random.Random, shar
     return tools[rng.randrange(len(tools))]
 
 
-def plan_output(tok: SimTokenizer, prompt_ids: Sequence[int], max_tokens: int, *, output_tokens: int = 128,
-                output_jitter: float = 0.5, seed: int = 0, tools: Sequence[Any] | None = None,
-                tool_choice: Any = "auto", tool_call_share: float = 0.0, ignore_eos: bool = False,
-                min_tokens: int = 0) -> Output:
+def plan_output(
+    tok: SimTokenizer,
+    prompt_ids: Sequence[int],
+    max_tokens: int,
+    *,
+    output_tokens: int = 128,
+    output_jitter: float = 0.5,
+    seed: int = 0,
+    tools: Sequence[Any] | None = None,
+    tool_choice: Any = "auto",
+    tool_call_share: float = 0.0,
+    ignore_eos: bool = False,
+    min_tokens: int = 0,
+) -> Output:
     if max_tokens < 1:
         raise ValueError("max_tokens must be >= 1")
     rng = random.Random(prompt_seed(prompt_ids, seed))
@@ -115,8 +168,9 @@ def plan_output(tok: SimTokenizer, prompt_ids: Sequence[int], max_tokens: int, *
         args = json.dumps(tool_arguments(tool, rng), ensure_ascii=False)
         ids, pieces = tok.encode_with_pieces(render_tool_call(name, args))
         if len(ids) + 1 <= max_tokens:
-            return Output(tuple(ids) + (tok.eos_id,), tuple(pieces) + ("",), "".join(pieces),
-                          "tool_calls", (name, args))
+            return Output(
+                tuple(ids) + (tok.eos_id,), tuple(pieces) + ("",), "".join(pieces), "tool_calls", (name, args)
+            )
         ids, pieces = ids[:max_tokens], pieces[:max_tokens]
         return Output(tuple(ids), tuple(pieces), "".join(pieces), "length", None)
     if ignore_eos:
@@ -124,7 +178,7 @@ def plan_output(tok: SimTokenizer, prompt_ids: Sequence[int], max_tokens: int, *
     else:
         lo = max(1, round(output_tokens * (1 - output_jitter)))
         hi = max(lo, round(output_tokens * (1 + output_jitter)))
-        natural = max(rng.randint(lo, hi), min_tokens)     # text tokens before the end token
+        natural = max(rng.randint(lo, hi), min_tokens)  # text tokens before the end token
         stop = natural + 1 <= max_tokens
         n_text = natural if stop else max_tokens
     pieces = _filler(rng, n_text)

@@ -27,9 +27,16 @@ def to_wire(event: tuple) -> dict:
     tag = event[0]
     if tag == "BlockStored":
         _, hashes, parent, tokens, block_size, lora_id, medium = event
-        return {"type": tag, "block_hashes": list(hashes), "parent_block_hash": parent,
-                "token_ids": list(tokens), "block_size": block_size, "lora_id": lora_id,
-                "medium": medium, "lora_name": None}
+        return {
+            "type": tag,
+            "block_hashes": list(hashes),
+            "parent_block_hash": parent,
+            "token_ids": list(tokens),
+            "block_size": block_size,
+            "lora_id": lora_id,
+            "medium": medium,
+            "lora_name": None,
+        }
     if tag == "BlockRemoved":
         return {"type": tag, "block_hashes": list(event[1]), "medium": event[2]}
     return {"type": tag}
@@ -45,7 +52,7 @@ class KvEventPublisher:
         self._sock = self._ctx.socket(zmq.PUB)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.bind(endpoint)
-        self.endpoint = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)   # resolves "tcp://127.0.0.1:*"
+        self.endpoint = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)  # resolves "tcp://127.0.0.1:*"
         self.topic = topic.encode()
         self.seq = 0
         self.dropped = 0
@@ -53,11 +60,11 @@ class KvEventPublisher:
     def publish(self, events: Sequence[tuple], ts: float | None = None) -> None:
         if not events:
             return
-        payload = self._msgpack.packb([time.time() if ts is None else ts, [to_wire(e) for e in events], 0],
-                                      use_bin_type=True)
+        payload = self._msgpack.packb(
+            [time.time() if ts is None else ts, [to_wire(e) for e in events], 0], use_bin_type=True
+        )
         try:
-            self._sock.send_multipart([self.topic, self.seq.to_bytes(8, "big"), payload],
-                                      flags=self._zmq.NOBLOCK)
+            self._sock.send_multipart([self.topic, self.seq.to_bytes(8, "big"), payload], flags=self._zmq.NOBLOCK)
         except self._zmq.Again:
             self.dropped += 1
         self.seq += 1

@@ -25,13 +25,14 @@ class ApiError(Exception):
 
     def body(self) -> dict:
         kind = {400: "BadRequestError", 404: "NotFoundError", 503: "ServiceUnavailableError"}.get(
-            self.status, "InternalServerError")
+            self.status, "InternalServerError"
+        )
         return {"error": {"message": str(self), "type": kind, "param": self.param, "code": self.status}}
 
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    kind: str                           # "chat" | "completion"
+    kind: str  # "chat" | "completion"
     prompt_ids: list[int]
     max_tokens: int
     stream: bool
@@ -70,8 +71,11 @@ def check_model(body: Any, served: str, required: bool = True) -> None:
 def _tools(body: Mapping) -> tuple[tuple, Any]:
     tools = body.get("tools") or []
     if not isinstance(tools, list) or any(
-            not isinstance(t, Mapping) or not isinstance(t.get("function"), Mapping)
-            or not isinstance(t["function"].get("name"), str) for t in tools):
+        not isinstance(t, Mapping)
+        or not isinstance(t.get("function"), Mapping)
+        or not isinstance(t["function"].get("name"), str)
+        for t in tools
+    ):
         raise ApiError("'tools' must be a list of {type: function, function: {name, ...}}", param="tools")
     choice = body.get("tool_choice", "auto" if tools else "none")
     if isinstance(choice, Mapping):
@@ -92,8 +96,10 @@ def chat_prompt_ids(tok: SimTokenizer, body: Mapping, add_generation_prompt: boo
     tools, _ = _tools(body)
     cont = bool(body.get("continue_final_message", False))
     if cont and add_generation_prompt and "add_generation_prompt" in body:
-        raise ApiError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
-                       param="continue_final_message")
+        raise ApiError(
+            "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+            param="continue_final_message",
+        )
     try:
         text = render_chat(messages, tools, add_generation_prompt and not cont, cont)
     except TemplateError as exc:
@@ -104,7 +110,7 @@ def chat_prompt_ids(tok: SimTokenizer, body: Mapping, add_generation_prompt: boo
 def completion_prompt_ids(tok: SimTokenizer, body: Mapping) -> list[int]:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]                              # a batch of one
+        prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
         if not prompt:
             raise ApiError("prompt must not be empty", param="prompt")
@@ -129,7 +135,7 @@ def parse_job(kind: str, body: Mapping, tok: SimTokenizer, max_model_len: int) -
     else:
         prompt_ids = completion_prompt_ids(tok, body)
         tools, choice = (), "none"
-        max_tokens = _int(body, "max_tokens", 16, 1)   # OpenAI completions default
+        max_tokens = _int(body, "max_tokens", 16, 1)  # OpenAI completions default
     n = _int(body, "n", 1, 1)
     if n != 1:
         raise ApiError("n > 1 is not supported by the simulated engine", param="n")
@@ -140,7 +146,9 @@ def parse_job(kind: str, body: Mapping, tok: SimTokenizer, max_model_len: int) -
         raise ApiError(
             f"This model's maximum context length is {max_model_len} tokens. However, you requested "
             f"{p + max(max_tokens, 0)} tokens ({p} in the messages, {max_tokens} in the completion). "
-            "Please reduce the length of the messages or completion.", param="max_tokens")
+            "Please reduce the length of the messages or completion.",
+            param="max_tokens",
+        )
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise ApiError("'stream' must be a boolean", param="stream")
@@ -152,9 +160,19 @@ def parse_job(kind: str, body: Mapping, tok: SimTokenizer, max_model_len: int) -
     salt = body.get("cache_salt")
     if salt is not None and (not isinstance(salt, str) or not salt):
         raise ApiError("Parameter 'cache_salt' must be a non-empty string if provided.", param="cache_salt")
-    return Job(kind, prompt_ids, max_tokens, stream, bool(stream and opts.get("include_usage")), salt,
-               _int(body, "priority", 0), tools, choice, bool(body.get("ignore_eos", False)),
-               _int(body, "min_tokens", 0, 0))
+    return Job(
+        kind,
+        prompt_ids,
+        max_tokens,
+        stream,
+        bool(stream and opts.get("include_usage")),
+        salt,
+        _int(body, "priority", 0),
+        tools,
+        choice,
+        bool(body.get("ignore_eos", False)),
+        _int(body, "min_tokens", 0, 0),
+    )
 
 
 def parse_generate(body: Any, tok: SimTokenizer, max_model_len: int) -> Job:
@@ -174,10 +192,24 @@ def parse_generate(body: Any, tok: SimTokenizer, max_model_len: int) -> Job:
         raise ApiError("'sampling_params' must be an object", param="sampling_params")
     max_tokens = _int(sp, "max_new_tokens", 128, 1)
     if len(prompt_ids) + max_tokens > max_model_len:
-        raise ApiError(f"The input ({len(prompt_ids)} tokens) plus max_new_tokens exceeds the maximum "
-                       f"context length ({max_model_len} tokens).", param="input_ids")
-    return Job("completion", prompt_ids, max_tokens, False, False, None, _int(body, "priority", 0), (), "none",
-               bool(sp.get("ignore_eos", False)), _int(sp, "min_new_tokens", 0, 0))
+        raise ApiError(
+            f"The input ({len(prompt_ids)} tokens) plus max_new_tokens exceeds the maximum "
+            f"context length ({max_model_len} tokens).",
+            param="input_ids",
+        )
+    return Job(
+        "completion",
+        prompt_ids,
+        max_tokens,
+        False,
+        False,
+        None,
+        _int(body, "priority", 0),
+        (),
+        "none",
+        bool(sp.get("ignore_eos", False)),
+        _int(sp, "min_new_tokens", 0, 0),
+    )
 
 
 def usage(prompt: int, completion: int, cached: int, details: bool) -> dict:
@@ -194,37 +226,72 @@ def tool_calls_json(out: Output) -> list[dict]:
     if out.tool_call is None:
         return []
     name, args = out.tool_call
-    return [{"id": "chatcmpl-tool-" + uuid.uuid4().hex[:24], "type": "function",
-             "function": {"name": name, "arguments": args}}]
+    return [
+        {
+            "id": "chatcmpl-tool-" + uuid.uuid4().hex[:24],
+            "type": "function",
+            "function": {"name": name, "arguments": args},
+        }
+    ]
 
 
 def full_response(job: Job, rid: str, model: str, out: Output, n_out: int, u: dict) -> dict:
     created = int(time.time())
     text = "".join(out.pieces[:n_out])
     if job.kind == "completion":
-        return {"id": rid, "object": "text_completion", "created": created, "model": model,
-                "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": out.finish_reason,
-                             "stop_reason": None}], "usage": u}
+        return {
+            "id": rid,
+            "object": "text_completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {"index": 0, "text": text, "logprobs": None, "finish_reason": out.finish_reason, "stop_reason": None}
+            ],
+            "usage": u,
+        }
     calls = tool_calls_json(out)
     msg = {"role": "assistant", "content": None if calls else text, "tool_calls": calls}
-    return {"id": rid, "object": "chat.completion", "created": created, "model": model,
-            "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": out.finish_reason,
-                         "stop_reason": None}], "usage": u}
+    return {
+        "id": rid,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {"index": 0, "message": msg, "logprobs": None, "finish_reason": out.finish_reason, "stop_reason": None}
+        ],
+        "usage": u,
+    }
 
 
-def stream_chunk(job: Job, rid: str, model: str, created: int, *, text: str | None = None,
-                 delta: dict | None = None, finish: str | None = None, u: dict | None = None,
-                 empty_choices: bool = False) -> dict:
+def stream_chunk(
+    job: Job,
+    rid: str,
+    model: str,
+    created: int,
+    *,
+    text: str | None = None,
+    delta: dict | None = None,
+    finish: str | None = None,
+    u: dict | None = None,
+    empty_choices: bool = False,
+) -> dict:
     obj = "chat.completion.chunk" if job.kind == "chat" else "text_completion"
     chunk: dict = {"id": rid, "object": obj, "created": created, "model": model}
     if empty_choices:
         chunk["choices"] = []
     elif job.kind == "chat":
-        chunk["choices"] = [{"index": 0, "delta": delta if delta is not None else {"content": text or ""},
-                             "logprobs": None, "finish_reason": finish}]
+        chunk["choices"] = [
+            {
+                "index": 0,
+                "delta": delta if delta is not None else {"content": text or ""},
+                "logprobs": None,
+                "finish_reason": finish,
+            }
+        ]
     else:
-        chunk["choices"] = [{"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish,
-                             "stop_reason": None}]
+        chunk["choices"] = [
+            {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish, "stop_reason": None}
+        ]
     if u is not None:
         chunk["usage"] = u
     return chunk
@@ -253,7 +320,18 @@ def detokenize_body(body: Any, tok: SimTokenizer) -> dict:
 
 
 def models_body(model: str, max_model_len: int, created: int) -> dict:
-    return {"object": "list", "data": [{"id": model, "object": "model", "created": created,
-                                        "owned_by": "cachescout-sim", "root": model, "parent": None,
-                                        "max_model_len": max_model_len, "permission": []}]}
-
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": model,
+                "object": "model",
+                "created": created,
+                "owned_by": "cachescout-sim",
+                "root": model,
+                "parent": None,
+                "max_model_len": max_model_len,
+                "permission": [],
+            }
+        ],
+    }

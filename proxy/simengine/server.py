@@ -28,9 +28,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from proxy.cachemodel.block_hash import chain_hashes
 from proxy.simengine import api_routes as api
 from proxy.simengine import openai_io as io
-from proxy.cachemodel.block_hash import chain_hashes
 from proxy.simengine.engine import EngineRequest
 from proxy.simengine.generation import plan_output
 from proxy.simengine.service import Pending, SimConfig, SimService
@@ -59,23 +59,41 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
         yield
         await sim.close()
 
-    app = FastAPI(title="CacheScout simulated engine", docs_url=None, redoc_url=None, openapi_url=None,
-                  lifespan=lifespan)
+    app = FastAPI(
+        title="CacheScout simulated engine", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan
+    )
     app.state.sim = sim
     requests_seen: deque[tuple[float, bool, str | None, EngineRequest]] = deque(maxlen=max(1, config.request_log))
 
     def _log_request(request: Request, pending: Pending) -> None:
-        if config.request_log > 0:        # cached_tokens is known only after admission: read at /debug time
+        if config.request_log > 0:  # cached_tokens is known only after admission: read at /debug time
             sid = request.headers.get("x-session-id")
-            requests_seen.append((time.time(), request.headers.get("x-cachescout-warmup") == "1",
-                                  hashlib.sha256(sid.encode()).hexdigest()[:12] if sid else None, pending.req))
+            requests_seen.append(
+                (
+                    time.time(),
+                    request.headers.get("x-cachescout-warmup") == "1",
+                    hashlib.sha256(sid.encode()).hexdigest()[:12] if sid else None,
+                    pending.req,
+                )
+            )
 
     if config.request_log > 0:
+
         @app.get("/debug/requests")
         async def debug_requests():
-            return {"requests": [{"t": t, "warmup": w, "session": sess, "hashes": list(r.hashes),
-                                  "prompt_tokens": r.prompt_len, "cached_tokens": r.cached_tokens}
-                                 for t, w, sess, r in requests_seen]}
+            return {
+                "requests": [
+                    {
+                        "t": t,
+                        "warmup": w,
+                        "session": sess,
+                        "hashes": list(r.hashes),
+                        "prompt_tokens": r.prompt_len,
+                        "cached_tokens": r.cached_tokens,
+                    }
+                    for t, w, sess, r in requests_seen
+                ]
+            }
 
     @app.exception_handler(io.ApiError)
     async def _api_error(_request: Request, exc: io.ApiError):
@@ -123,11 +141,16 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
     @app.api_route("/flush_cache", methods=["GET", "POST"])
     async def flush_cache():
         if sim.busy() or not sim.reset_cache():
-            return PlainTextResponse("Cache not flushed. Please check backend logs for more details. "
-                                     "(When there are running or waiting requests, the operation will "
-                                     "not be performed.)", status_code=400)
-        return PlainTextResponse("Cache flushed.\nPlease check backend logs for more details. (When there are "
-                                 "running or waiting requests, the operation will not be performed.)")
+            return PlainTextResponse(
+                "Cache not flushed. Please check backend logs for more details. "
+                "(When there are running or waiting requests, the operation will "
+                "not be performed.)",
+                status_code=400,
+            )
+        return PlainTextResponse(
+            "Cache flushed.\nPlease check backend logs for more details. (When there are "
+            "running or waiting requests, the operation will not be performed.)"
+        )
 
     async def completions(request: Request, kind: str):
         return await _complete(await _json(request), kind, request=request)
@@ -136,10 +159,19 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
         """``shape(job, out, n_out, req)``: the response body of a converted API (Responses/Messages)."""
         io.check_model(body, config.model)
         job = io.parse_job(kind, body, sim.tokenizer, max_len)
-        out = plan_output(sim.tokenizer, job.prompt_ids, job.max_tokens, output_tokens=config.output_tokens,
-                          output_jitter=config.output_jitter, seed=config.seed, tools=job.tools,
-                          tool_choice=job.tool_choice, tool_call_share=config.tool_call_share,
-                          ignore_eos=job.ignore_eos, min_tokens=job.min_tokens or 0)
+        out = plan_output(
+            sim.tokenizer,
+            job.prompt_ids,
+            job.max_tokens,
+            output_tokens=config.output_tokens,
+            output_jitter=config.output_jitter,
+            seed=config.seed,
+            tools=job.tools,
+            tool_choice=job.tool_choice,
+            tool_call_share=config.tool_call_share,
+            ignore_eos=job.ignore_eos,
+            min_tokens=job.min_tokens or 0,
+        )
         try:
             pending = sim.submit(job.prompt_ids, out, job.salt, job.priority)
         except ValueError as exc:
@@ -152,7 +184,7 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
         try:
             n_out = await _wait_done(pending)
         finally:
-            sim.abort(pending)              # no-op when finished; frees blocks if the client left
+            sim.abort(pending)  # no-op when finished; frees blocks if the client left
         r = pending.req
         if shape is not None:
             return shape(out, n_out, r.prompt_len, r.cached_tokens)
@@ -168,8 +200,9 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
 
         try:
             if job.kind == "chat":
-                yield frame(io.stream_chunk(job, rid, config.model, created_s,
-                                            delta={"role": "assistant", "content": ""}))
+                yield frame(
+                    io.stream_chunk(job, rid, config.model, created_s, delta={"role": "assistant", "content": ""})
+                )
             while True:
                 item = await pending.queue.get()
                 if isinstance(item, Exception):
@@ -189,8 +222,9 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
                 delta = {"tool_calls": [dict(c, index=0) for c in calls]}
                 yield frame(io.stream_chunk(job, rid, config.model, created_s, delta=delta))
             last = {} if job.kind == "chat" else None
-            yield frame(io.stream_chunk(job, rid, config.model, created_s, delta=last, text="",
-                                        finish=out.finish_reason))
+            yield frame(
+                io.stream_chunk(job, rid, config.model, created_s, delta=last, text="", finish=out.finish_reason)
+            )
             if job.include_usage:
                 r = pending.req
                 u = io.usage(r.prompt_len, r.generated, r.cached_tokens, config.prompt_tokens_details)
@@ -204,9 +238,16 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
         """SGLang's native API (non-streaming): {text | input_ids, sampling_params, priority?}."""
         body = await _json(request)
         job = io.parse_generate(body, sim.tokenizer, max_len)
-        out = plan_output(sim.tokenizer, job.prompt_ids, job.max_tokens, output_tokens=config.output_tokens,
-                          output_jitter=config.output_jitter, seed=config.seed, ignore_eos=job.ignore_eos,
-                          min_tokens=job.min_tokens)
+        out = plan_output(
+            sim.tokenizer,
+            job.prompt_ids,
+            job.max_tokens,
+            output_tokens=config.output_tokens,
+            output_jitter=config.output_jitter,
+            seed=config.seed,
+            ignore_eos=job.ignore_eos,
+            min_tokens=job.min_tokens,
+        )
         try:
             pending = sim.submit(job.prompt_ids, out, job.salt, job.priority)
         except ValueError as exc:
@@ -216,10 +257,17 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
         finally:
             sim.abort(pending)
         r = pending.req
-        return {"text": "".join(out.pieces[:n_out]), "output_ids": list(out.ids[:n_out]),
-                "meta_info": {"id": io.new_id("completion"), "prompt_tokens": r.prompt_len,
-                              "completion_tokens": n_out, "cached_tokens": r.cached_tokens,
-                              "finish_reason": {"type": out.finish_reason}}}
+        return {
+            "text": "".join(out.pieces[:n_out]),
+            "output_ids": list(out.ids[:n_out]),
+            "meta_info": {
+                "id": io.new_id("completion"),
+                "prompt_tokens": r.prompt_len,
+                "completion_tokens": n_out,
+                "cached_tokens": r.cached_tokens,
+                "finish_reason": {"type": out.finish_reason},
+            },
+        }
 
     if sim.engine.host is not None:
         _add_lmcache_routes(app, sim)
@@ -238,15 +286,20 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
     async def responses(request: Request):
         """OpenAI Responses API, rendered through the chat path as vLLM does (non-streaming)."""
         chat = api.responses_chat_body(await _json(request), store)
-        return await _complete(chat, "chat", lambda out, n, p, c: api.responses_body(
-            chat, out, n, p, c, config.model, store), request=request)
+        return await _complete(
+            chat,
+            "chat",
+            lambda out, n, p, c: api.responses_body(chat, out, n, p, c, config.model, store),
+            request=request,
+        )
 
     @app.post("/v1/messages")
     async def messages(request: Request):
         """Anthropic Messages API, rendered through the chat path as vLLM does (non-streaming)."""
         chat = api.messages_chat_body(await _json(request))
-        return await _complete(chat, "chat", lambda out, n, p, c: api.messages_body(out, n, p, c, config.model),
-                               request=request)
+        return await _complete(
+            chat, "chat", lambda out, n, p, c: api.messages_body(out, n, p, c, config.model), request=request
+        )
 
     return app
 

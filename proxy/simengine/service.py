@@ -40,21 +40,21 @@ class SimConfig:
     model: str = "sim-llama-3.1-8b"
     block_size: int = 16
     capacity_blocks: int = 28_672
-    eviction: str = "lru"                  # "lru" (vLLM) | "priority" (SGLang-style)
+    eviction: str = "lru"  # "lru" (vLLM) | "priority" (SGLang-style)
     retention_seconds: float = 300.0
-    max_model_len: int = 32_768            # capped to capacity_blocks × block_size
+    max_model_len: int = 32_768  # capped to capacity_blocks × block_size
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 256
-    speed: float = 1.0                     # wall sleeps = virtual seconds / speed; 0 = no sleeps
-    output_tokens: int = 128               # typical answer length (tokens before the end token)
+    speed: float = 1.0  # wall sleeps = virtual seconds / speed; 0 = no sleeps
+    output_tokens: int = 128  # typical answer length (tokens before the end token)
     output_jitter: float = 0.5
-    tool_call_share: float = 0.5           # share of tool-offering requests answered by a tool call
+    tool_call_share: float = 0.5  # share of tool-offering requests answered by a tool call
     seed: int = 0
     vocab_size: int = DEFAULT_VOCAB
-    prompt_tokens_details: bool = True     # vLLM --enable-prompt-tokens-details
+    prompt_tokens_details: bool = True  # vLLM --enable-prompt-tokens-details
     kv_events_endpoint: str | None = None  # e.g. "tcp://127.0.0.1:5557": publish vLLM-style KV events
-    cpu_blocks: int = 0                    # host (CPU offload) tier in blocks; 0 = none (vLLM without offloading)
-    request_log: int = 0                   # keep the last N requests for GET /debug/requests (0 = off)
+    cpu_blocks: int = 0  # host (CPU offload) tier in blocks; 0 = none (vLLM without offloading)
+    request_log: int = 0  # keep the last N requests for GET /debug/requests (0 = off)
     cost: CostModel = field(default_factory=CostModel)
 
     def __post_init__(self) -> None:
@@ -71,10 +71,18 @@ class SimConfig:
         return min(self.max_model_len, self.capacity_blocks * self.block_size)
 
     def engine_config(self) -> EngineConfig:
-        return EngineConfig(self.block_size, self.capacity_blocks, self.eviction, self.retention_seconds,
-                            self.max_num_batched_tokens, self.max_num_seqs, self.cost, self.cpu_blocks)
+        return EngineConfig(
+            self.block_size,
+            self.capacity_blocks,
+            self.eviction,
+            self.retention_seconds,
+            self.max_num_batched_tokens,
+            self.max_num_seqs,
+            self.cost,
+            self.cpu_blocks,
+        )
 
-    def with_(self, **kw) -> "SimConfig":
+    def with_(self, **kw) -> SimConfig:
         return replace(self, **kw)
 
 
@@ -84,7 +92,7 @@ class Pending:
 
     req: EngineRequest
     output: Output
-    queue: asyncio.Queue                   # ints: tokens generated so far; None = finished; Exception = failed
+    queue: asyncio.Queue  # ints: tokens generated so far; None = finished; Exception = failed
 
 
 class SimService:
@@ -95,10 +103,10 @@ class SimService:
         self.engine = SimEngine(config.engine_config())
         self.registry = CollectorRegistry()
         self.metrics = SimEngineMetrics(self.registry, config.model, self.engine)
-        self._v = 0.0                      # virtual time at the last sync point
-        self._w = self.clock()             # wall time at the last sync point
+        self._v = 0.0  # virtual time at the last sync point
+        self._w = self.clock()  # wall time at the last sync point
         self._step_end: float | None = None  # virtual end of the step in flight
-        self._chained = False              # a step just ended and more work is queued
+        self._chained = False  # a step just ended and more work is queued
         self._ids = itertools.count(1)
         self._pending: dict[int, Pending] = {}
         self._task: asyncio.Task | None = None
@@ -171,7 +179,7 @@ class SimService:
                 continue
             if self._chained:
                 start = self._v
-            elif self.engine.waiting:     # woke from idle: a real engine would start at the arrival
+            elif self.engine.waiting:  # woke from idle: a real engine would start at the arrival
                 start = max(self._v, self.engine.waiting[0].arrival)
             else:
                 start = self.now()
@@ -220,7 +228,7 @@ class SimService:
             self._task.cancel()
             try:
                 await self._task
-            except (asyncio.CancelledError, Exception):
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping: the loop's error was logged by it
                 pass
         if self.kv_publisher is not None:
             self.kv_publisher.close()

@@ -74,13 +74,15 @@ class SimTokenizer:
                 if len(p) <= MAX_PIECE:
                     out.append(p)
                 else:
-                    out.extend(p[i:i + MAX_PIECE] for i in range(0, len(p), MAX_PIECE))
+                    out.extend(p[i : i + MAX_PIECE] for i in range(0, len(p), MAX_PIECE))
         return out
 
     def encode(self, text: str, allow_special: bool = True) -> list[int]:
         special = self.special_ids
-        return [special[p] if (allow_special and p in special) else self.piece_id(p)
-                for p in self.pieces(text, allow_special)]
+        return [
+            special[p] if (allow_special and p in special) else self.piece_id(p)
+            for p in self.pieces(text, allow_special)
+        ]
 
     def encode_with_pieces(self, text: str) -> tuple[list[int], list[str]]:
         ps = self.pieces(text)

@@ -8,8 +8,8 @@ import pytest
 
 from proxy.core import PolicyConfig, ResponseOutcome, ScoutPolicy, view_from_blocks
 
-ANCHOR = 8          # blocks per agent anchor
-BLOCK = 16          # tokens per block
+ANCHOR = 8  # blocks per agent anchor
+BLOCK = 16  # tokens per block
 
 
 class Workload:
@@ -27,9 +27,16 @@ class Workload:
     def view(self, agent: int, session: str, new_blocks: int = 1, **kw):
         h = self.hist.setdefault(session, [])
         h.extend(next(self._ids) for _ in range(new_blocks))
-        return view_from_blocks(self.tenant, self.anchor(agent) + h, BLOCK, anchor_blocks=ANCHOR,
-                                session_id=session, anchor_payload={"agent": agent},
-                                context_payload={"session": session}, **kw)
+        return view_from_blocks(
+            self.tenant,
+            self.anchor(agent) + h,
+            BLOCK,
+            anchor_blocks=ANCHOR,
+            session_id=session,
+            anchor_payload={"agent": agent},
+            context_payload={"session": session},
+            **kw,
+        )
 
     def step(self, agent: int, session: str, now: float, finish: str = "stop", dur: float = 0.1):
         obs = self.policy.observe_request(self.view(agent, session), now)
@@ -44,9 +51,16 @@ class Workload:
 
 
 def quiet_config(**kw) -> PolicyConfig:
-    base = dict(r_min_transitions=5, sweep_interval_s=1e9, residency_stride=1, cooldown_s=5.0,
-                max_concurrent=8, max_actions_per_tick=8, warm_lifetime_share=0.0,
-                warm_max_cache_share=0.0)
+    base = {
+        "r_min_transitions": 5,
+        "sweep_interval_s": 1e9,
+        "residency_stride": 1,
+        "cooldown_s": 5.0,
+        "max_concurrent": 8,
+        "max_actions_per_tick": 8,
+        "warm_lifetime_share": 0.0,
+        "warm_max_cache_share": 0.0,
+    }
     base.update(kw)
     return PolicyConfig(**base)
 
@@ -55,4 +69,5 @@ def quiet_config(**kw) -> PolicyConfig:
 def workload():
     def make(**kw) -> Workload:
         return Workload(ScoutPolicy(quiet_config(**kw)))
+
     return make

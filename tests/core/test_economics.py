@@ -8,8 +8,14 @@ CAP = 10_000.0
 
 
 def market(**kw) -> Market:
-    base: dict = {"capacity_tokens": CAP, "insert_rate": 1_000.0, "zone_tokens": CAP / 4, "tail_reuse": 0.0,
-                  "prefill_tokens_per_s": 5_000.0, "request_rate": 1.0}
+    base: dict = {
+        "capacity_tokens": CAP,
+        "insert_rate": 1_000.0,
+        "zone_tokens": CAP / 4,
+        "tail_reuse": 0.0,
+        "prefill_tokens_per_s": 5_000.0,
+        "request_rate": 1.0,
+    }
     base.update(kw)
     return Market(**base)
 
@@ -17,8 +23,8 @@ def market(**kw) -> Market:
 def test_survival_follows_turnover():
     m = market()
     assert survival(CAP, 1.0, m) > survival(CAP, 5.0, m) > survival(CAP, 20.0, m)
-    assert abs(survival(CAP, 10.0, m) - 2.718281828 ** -1) < 1e-6     # one lifetime
-    assert survival(CAP / 8, 1.0, m) < survival(CAP, 1.0, m)            # near the tail: less left
+    assert abs(survival(CAP, 10.0, m) - 2.718281828**-1) < 1e-6  # one lifetime
+    assert survival(CAP / 8, 1.0, m) < survival(CAP, 1.0, m)  # near the tail: less left
     unknown = market(insert_rate=None)
     assert survival(CAP, 3.0, unknown) == 1.0 and survival(CAP / 8, 3.0, unknown) == 0.0
 
@@ -33,21 +39,21 @@ def test_touch_a_resident_prefix_near_eviction_pays_and_a_safe_one_needs_nothing
 def test_warm_only_in_slack_and_unknown_time_only_when_quiet():
     p = Prospect(2_000, 2_000, False, 0.9, 1.0)
     assert assess(p, market()).kind == WARM and assess(p, market()).net > 0
-    assert assess(p, market(waiting=1)).kind == WAIT               # a client queued: never in front
+    assert assess(p, market(waiting=1)).kind == WAIT  # a client queued: never in front
     unknown = Prospect(2_000, 2_000, False, 0.9, None)
-    assert assess(unknown, market(prefilling=1)).kind == WAIT     # traffic still inserting
+    assert assess(unknown, market(prefilling=1)).kind == WAIT  # traffic still inserting
     assert assess(unknown, market()).kind == WARM
     soon = Prospect(2_000, 2_000, False, 0.9, None, imminent=True)
-    assert assess(soon, market(prefilling=1)).kind == WARM        # follows the running request
+    assert assess(soon, market(prefilling=1)).kind == WARM  # follows the running request
 
 
 def test_warm_declined_when_it_would_be_evicted_before_the_demand_or_the_engine_is_busy():
     far = assess(Prospect(2_000, 2_000, False, 0.9, 60.0), market(tail_reuse=0.2))
-    assert far.net < 0                                            # e^-6 of it survives; pollution
+    assert far.net < 0  # e^-6 of it survives; pollution
     busy = assess(Prospect(2_000, 2_000, False, 0.5, 1.0), market(utilisation=1.0))
-    assert busy.net < 0                                           # recompute on a busy engine: no gain
+    assert busy.net < 0  # recompute on a busy engine: no gain
     cheap = assess(Prospect(2_000, 2_000, False, 0.5, 1.0), market(utilisation=1.0, reload_price=0.1))
-    assert cheap.net > 0                                          # a cheap tier makes it pay
+    assert cheap.net > 0  # a cheap tier makes it pay
 
 
 def test_pollution_and_queueing_count_against_a_warm():

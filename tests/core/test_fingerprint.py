@@ -21,16 +21,31 @@ def chat_bodies(draw):
     msgs = [{"role": "system", "content": draw(text)}]
     for _ in range(draw(st.integers(0, 5))):
         role = draw(roles)
-        m = {"role": role, "content": draw(st.one_of(text, st.lists(
-            st.fixed_dictionaries({"type": st.just("text"), "text": text}), max_size=3)))}
+        m = {
+            "role": role,
+            "content": draw(
+                st.one_of(text, st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": text}), max_size=3))
+            ),
+        }
         if role == "tool":
             m["tool_call_id"] = draw(st.text("abc123", min_size=1, max_size=8))
         msgs.append(m)
-    body = {"model": draw(st.sampled_from(["m1", "m2"])), "messages": msgs,
-            "temperature": draw(st.floats(0, 2)), "max_tokens": draw(st.integers(2, 4096))}
+    body = {
+        "model": draw(st.sampled_from(["m1", "m2"])),
+        "messages": msgs,
+        "temperature": draw(st.floats(0, 2)),
+        "max_tokens": draw(st.integers(2, 4096)),
+    }
     if draw(st.booleans()):
-        body["tools"] = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
-                          "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}}}}]
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": "f",
+                    "parameters": {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}},
+                },
+            }
+        ]
     return body
 
 
@@ -78,20 +93,28 @@ def test_any_content_change_changes_the_chain_from_that_block_on(body, data):
         common += 1
     assert common < len(base.block_hashes) and common < len(other.block_hashes)
     if i > 0:
-        assert common >= base.anchor_blocks       # the system prompt (anchor) is unchanged
+        assert common >= base.anchor_blocks  # the system prompt (anchor) is unchanged
 
 
 def _chat(system="You are the planner. " * 10, user="hi", **extra):
-    return {"model": "m", "messages": [{"role": "system", "content": system},
-                                       {"role": "user", "content": user}], **extra}
+    return {
+        "model": "m",
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+        **extra,
+    }
 
 
 def test_follow_up_turn_extends_the_parent_chain():
     first = _chat()
     follow = json.loads(json.dumps(first))
-    follow["messages"] += [{"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
-        {"role": "tool", "tool_call_id": "c1", "content": "42"}]
+    follow["messages"] += [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "42"},
+    ]
     a = view_from_openai(CHAT, first, {})
     b = view_from_openai(CHAT, follow, {})
     assert b.block_hashes[: len(a.block_hashes)] == a.block_hashes
@@ -125,34 +148,50 @@ def test_without_system_prompt_nothing_is_marked_and_a_cut_anchor_rebuilds_the_r
     an anchor ending inside the first user message is rebuilt as that message cut at the block,
     rendered open (continue_final_message)."""
     instructions = "You are a coder. Follow the rules below exactly. " * 4
-    body = {"model": "m", "messages": [{"role": "user", "content": instructions + "Task: x" * 40},
-                                       {"role": "assistant", "content": "ok"}]}
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": instructions + "Task: x" * 40},
+            {"role": "assistant", "content": "ok"},
+        ],
+    }
     v = view_from_openai(CHAT, body, {})
     assert v.anchor_blocks == 0 and v.header_blocks == 1
-    cut = truncate_payload(v.anchor_payload, 3)           # header + two blocks of the first message
+    cut = truncate_payload(v.anchor_payload, 3)  # header + two blocks of the first message
     assert cut["continue_final_message"] is True and len(cut["messages"]) == 1
     content = cut["messages"][0]["content"]
     assert instructions.startswith(content) and 64 < len(content) < 128
-    whole = truncate_payload(v.anchor_payload, v.anchor_payload["segs"][1][0])   # up to the 2nd message
+    whole = truncate_payload(v.anchor_payload, v.anchor_payload["segs"][1][0])  # up to the 2nd message
     assert whole["messages"] == body["messages"][:1] and "continue_final_message" not in whole
     assert truncate_payload(v.anchor_payload, 1) is None  # the header alone rebuilds nothing
 
 
 def test_responses_and_messages_bodies_hash_like_their_chat_twin():
-    chat = {"model": "m", "messages": [{"role": "system", "content": "S" * 300}, {"role": "user", "content": "q" * 90}],
-            "tools": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {}}}]}
-    resp = {"model": "m", "instructions": "S" * 300, "input": "q" * 90,
-            "tools": [{"type": "function", "name": "f", "description": "d", "parameters": {}}]}
-    anth = {"model": "m", "system": [{"type": "text", "text": "S" * 300}], "max_tokens": 5,
-            "messages": [{"role": "user", "content": [{"type": "text", "text": "q" * 90}]}],
-            "tools": [{"name": "f", "description": "d", "input_schema": {}}]}
+    chat = {
+        "model": "m",
+        "messages": [{"role": "system", "content": "S" * 300}, {"role": "user", "content": "q" * 90}],
+        "tools": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {}}}],
+    }
+    resp = {
+        "model": "m",
+        "instructions": "S" * 300,
+        "input": "q" * 90,
+        "tools": [{"type": "function", "name": "f", "description": "d", "parameters": {}}],
+    }
+    anth = {
+        "model": "m",
+        "system": [{"type": "text", "text": "S" * 300}],
+        "max_tokens": 5,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "q" * 90}]}],
+        "tools": [{"name": "f", "description": "d", "input_schema": {}}],
+    }
     a = view_from_openai(CHAT, chat, {})
     b = view_from_openai("/v1/responses", resp, {})
     c = view_from_openai("/v1/messages", anth, {})
     assert a.block_hashes == b.block_hashes == c.block_hashes
     assert b.context_payload["messages"] == chat["messages"]
     hidden = view_from_openai("/v1/responses", {**resp, "previous_response_id": "resp_1"}, {})
-    assert hidden.block_hashes == a.block_hashes[: a.anchor_blocks]     # only the instructions are visible
+    assert hidden.block_hashes == a.block_hashes[: a.anchor_blocks]  # only the instructions are visible
     assert hidden.context_payload is None
 
 
@@ -183,14 +222,26 @@ def test_warmups_are_flagged():
 
 
 def test_content_parts_and_tool_messages_parse():
-    body = {"model": "m", "messages": [
-        {"role": "system", "content": [{"type": "text", "text": "sys"}]},
-        {"role": "user", "content": [{"type": "text", "text": "look"},
-                                     {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "1", "type": "function",
-                                                               "function": {"name": "f", "arguments": "{}"}}]},
-        {"role": "tool", "tool_call_id": "1", "content": "result"},
-        {"role": "developer", "content": "dev"}]}
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": [{"type": "text", "text": "sys"}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "look"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            },
+            {"role": "tool", "tool_call_id": "1", "content": "result"},
+            {"role": "developer", "content": "dev"},
+        ],
+    }
     v = view_from_openai(CHAT, body, {})
     assert v is not None and len(v.block_hashes) >= 5
     image2 = json.loads(json.dumps(body))
@@ -200,14 +251,23 @@ def test_content_parts_and_tool_messages_parse():
 
 def test_unparseable_requests_yield_no_view():
     bad = [
-        (CHAT, b"{not json"), (CHAT, []), (CHAT, {"model": "m"}), (CHAT, {"messages": []}),
-        (CHAT, {"messages": "hi"}), (CHAT, {"messages": [{"content": "no role"}]}),
-        (CHAT, {"messages": [{"role": "user", "content": 5}]}), (CHAT, {"messages": ["x"]}),
+        (CHAT, b"{not json"),
+        (CHAT, []),
+        (CHAT, {"model": "m"}),
+        (CHAT, {"messages": []}),
+        (CHAT, {"messages": "hi"}),
+        (CHAT, {"messages": [{"content": "no role"}]}),
+        (CHAT, {"messages": [{"role": "user", "content": 5}]}),
+        (CHAT, {"messages": ["x"]}),
         (CHAT, {"messages": [{"role": "user", "content": [3]}]}),
         (CHAT, {"messages": [{"role": "user", "content": "x"}], "tools": "nope"}),
-        ("/v1/embeddings", {"input": "x"}), ("/v1/completions", {"prompt": ["a", "b"]}),
-        ("/v1/completions", {"prompt": ""}), ("/v1/completions", {"prompt": [1, "x"]}),
-        ("/v1/completions", {}), (CHAT, None), (None, {"messages": []}),
+        ("/v1/embeddings", {"input": "x"}),
+        ("/v1/completions", {"prompt": ["a", "b"]}),
+        ("/v1/completions", {"prompt": ""}),
+        ("/v1/completions", {"prompt": [1, "x"]}),
+        ("/v1/completions", {}),
+        (CHAT, None),
+        (None, {"messages": []}),
     ]
     for path, body in bad:
         assert view_from_openai(path, body, {}) is None, (path, body)
@@ -229,17 +289,43 @@ def test_completion_prompts_text_and_token_ids():
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=True) | text,
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(
-        st.sampled_from(["model", "messages", "role", "content", "tools", "prompt", "type", "text",
-                         "cache_salt", "user", "metadata", "session_id", "max_tokens", "name", "x"]),
-        children, max_size=5),
-    max_leaves=25)
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=True) | text,
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "model",
+                    "messages",
+                    "role",
+                    "content",
+                    "tools",
+                    "prompt",
+                    "type",
+                    "text",
+                    "cache_salt",
+                    "user",
+                    "metadata",
+                    "session_id",
+                    "max_tokens",
+                    "name",
+                    "x",
+                ]
+            ),
+            children,
+            max_size=5,
+        )
+    ),
+    max_leaves=25,
+)
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.sampled_from(["/v1/chat/completions", "/v1/completions", "/v1/other"]), json_values,
-       st.dictionaries(st.sampled_from(["x-session-id", "X-CacheScout-Warmup", "other"]), text, max_size=2))
+@given(
+    st.sampled_from(["/v1/chat/completions", "/v1/completions", "/v1/other"]),
+    json_values,
+    st.dictionaries(st.sampled_from(["x-session-id", "X-CacheScout-Warmup", "other"]), text, max_size=2),
+)
 def test_any_json_shape_gives_a_view_or_none_never_an_error(path, body, headers):
     v = view_from_openai(path, body, headers)
     if v is not None:

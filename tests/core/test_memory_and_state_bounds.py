@@ -180,8 +180,10 @@ def test_older_files_with_raw_salts_are_still_read():
     ((key, t),) = doc["tenants"].items()
     assert key == snap_mod.tenant_key("t1")
     v1 = {**t, "agents": [row[:8] for row in t["agents"]]}  # v1: no anchor length
-    for old in ({"kind": doc["kind"], "version": 2, "tenants": {"t1": t}},
-                {"kind": doc["kind"], "version": 1, "tenants": {"t1": v1}}):
+    for old in (
+        {"kind": doc["kind"], "version": 2, "tenants": {"t1": t}},
+        {"kind": doc["kind"], "version": 1, "tenants": {"t1": v1}},
+    ):
         q = ScoutPolicy()
         q.restore(old)
         Workload(q, tenant="t1").step(0, "x", 50.0)

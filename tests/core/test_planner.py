@@ -22,7 +22,7 @@ def learn(w: Workload, chain, sessions=4, now=0.0, drain=True):
             now += 1.0
             w.step(agent, f"learn{s}", now)
     if drain:
-        w.policy.plan(now + 1000.0)      # consume learning-time dirt; sets cool-downs far in the past
+        w.policy.plan(now + 1000.0)  # consume learning-time dirt; sets cool-downs far in the past
     return now
 
 
@@ -44,7 +44,7 @@ def test_warm_for_an_evicted_predicted_anchor(workload):
     w = workload(residency_capacity_tokens=16 * 60)
     now = fresh(w, learn(w, PIPE))
     assert w.policy.stats().gate_open
-    w.junk(16 * 80, now)                                   # flush everything
+    w.junk(16 * 80, now)  # flush everything
     obs = w.step(0, "live", now + 1)
     actions = w.policy.plan(now + 1.2)
     warm = [a for a in actions if a.reason == REASON_TRANSITION]
@@ -63,9 +63,9 @@ def test_touch_for_a_resident_anchor_near_the_lru_tail_and_nothing_when_safe(wor
     w = workload(residency_capacity_tokens=16 * 100)
     now = fresh(w, learn(w, PIPE, sessions=1))
     w.junk(16 * 200, now)
-    w.step(1, "other", now + 1)                            # agent 1's anchor: cached, oldest
-    w.policy.plan(now + 1)                                 # (predicts 2 for that session)
-    w.junk(16 * 75, now + 1)                               # pushes it to the LRU tail
+    w.step(1, "other", now + 1)  # agent 1's anchor: cached, oldest
+    w.policy.plan(now + 1)  # (predicts 2 for that session)
+    w.junk(16 * 75, now + 1)  # pushes it to the LRU tail
     w.step(0, "live", now + 2)
     actions = w.policy.plan(now + 2.1)
     assert [(a.kind, a.reason, a.payload) for a in actions] == [("touch", REASON_TRANSITION, {"agent": 1})]
@@ -93,7 +93,7 @@ def test_gate_shut_on_an_unpredictable_chain(workload):
 
 def test_gate_stays_shut_until_enough_transitions(workload):
     w = workload(residency_capacity_tokens=16 * 60, r_min_transitions=50)
-    now = fresh(w, learn(w, PIPE, sessions=2))             # 22 transitions
+    now = fresh(w, learn(w, PIPE, sessions=2))  # 22 transitions
     w.junk(16 * 80, now)
     w.step(0, "live", now + 1)
     assert w.policy.plan(now + 1.1) == []
@@ -108,8 +108,7 @@ def star(w, n_workers=4, reps=30, now=0.0):
 
 
 def test_fanout_and_max_actions_per_tick(workload):
-    w = workload(residency_capacity_tokens=16 * 60, top_k=4, tau=0.1, r_min=0.2, max_actions_per_tick=2,
-                 warm_top_k=4)
+    w = workload(residency_capacity_tokens=16 * 60, top_k=4, tau=0.1, r_min=0.2, max_actions_per_tick=2, warm_top_k=4)
     now = fresh(w, star(w))
     w.junk(16 * 80, now)
     w.step(0, "live", now + 1)
@@ -131,7 +130,7 @@ def test_max_concurrent_counts_unanswered_actions(workload):
     first = w.policy.plan(now + 1.1)
     assert len(first) == 1
     w.step(0, "live", now + 1.2)
-    assert w.policy.plan(now + 1.3) == []                  # one still in flight
+    assert w.policy.plan(now + 1.3) == []  # one still in flight
     w.policy.record_action_result(first[0], False, now + 1.4)
     w.step(0, "live", now + 1.5)
     assert len(w.policy.plan(now + 1.6)) == 1
@@ -139,28 +138,36 @@ def test_max_concurrent_counts_unanswered_actions(workload):
 
 
 def test_unanswered_actions_stop_counting_after_their_deadline(workload):
-    w = workload(residency_capacity_tokens=16 * 60, top_k=4, tau=0.1, r_min=0.2, max_concurrent=1,
-                 action_ttl_s=1.0, warm_top_k=4)
+    w = workload(
+        residency_capacity_tokens=16 * 60, top_k=4, tau=0.1, r_min=0.2, max_concurrent=1, action_ttl_s=1.0, warm_top_k=4
+    )
     now = fresh(w, star(w))
     w.junk(16 * 80, now)
     w.step(0, "live", now + 1)
     assert len(w.policy.plan(now + 1.1)) == 1
-    w.step(0, "live", now + 5)                              # > deadline + grace later
+    w.step(0, "live", now + 5)  # > deadline + grace later
     assert len(w.policy.plan(now + 5.1)) == 1
 
 
 def test_token_bucket_limits_warm_tokens(workload):
-    w = workload(residency_capacity_tokens=16 * 60, top_k=4, tau=0.1, r_min=0.2,
-                 warmup_burst_tokens=ANCHOR_TOKENS * 1.5, warmup_tokens_per_s=ANCHOR_TOKENS / 2, warm_top_k=4)
+    w = workload(
+        residency_capacity_tokens=16 * 60,
+        top_k=4,
+        tau=0.1,
+        r_min=0.2,
+        warmup_burst_tokens=ANCHOR_TOKENS * 1.5,
+        warmup_tokens_per_s=ANCHOR_TOKENS / 2,
+        warm_top_k=4,
+    )
     now = fresh(w, star(w))
     w.policy.planner.bucket = ANCHOR_TOKENS * 1.5
     w.junk(16 * 80, now)
     w.step(0, "live", now + 1)
-    assert len(w.policy.plan(now + 1.0)) == 1              # 1.5 anchors in the bucket
+    assert len(w.policy.plan(now + 1.0)) == 1  # 1.5 anchors in the bucket
     w.step(0, "live", now + 1.5)
-    assert w.policy.plan(now + 1.5) == []                  # 0.75 anchors after +0.5 s
+    assert w.policy.plan(now + 1.5) == []  # 0.75 anchors after +0.5 s
     w.step(0, "live", now + 2.0)
-    assert len(w.policy.plan(now + 2.0)) == 1              # 1.0 after +1 s
+    assert len(w.policy.plan(now + 2.0)) == 1  # 1.0 after +1 s
 
 
 def test_engine_queue_and_cooldown(workload):
@@ -172,11 +179,11 @@ def test_engine_queue_and_cooldown(workload):
     # a client request waiting: no warm queues in front of it (the slack rule); dirt is kept
     assert w.policy.plan(now + 1.15, EngineLoad(waiting=1)) == []
     w.policy.planner.dirty[("", "live")] = None
-    first = w.policy.plan(now + 1.2, EngineLoad(waiting=0))   # dirt kept for a calmer tick
+    first = w.policy.plan(now + 1.2, EngineLoad(waiting=0))  # dirt kept for a calmer tick
     assert len(first) == 1
-    w.junk(16 * 80, now + 2)                                   # evicted again
+    w.junk(16 * 80, now + 2)  # evicted again
     w.step(0, "live2", now + 3)
-    assert w.policy.plan(now + 3.1) == []                      # same anchor inside cool-down
+    assert w.policy.plan(now + 3.1) == []  # same anchor inside cool-down
     w.step(0, "live3", now + 12)
     assert [a.anchor_id for a in w.policy.plan(now + 12.1)] == [first[0].anchor_id]
 
@@ -193,12 +200,12 @@ def test_dedupe_across_sessions_in_one_tick(workload):
 
 def test_tool_resume_keeps_a_paused_session_context_without_the_gate(workload):
     w = workload(residency_capacity_tokens=16 * 60)
-    w.step(0, "s", 1.0, finish="tool_calls")               # nothing learned: gate shut
+    w.step(0, "s", 1.0, finish="tool_calls")  # nothing learned: gate shut
     assert not w.policy.stats().gate_open
     w.junk(16 * 80, 2.0)
     # no tool-gap sample yet: not while the traffic that evicted it may still be arriving ...
     assert w.policy.plan(2.5) == []
-    actions = w.policy.plan(6.0)             # ... but once it paused for 2 mean inter-arrivals
+    actions = w.policy.plan(6.0)  # ... but once it paused for 2 mean inter-arrivals
     assert [(a.kind, a.reason) for a in actions] == [("warm", REASON_TOOL_RESUME)]
     a = actions[0]
     assert a.payload == {"context": {"session": "s"}, "assistant": None}
@@ -224,28 +231,46 @@ def test_sweep_emits_retain_hints_with_survival_priority(workload):
     by_payload = {a.payload["agent"]: a.priority for a in retains if "agent" in a.payload}
     # sessions sit on agent 2 (their last step): 2 is E=0, 0 is one hop, 1 two hops
     assert by_payload[2] > by_payload[0] > by_payload[1]
-    assert w.policy.stats().inflight_actions == 0          # hints are fire-and-forget
+    assert w.policy.stats().inflight_actions == 0  # hints are fire-and-forget
 
 
 # --- property: no sequence of events makes the planner break a budget or the cool-down ----------
 
-events = st.lists(st.tuples(st.sampled_from(["req", "req", "req", "plan", "ok", "fail", "junk"]),
-                            st.integers(0, 5), st.integers(0, 3), st.floats(0.0, 0.7)),
-                  min_size=5, max_size=120)
+events = st.lists(
+    st.tuples(
+        st.sampled_from(["req", "req", "req", "plan", "ok", "fail", "junk"]),
+        st.integers(0, 5),
+        st.integers(0, 3),
+        st.floats(0.0, 0.7),
+    ),
+    min_size=5,
+    max_size=120,
+)
 
 
 @settings(max_examples=60, deadline=None)
 @given(events, st.integers(1, 3), st.integers(1, 3), st.sampled_from([0.0, 0.3, 0.9]), st.booleans())
 def test_planner_never_breaks_budgets(evs, per_tick, concurrent, r_min, session_gated):
-    cfg = quiet_config(residency_capacity_tokens=16 * 40, max_actions_per_tick=per_tick,
-                       max_concurrent=concurrent, r_min=r_min, r_min_transitions=3, top_k=3, tau=0.05,
-                       warmup_burst_tokens=300.0, warmup_tokens_per_s=200.0, cooldown_s=1.0,
-                       action_ttl_s=0.5, sweep_interval_s=0.5, retain_enabled=True,
-                       session_gated=session_gated)
+    cfg = quiet_config(
+        residency_capacity_tokens=16 * 40,
+        max_actions_per_tick=per_tick,
+        max_concurrent=concurrent,
+        r_min=r_min,
+        r_min_transitions=3,
+        top_k=3,
+        tau=0.05,
+        warmup_burst_tokens=300.0,
+        warmup_tokens_per_s=200.0,
+        cooldown_s=1.0,
+        action_ttl_s=0.5,
+        sweep_interval_s=0.5,
+        retain_enabled=True,
+        session_gated=session_gated,
+    )
     w = Workload(ScoutPolicy(cfg))
     now = 0.0
     open_actions = []
-    spent = []                       # (time, cost) of every warm/touch
+    spent = []  # (time, cost) of every warm/touch
     last = {}
     for kind, agent, session, dt in evs:
         now += dt
@@ -263,15 +288,22 @@ def test_planner_never_breaks_budgets(evs, per_tick, concurrent, r_min, session_
                 assert a.deadline == a.created + cfg.action_ttl_s
                 assert a.anchor_id not in last or now - last[a.anchor_id] >= cfg.cooldown_s
                 last[a.anchor_id] = now
-                if not gate:        # a shut gate: session facts only (continuation if exempted;
+                if not gate:  # a shut gate: session facts only (continuation if exempted;
                     # fan-out parents: siblings overlapping in time, here a request sent before the
                     # previous one's response ended)
                     assert a.reason in (REASON_TOOL_RESUME, REASON_HINT, REASON_FANOUT) and "context" in a.payload
                     assert a.reason in (REASON_TOOL_RESUME, REASON_FANOUT) or not session_gated
                 if a.kind != "retain":
                     open_actions.append(a)
-                    spent.append((now, cfg.touch_cost_tokens if a.kind == "touch" else
-                                  a.tokens - w.policy.residency.resident_prefix_tokens(a.block_hashes, [BLOCK] * len(a.block_hashes))))
+                    spent.append(
+                        (
+                            now,
+                            cfg.touch_cost_tokens
+                            if a.kind == "touch"
+                            else a.tokens
+                            - w.policy.residency.resident_prefix_tokens(a.block_hashes, [BLOCK] * len(a.block_hashes)),
+                        )
+                    )
             live = [a for a in open_actions if a.deadline + cfg.action_ttl_s >= now]
             assert len(w.policy.planner.inflight) <= concurrent
             assert len(live) <= concurrent + per_tick
@@ -281,26 +313,27 @@ def test_planner_never_breaks_budgets(evs, per_tick, concurrent, r_min, session_
 
 def _paused_after_tool_calls(prefill_tokens_per_s):
     """Agent 0 ends with tool_calls and its session comes back 0.5 s later, every time."""
-    w = Workload(ScoutPolicy(quiet_config(residency_capacity_tokens=16 * 60,
-                                          prefill_tokens_per_s=prefill_tokens_per_s)))
+    w = Workload(
+        ScoutPolicy(quiet_config(residency_capacity_tokens=16 * 60, prefill_tokens_per_s=prefill_tokens_per_s))
+    )
     now = 0.0
     for s in range(8):
         for agent in (0, 1, 2):
             w.step(agent, f"l{s}", now, finish="tool_calls" if agent == 0 else "stop", dur=0.1)
-            now += 0.6                                     # response at +0.1, next request at +0.6
+            now += 0.6  # response at +0.1, next request at +0.6
     w.policy.plan(now + 100)
     now = fresh(w, now + 200)
-    w.step(0, "live", now, finish="tool_calls", dur=0.1)   # paused at now+0.1, back ~now+0.6
-    w.junk(16 * 80, now + 0.1)                             # evicts its context and every anchor
+    w.step(0, "live", now, finish="tool_calls", dur=0.1)  # paused at now+0.1, back ~now+0.6
+    w.junk(16 * 80, now + 0.1)  # evicts its context and every anchor
     return w, w.policy.plan(now + 0.11)
 
 
 def test_min_lead_time_blocks_warms_that_cannot_finish_before_the_demand():
-    w, fast = _paused_after_tool_calls(prefill_tokens_per_s=5000.0)    # 144 tokens: 29 ms < 0.49 s
+    w, fast = _paused_after_tool_calls(prefill_tokens_per_s=5000.0)  # 144 tokens: 29 ms < 0.49 s
     agent0 = w.policy.agents.tenant("").by_slot[0]
     assert list(agent0.tool_gaps) == [0.5] * 8
     assert {(a.kind, a.reason) for a in fast} == {("warm", REASON_TRANSITION), ("warm", REASON_TOOL_RESUME)}
-    _, slow = _paused_after_tool_calls(prefill_tokens_per_s=100.0)     # 128 tokens: 1.3 s > 0.49 s
+    _, slow = _paused_after_tool_calls(prefill_tokens_per_s=100.0)  # 128 tokens: 1.3 s > 0.49 s
     assert slow == []
 
 
@@ -310,15 +343,16 @@ def test_executed_actions_are_attributed_to_the_request_they_prepared(workload):
     w.junk(16 * 80, now)
     w.step(0, "live", now + 1)
     (warm,) = w.policy.plan(now + 1.1)
-    assert w.step(1, "unrelated", now + 1.2).acted_reason is None     # not executed yet
+    assert w.step(1, "unrelated", now + 1.2).acted_reason is None  # not executed yet
     w.policy.record_action_result(warm, True, now + 1.3)
-    obs = w.step(1, "live", now + 2)                                   # the predicted agent arrives
+    obs = w.step(1, "live", now + 2)  # the predicted agent arrives
     assert (obs.acted_reason, obs.acted_tokens) == (REASON_TRANSITION, warm.tokens)
-    assert w.step(1, "again", now + 3).acted_reason is None            # counted once
+    assert w.step(1, "again", now + 3).acted_reason is None  # counted once
 
 
 def test_plan_trigger_decides_when_successors_are_planned():
     from proxy.core import ResponseOutcome as RO
+
     for trigger, at_request, at_response in (("response", 0, 1), ("request", 1, 0), ("both", 0, 1)):
         w = Workload(ScoutPolicy(quiet_config(residency_capacity_tokens=16 * 60, plan_trigger=trigger)))
         now = fresh(w, learn(w, PIPE))
@@ -351,8 +385,8 @@ def test_auto_trigger_acts_at_the_response_only_when_the_pause_leaves_time():
         second = w.policy.plan(now + 1.51)
         return len(first), len(second)
 
-    assert run(pause=1.0) == (0, 1)          # long pauses: warm just before the demand
-    assert run(pause=0.005) == (1, 0)        # tight loop: warm while the request runs
+    assert run(pause=1.0) == (0, 1)  # long pauses: warm just before the demand
+    assert run(pause=0.005) == (1, 0)  # tight loop: warm while the request runs
 
 
 def test_warm_max_inflight_keeps_warms_off_a_busy_engine(workload):
@@ -368,20 +402,24 @@ def test_warm_max_inflight_keeps_warms_off_a_busy_engine(workload):
 def test_sweep_keeps_paused_sessions_that_usually_resume(workload):
     """Session continuation: a session whose agent always comes back ~2 s after a response keeps
     its context (touched when near eviction) even with no agent transitions learned."""
-    w = workload(residency_capacity_tokens=16 * 60, sweep_interval_s=0.5, r_min=1.1,   # gate never opens
-                 session_gated=False)
+    w = workload(
+        residency_capacity_tokens=16 * 60,
+        sweep_interval_s=0.5,
+        r_min=1.1,  # gate never opens
+        session_gated=False,
+    )
     now = 0.0
-    for turn in range(5):
+    for _turn in range(5):
         w.step(0, "chat", now, dur=0.5)
-        now += 2.5                                         # resumes 2 s after each response
+        now += 2.5  # resumes 2 s after each response
     ctx = tuple(w.anchor(0) + w.hist["chat"])
-    end = now - 2.0                                        # the last response ended here
+    end = now - 2.0  # the last response ended here
     w.policy.plan(end + 0.1)
-    w.junk(16 * 47, end + 0.2)                             # its context is now at the LRU tail
-    acts = w.policy.plan(end + 1.0)                        # paused 1 s of its usual 2 s
+    w.junk(16 * 47, end + 0.2)  # its context is now at the LRU tail
+    acts = w.policy.plan(end + 1.0)  # paused 1 s of its usual 2 s
     assert [(a.kind, a.reason, a.block_hashes) for a in acts] == [("touch", REASON_HINT, ctx)]
     assert acts[0].payload["context"] == {"session": "chat"}
-    w.junk(16 * 200, end + 1.1)                            # gone: a sweep does not re-prefill it
+    w.junk(16 * 200, end + 1.1)  # gone: a sweep does not re-prefill it
     assert w.policy.plan(end + 1.6) == []
     # overdue (paused longer than it ever was): probably gone, left alone
     w.step(0, "chat", end + 2.0, dur=0.5)
@@ -392,20 +430,23 @@ def test_sweep_keeps_paused_sessions_that_usually_resume(workload):
 def test_retain_hints_cover_anchors_not_paused_session_contexts(workload):
     """An engine keeps a retained block's priority for its retention time (minutes): contexts of
     sessions that may never resume must not get one unless asked (``retain_sessions``)."""
+
     def run(**kw):
-        w = workload(residency_capacity_tokens=16 * 1000, retain_enabled=True, sweep_interval_s=0.0,
-                     session_gated=False, **kw)
+        w = workload(
+            residency_capacity_tokens=16 * 1000, retain_enabled=True, sweep_interval_s=0.0, session_gated=False, **kw
+        )
         now = fresh(w, learn(w, PIPE, drain=False))
-        for turn in range(4):                              # a chat that resumes every 2 s
+        for _turn in range(4):  # a chat that resumes every 2 s
             w.step(0, "chat", now, dur=0.5)
             now += 2.0
         fresh(w, now)
         return w, w.policy.plan(now - 1.0)
-    w, acts = run()
+
+    _w, acts = run()
     retains = [a for a in acts if a.kind == "retain"]
     assert retains and all("agent" in a.payload for a in retains)
     assert all(a.priority == 0 for a in acts if "context" in a.payload)
-    w, acts = run(retain_sessions=True)
+    _w, acts = run(retain_sessions=True)
     assert any(a.kind == "retain" and "context" in a.payload and a.priority > 0 for a in acts)
 
 
@@ -429,17 +470,19 @@ def test_no_warm_while_the_engine_queue_is_not_empty(workload):
 
 def test_no_warm_that_the_cache_would_evict_before_the_demand(workload):
     """Paused on tool_calls, resuming ~5 s later, but the cache turns over in ~1 s: no warm."""
+
     def run(share):
         w = workload(residency_capacity_tokens=16 * 60, warm_lifetime_share=share, warm_max_cache_share=0.0)
         now = 0.0
         for _ in range(4):
             w.step(0, "s", now, finish="tool_calls", dur=0.5)
             now += 5.5
-        for k in range(6):                               # ~960 tokens/s of other traffic
+        for k in range(6):  # ~960 tokens/s of other traffic
             w.junk(16 * 60, now + k)
         w.step(0, "s", now + 6, finish="tool_calls", dur=0.5)
         w.junk(16 * 80, now + 6.6)
         return w.policy.plan(now + 6.7)
+
     # the rule off, the economics still declines it: P(resident at the demand) ~ e^-5
     assert run(0.0) == [] and run(1.0) == []
 
@@ -447,9 +490,10 @@ def test_no_warm_that_the_cache_would_evict_before_the_demand(workload):
 def test_session_context_warm_limited_to_a_share_of_the_cache(workload):
     def run(share):
         w = workload(residency_capacity_tokens=16 * 60, warm_max_cache_share=share)
-        w.step(0, "s", 1.0, finish="tool_calls")           # context: 9 blocks = 15% of the cache
+        w.step(0, "s", 1.0, finish="tool_calls")  # context: 9 blocks = 15% of the cache
         w.junk(16 * 80, 2.0)
         return w.policy.plan(6.0)
+
     assert [a.kind for a in run(0.2)] == ["warm"]
     assert run(0.1) == []
 
@@ -458,17 +502,20 @@ def test_concurrent_requests_sharing_a_parent_protect_it_as_fanout(workload):
     """Two requests of one session in flight at once share a parent prefix beyond the anchor
     (parallel branches): the parent is touched when near eviction, reason fanout, without the gate."""
     from proxy.core import view_from_blocks
+
     w = workload(residency_capacity_tokens=16 * 100)
     pol = w.policy
-    w.step(0, "s", 1.0, dur=0.1)                            # anchor + 1 history block
+    w.step(0, "s", 1.0, dur=0.1)  # anchor + 1 history block
     parent = w.anchor(0) + w.hist["s"]
-    a = pol.observe_request(view_from_blocks("", parent + [7001], BLOCK, anchor_blocks=ANCHOR,
-                                             session_id="s", context_payload="a"), 2.0)
-    assert pol.plan(2.0) == [] and pol.fanouts == 0          # one branch: nothing
-    pol.observe_request(view_from_blocks("", parent + [7002], BLOCK, anchor_blocks=ANCHOR,
-                                         session_id="s", context_payload="b"), 2.1)
+    a = pol.observe_request(
+        view_from_blocks("", parent + [7001], BLOCK, anchor_blocks=ANCHOR, session_id="s", context_payload="a"), 2.0
+    )
+    assert pol.plan(2.0) == [] and pol.fanouts == 0  # one branch: nothing
+    pol.observe_request(
+        view_from_blocks("", parent + [7002], BLOCK, anchor_blocks=ANCHOR, session_id="s", context_payload="b"), 2.1
+    )
     assert pol.fanouts == 1
-    w.junk(16 * 80, 2.2)                                     # the parent drifts to the LRU tail
+    w.junk(16 * 80, 2.2)  # the parent drifts to the LRU tail
     acts = pol.plan(2.3)
     assert [(x.kind, x.reason, x.block_hashes) for x in acts] == [("touch", REASON_FANOUT, tuple(parent))]
     assert not pol.stats().gate_open
@@ -477,17 +524,27 @@ def test_concurrent_requests_sharing_a_parent_protect_it_as_fanout(workload):
 
 def test_n_above_one_marks_the_prompt_as_a_fanout_parent(workload):
     from proxy.core import view_from_blocks, view_from_openai
-    v = view_from_openai("/v1/chat/completions", {"model": "m", "n": 3, "messages": [
-        {"role": "system", "content": "x" * 200}, {"role": "user", "content": "hi"}]}, {})
+
+    v = view_from_openai(
+        "/v1/chat/completions",
+        {
+            "model": "m",
+            "n": 3,
+            "messages": [{"role": "system", "content": "x" * 200}, {"role": "user", "content": "hi"}],
+        },
+        {},
+    )
     assert v is not None and v.n == 3
+
     def run(**kw):
         w = workload(residency_capacity_tokens=16 * 100, retain_enabled=True, **kw)
         ids = w.anchor(0) + [8001, 8002]
         w.policy.observe_request(view_from_blocks("", ids, BLOCK, anchor_blocks=ANCHOR, session_id="p", n=4), 1.0)
         return ids, w.policy.plan(1.1)
+
     ids, acts = run(retain_sessions=True)
     assert [(x.kind, x.reason, x.block_hashes) for x in acts] == [("retain", REASON_FANOUT, tuple(ids))]
-    assert run()[1] == []                   # resident and safe, no engine priority for one session's parent
+    assert run()[1] == []  # resident and safe, no engine priority for one session's parent
     assert run(retain_sessions=True, fanout_enabled=False)[1] == []
 
 

@@ -8,8 +8,18 @@ from pathlib import Path
 import pytest
 
 CORE = Path(__file__).resolve().parents[2] / "proxy" / "core"
-FORBIDDEN = {"fastapi", "starlette", "httpx", "asyncio", "uvicorn", "prometheus_client", "requests",
-             "aiohttp", "anyio", "trio"}
+FORBIDDEN = {
+    "fastapi",
+    "starlette",
+    "httpx",
+    "asyncio",
+    "uvicorn",
+    "prometheus_client",
+    "requests",
+    "aiohttp",
+    "anyio",
+    "trio",
+}
 
 
 def _modules():
@@ -54,8 +64,12 @@ def test_checker_catches_a_forbidden_import():
 def test_importing_core_does_not_load_forbidden_modules():
     import subprocess
     import sys
-    code = ("import sys, proxy.core, proxy.core.policy; "
-            f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {sorted(FORBIDDEN)!r}); print(bad)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=str(CORE.parents[1]))
+
+    code = (
+        "import sys, proxy.core, proxy.core.policy; "
+        f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {sorted(FORBIDDEN)!r}); print(bad)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=str(CORE.parents[1])
+    )
     assert out.stdout.strip() == "[]", out.stdout

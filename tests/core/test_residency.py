@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,7 +21,7 @@ def test_lru_evicts_deepest_blocks_of_the_oldest_prompt_first():
     fwd(r, [1, 2, 3, 4])
     fwd(r, [10, 11])
     assert r.resident_prefix([1, 2, 3, 4]) == 4
-    fwd(r, [20, 21])                       # 8 blocks > 6: two go, the old prompt's tail first
+    fwd(r, [20, 21])  # 8 blocks > 6: two go, the old prompt's tail first
     assert r.resident_prefix([1, 2, 3, 4]) == 2
     assert 4 not in r and 3 not in r and 1 in r
     assert r.used_tokens == 16 * 6
@@ -39,27 +38,27 @@ def test_touch_refreshes_recency():
     r = ResidencyShadow(capacity_tokens=16 * 4)
     fwd(r, [1, 2])
     fwd(r, [3, 4])
-    r.touch([1, 2], [16, 16])              # a Touch action: 1,2 become most recent
+    r.touch([1, 2], [16, 16])  # a Touch action: 1,2 become most recent
     fwd(r, [5, 6])
     assert r.resident_prefix([1, 2]) == 2 and r.resident_prefix([3, 4]) == 0
 
 
 def test_near_eviction_flags_the_lru_tail_only_when_the_cache_is_full():
     r = ResidencyShadow(capacity_tokens=16 * 100, near_eviction_fraction=0.25)
-    fwd(r, list(range(1, 11)))             # anchor-like prompt, oldest
-    assert not r.near_eviction(list(range(1, 11)))        # cache mostly empty
-    fwd(r, list(range(100, 180)))          # 90 of 100 blocks used
+    fwd(r, list(range(1, 11)))  # anchor-like prompt, oldest
+    assert not r.near_eviction(list(range(1, 11)))  # cache mostly empty
+    fwd(r, list(range(100, 180)))  # 90 of 100 blocks used
     assert r.near_eviction(list(range(1, 11)))
     assert not r.near_eviction(list(range(100, 180))[:10])
-    fwd(r, list(range(1, 11)))             # used again: safe
+    fwd(r, list(range(1, 11)))  # used again: safe
     assert not r.near_eviction(list(range(1, 11)))
-    assert not ResidencyShadow(0).near_eviction([1, 2])   # unknown capacity: never
+    assert not ResidencyShadow(0).near_eviction([1, 2])  # unknown capacity: never
 
 
 def test_engine_truth_corrections():
     r = ResidencyShadow(capacity_tokens=0)
     fwd(r, list(range(1, 101)))
-    assert len(r) == 100                                  # unknown capacity: nothing evicted
+    assert len(r) == 100  # unknown capacity: nothing evicted
     r.on_engine_truth(capacity_blocks=50, block_tokens=16)
     assert r.capacity_tokens == 800 and r.used_tokens <= 800
     assert r.resident_prefix(list(range(1, 101))) == 50
@@ -77,14 +76,14 @@ def test_engine_truth_corrections():
 def test_auto_stride_tracks_fewer_entries_with_the_same_prefix_answers():
     exact = ResidencyShadow(capacity_tokens=16 * 400, stride=1)
     coarse = ResidencyShadow(capacity_tokens=16 * 400, stride=0)
-    ids = list(range(1, 209))                             # 13 strides of 16 blocks
+    ids = list(range(1, 209))  # 13 strides of 16 blocks
     fwd(exact, ids, anchor=13)
     fwd(coarse, ids, anchor=13)
     assert coarse.stride == 16 and len(coarse) <= len(exact) // 14
     assert coarse.used_tokens == exact.used_tokens == 16 * 208
     for r in (exact, coarse):
         assert r.resident_prefix(ids) == 208
-        assert r.resident_prefix(ids[:13]) == 13          # the anchor's last block is tracked
+        assert r.resident_prefix(ids[:13]) == 13  # the anchor's last block is tracked
         assert r.resident_prefix(ids[:32] + [9999]) == 32
         assert r.fully_resident(ids[:13]) and r.fully_resident(ids)
         assert not r.fully_resident(ids[:16] + [9999] * 17)
@@ -95,8 +94,7 @@ def test_auto_stride_tracks_fewer_entries_with_the_same_prefix_answers():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 7), st.integers(1, 30)), min_size=1, max_size=40),
-       st.integers(20, 300))
+@given(st.lists(st.tuples(st.integers(0, 7), st.integers(1, 30)), min_size=1, max_size=40), st.integers(20, 300))
 def test_strided_shadow_tracks_exact_lru_to_stride_granularity(prompts, cap_blocks):
     """Prompts share prefixes (one chain per family). The strided shadow only drops partial tails,
     so it never holds more tokens than the exact LRU, never exceeds capacity, and never reports
@@ -122,16 +120,16 @@ def test_strided_shadow_tracks_exact_lru_to_stride_granularity(prompts, cap_bloc
 def test_horizon_grows_the_tail_zone_with_the_insert_rate():
     r = ResidencyShadow(capacity_tokens=16 * 100, near_eviction_fraction=0.1, horizon_s=2.0)
     t = 0.0
-    for k in range(40):                     # 4 blocks (64 tokens) a second, cache full after 25 s
+    for k in range(40):  # 4 blocks (64 tokens) a second, cache full after 25 s
         r.on_forward(view_from_blocks("", [1000 + 4 * k + j for j in range(4)], 16), t)
         t += 1.0
-    assert r.insert_rate == pytest.approx(64.0, rel=0.05)
+    assert r.rates.insert_rate == pytest.approx(64.0, rel=0.05)
     assert r.zone_tokens() == pytest.approx(max(0.1 * 1600, 2.0 * 64.0), rel=0.05)
     fast = ResidencyShadow(capacity_tokens=1600, near_eviction_fraction=0.1, horizon_s=60.0)
     for k in range(40):
         fast.on_forward(view_from_blocks("", [1000 + 4 * k + j for j in range(4)], 16), float(k))
-    assert fast.zone_tokens() == 1600                     # capped at capacity
-    assert ResidencyShadow(1600, 0.1).zone_tokens() == 160   # no horizon: the fixed share
+    assert fast.zone_tokens() == 1600  # capped at capacity
+    assert ResidencyShadow(1600, 0.1).zone_tokens() == 160  # no horizon: the fixed share
 
 
 class _ReferenceLRU:
@@ -139,6 +137,7 @@ class _ReferenceLRU:
 
     def __init__(self, cap):
         from collections import OrderedDict
+
         self.cap, self.od = cap, OrderedDict()
 
     def touch(self, ids, tok):
@@ -161,12 +160,15 @@ class _ReferenceLRU:
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 9), st.integers(1, 12), st.booleans()), min_size=1, max_size=120),
-       st.integers(8, 60))
+@given(
+    st.lists(st.tuples(st.integers(0, 9), st.integers(1, 12), st.booleans()), min_size=1, max_size=120),
+    st.integers(8, 60),
+)
 def test_queue_lru_matches_a_reference_lru_exactly(ops, cap_blocks):
     import proxy.core.residency as residency_mod
+
     old = residency_mod._COMPACT_SLACK
-    residency_mod._COMPACT_SLACK = 4              # exercise compaction constantly
+    residency_mod._COMPACT_SLACK = 4  # exercise compaction constantly
     try:
         r = ResidencyShadow(16 * cap_blocks, near_eviction_fraction=0.25, stride=1)
         ref = _ReferenceLRU(16 * cap_blocks)
@@ -195,7 +197,7 @@ def _reference_sample(stride, hashes, tokens, extra):
         pos = sorted(pos + [extra])
     seg, prev = [], 0
     for i in pos:
-        seg.append(sum(tokens[prev:i + 1]))
+        seg.append(sum(tokens[prev : i + 1]))
         prev = i + 1
     return [hashes[i] for i in pos], seg
 
@@ -205,6 +207,7 @@ def test_memoised_sampling_matches_the_plain_rule():
     same shape with other block sizes (uniform, first block different, ragged) must not reuse a
     wrong entry."""
     import random
+
     rng = random.Random(7)
     for stride in (2, 3, 16):
         shadow = ResidencyShadow(0, stride=stride)
@@ -212,7 +215,7 @@ def test_memoised_sampling_matches_the_plain_rule():
             n = rng.choice([0, 1, 2, 3, 15, 16, 17, 40])
             kind = rng.randrange(4)
             if kind == 3 and n >= 3:
-                tokens = [16] * n           # uniform but for one block past the first
+                tokens = [16] * n  # uniform but for one block past the first
                 tokens[rng.randrange(1, n)] = 9
             elif kind == 0 or kind == 3:
                 tokens = [16] * n
@@ -233,13 +236,14 @@ def test_compaction_dropping_stale_entries_keeps_the_tail_zone_cursor_consistent
     them out; afterwards the zone cursor must still count exactly the live entries behind it, and
     near-eviction answers must match a reference LRU."""
     import proxy.core.residency as residency_mod
+
     monkeypatch.setattr(residency_mod, "_COMPACT_SLACK", 4)
     r = ResidencyShadow(16 * 40, near_eviction_fraction=0.25, stride=1)
     ref = _ReferenceLRU(16 * 40)
     rng = random.Random(3)
     filtered = 0
     for step in range(600):
-        fam = rng.choice([0, 1, 2]) if step % 7 else rng.randrange(3, 30)   # mostly re-touches
+        fam = rng.choice([0, 1, 2]) if step % 7 else rng.randrange(3, 30)  # mostly re-touches
         ids = [fam * 100 + b for b in range(rng.randint(2, 10))]
         before = len(r._qs)
         fwd(r, ids)
@@ -247,9 +251,10 @@ def test_compaction_dropping_stale_entries_keeps_the_tail_zone_cursor_consistent
             filtered += 1
         ref.touch(ids, 16)
         assert set(r._stamp) == set(ref.od)
-        r.near_eviction([ids[0]])                       # moves the zone cursor
-        live_behind = sum(r._tok[h] for s, h in zip(r._qs[r._head:r._cur], r._qh[r._head:r._cur])
-                          if r._stamp.get(h) == s)
+        r.near_eviction([ids[0]])  # moves the zone cursor
+        live_behind = sum(
+            r._tok[h] for s, h in zip(r._qs[r._head : r._cur], r._qh[r._head : r._cur]) if r._stamp.get(h) == s
+        )
         assert live_behind == r._zone_tok
         if r.used_tokens >= 16 * 40 * 0.75:
             budget = 0.25 * 16 * 40 - (16 * 40 - r.used_tokens)

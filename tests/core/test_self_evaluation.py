@@ -15,9 +15,19 @@ from .test_planner import PIPE, fresh, learn
 
 
 # --- window statistics ------------------------------------------------------------------------------
-@pytest.mark.parametrize("p, df, want", [(0.95, 1, 6.314), (0.95, 2, 2.920), (0.95, 3, 2.353), (0.95, 5, 2.015),
-                                          (0.975, 10, 2.228), (0.975, 4, 2.776), (0.95, 30, 1.697),
-                                          (0.975, 1000, 1.962)])
+@pytest.mark.parametrize(
+    "p, df, want",
+    [
+        (0.95, 1, 6.314),
+        (0.95, 2, 2.920),
+        (0.95, 3, 2.353),
+        (0.95, 5, 2.015),
+        (0.975, 10, 2.228),
+        (0.975, 4, 2.776),
+        (0.95, 30, 1.697),
+        (0.975, 1000, 1.962),
+    ],
+)
 def test_t_quantile_matches_tables(p, df, want):
     assert t_quantile(p, df) == pytest.approx(want, rel=0.01)
 
@@ -45,7 +55,7 @@ def test_load_adjustment_removes_a_confounded_load_difference():
     load = [1000, 1100, 900, 1050, 1900, 2100, 2000, 1800, 950, 2050, 1000, 1950]
     on = [False, False, False, False, True, True, True, True, False, True, False, True]
     y = [0.1 + 0.0001 * x - 0.05 * z + rng.gauss(0, 0.002) for x, z in zip(load, on, strict=True)]
-    raw = effect(y, on)                                   # no covariates: load makes "on" look harmful
+    raw = effect(y, on)  # no covariates: load makes "on" look harmful
     adj = effect(y, on, {"prompt_tokens_per_request": load})
     assert raw.effect > 0.03 and raw.low > 0
     assert adj.covariates == ("prompt_tokens_per_request",)
@@ -56,16 +66,32 @@ def test_constant_or_too_many_covariates_are_dropped():
     y = [1.0, 1.1, 2.0, 2.1]
     on = [False, False, True, True]
     e = effect(y, on, {"rate": [5.0, 5.0, 5.0, 5.0], "prompt": [1.0, 2.0, 3.0, 4.0]})
-    assert e.covariates == () and e.df == 2          # 4 windows leave no room for a covariate
+    assert e.covariates == () and e.df == 2  # 4 windows leave no room for a covariate
 
 
 # --- switchback ------------------------------------------------------------------------------------
-CFG = SwitchbackConfig(window_min_s=10, window_max_s=20, burn_in_min_s=2, decision_windows=8,
-                       min_window_requests=3, start_after_s=0, retry_s=100)
+CFG = SwitchbackConfig(
+    window_min_s=10,
+    window_max_s=20,
+    burn_in_min_s=2,
+    decision_windows=8,
+    min_window_requests=3,
+    start_after_s=0,
+    retry_s=100,
+)
 
 
-def drive(sb: Switchback, until: float, ttft_on: float, ttft_off: float, now: float = 0.0, step: float = 0.5,
-          noise: float = 0.01, seed: int = 1, turnover: float | None = None):
+def drive(
+    sb: Switchback,
+    until: float,
+    ttft_on: float,
+    ttft_off: float,
+    now: float = 0.0,
+    step: float = 0.5,
+    noise: float = 0.01,
+    seed: int = 1,
+    turnover: float | None = None,
+):
     """Ticks every `step` s; one request per step whose TTFT depends on the arm it started in."""
     rng = random.Random(seed)
     arms = []
@@ -93,21 +119,21 @@ def test_schedule_is_randomised_blocks_with_burn_in():
         arms.append(win.on)
         burns.append(win.burn_end - win.start)
     assert all(10 <= x <= 20 for x in lengths) and len({round(x, 6) for x in lengths}) == 20
-    assert all(sum(arms[i:i + 2]) == 1 for i in range(0, 20, 2))
-    assert arms != [True, False] * 10 and arms != [False, True] * 10          # not a fixed alternation
-    assert all(b == 3.0 for b in burns)                                       # one turnover (> min 2 s)
+    assert all(sum(arms[i : i + 2]) == 1 for i in range(0, 20, 2))
+    assert arms != [True, False] * 10 and arms != [False, True] * 10  # not a fixed alternation
+    assert all(b == 3.0 for b in burns)  # one turnover (> min 2 s)
     win = sb2._open(0.0, 100.0)
-    assert win.burn_end - win.start == pytest.approx(0.5 * (win.end - win.start))   # capped at half
+    assert win.burn_end - win.start == pytest.approx(0.5 * (win.end - win.start))  # capped at half
 
 
 def test_burn_in_requests_and_late_outcomes_are_not_counted():
     sb = Switchback(CFG, random.Random(1), 0.0)
     sb.tick(0.0)
     cur = sb.current
-    sb.record(cur.start + 1.0, 9.0, 9.0, 100, 0)       # inside the 2 s burn-in
+    sb.record(cur.start + 1.0, 9.0, 9.0, 100, 0)  # inside the 2 s burn-in
     sb.record(cur.start + 3.0, 0.1, 0.2, 100, 50)
     assert cur.n == 1 and cur.ttft == pytest.approx(0.1)
-    sb.record(-50.0, 0.1, 0.2, 100, 50)                 # started in a window long closed
+    sb.record(-50.0, 0.1, 0.2, 100, 50)  # started in a window long closed
     assert sb.dropped == 1
 
 
@@ -116,7 +142,7 @@ def test_harmful_policy_goes_observe_only_then_retries():
     arms = drive(sb, 400, ttft_on=0.30, ttft_off=0.10)
     off_at = next(t for t, _, state in arms if state == "observe_only")
     assert sb.decisions["harmful"] >= 1
-    assert off_at < 8 * 20 + 20 + 1                     # within one batch of 8 windows (<= 20 s each)
+    assert off_at < 8 * 20 + 20 + 1  # within one batch of 8 windows (<= 20 s each)
     d = sb.last_decision
     assert d["verdict"] == "harmful"
     t = d["estimate"]["ttft"]
@@ -135,7 +161,7 @@ def test_helpful_policy_stays_on_and_shrinks_the_control_share():
     assert sb.state == "experiment" and sb.control_share == CFG.control_share_confident
     assert sb.last_decision["estimate"]["ttft"]["high"] < 0
     late = [on for t, on, _ in arms if t > 400]
-    assert sum(late) / len(late) > 0.65                  # mostly acting once found helpful
+    assert sum(late) / len(late) > 0.65  # mostly acting once found helpful
 
 
 def test_no_effect_is_rarely_called_harmful():
@@ -144,7 +170,7 @@ def test_no_effect_is_rarely_called_harmful():
         sb = Switchback(CFG, random.Random(seed), 0.0)
         drive(sb, 200, ttft_on=0.1, ttft_off=0.1, noise=0.02, seed=seed + 100)
         harmful += sb.decisions["harmful"]
-    assert harmful <= 3                                 # one-sided 5% per decision (90% two-sided)
+    assert harmful <= 3  # one-sided 5% per decision (90% two-sided)
 
 
 @pytest.mark.parametrize("mode, active", [("on", True), ("off", False)])
@@ -169,26 +195,27 @@ def test_bad_mode_is_refused():
 
 # --- yield ledger ------------------------------------------------------------------------------------
 def test_counterfactual_follows_the_shadow():
-    assert counterfactual_cached(300, None, 0, 10 ** 9) == 300          # unknown capacity: it would stay
-    assert counterfactual_cached(300, 500.0, 1000, 1400) == 300         # survived: the hit was free anyway
-    assert counterfactual_cached(300, 500.0, 1000, 1600) == 0           # would have been evicted
+    assert counterfactual_cached(300, None, 0, 10**9) == 300  # unknown capacity: it would stay
+    assert counterfactual_cached(300, 500.0, 1000, 1400) == 300  # survived: the hit was free anyway
+    assert counterfactual_cached(300, 500.0, 1000, 1600) == 0  # would have been evicted
     assert counterfactual_cached(0, 500.0, 0, 0) == 0
     assert remaining_life(0, 100, True) is None
     assert remaining_life(1000, 200, True) == 100 and remaining_life(1000, 200, False) == 900
 
 
 def test_negative_yield_throttles_with_an_exploration_floor_and_recovers():
-    led = YieldLedger(YieldConfig(half_life_s=100, min_evidence_tokens=1000, explore_interval_s=10),
-                      ("transition", "hint"))
+    led = YieldLedger(
+        YieldConfig(half_life_s=100, min_evidence_tokens=1000, explore_interval_s=10), ("transition", "hint")
+    )
     for k in range(5):
-        led.record_spent("transition", 400, True, float(k))             # 2000 contended tokens, nothing saved
+        led.record_spent("transition", 400, True, float(k))  # 2000 contended tokens, nothing saved
     assert led.throttled("transition", 5.0) and not led.throttled("hint", 5.0)
-    assert led.allow("transition", "warm", 5.0)                          # the exploration floor
+    assert led.allow("transition", "warm", 5.0)  # the exploration floor
     assert not led.allow("transition", "warm", 6.0) and not led.allow("transition", "touch", 14.0)
-    assert led.allow("transition", "retain", 6.0)                        # costs the engine nothing
+    assert led.allow("transition", "retain", 6.0)  # costs the engine nothing
     assert led.allow("transition", "warm", 15.0)
     assert led.snapshot(15.0)["transition"].held_back == 2
-    led.record_saved("transition", 2500, 16.0)                           # the explored action paid
+    led.record_saved("transition", 2500, 16.0)  # the explored action paid
     assert not led.throttled("transition", 16.0) and led.allow("transition", "warm", 16.5)
 
 
@@ -220,4 +247,4 @@ def test_planner_gate_hook_vetoes_actions_and_sees_reason_and_kind(workload):
     actions, _ = run(lambda reason, kind, now: asked.append((reason, kind)) or True)
     assert actions and [(a.reason, a.kind) for a in actions] == asked
     vetoed, planner = run(lambda reason, kind, now: False)
-    assert vetoed == [] and not planner.inflight and not planner.emitted       # nothing charged or counted
+    assert vetoed == [] and not planner.inflight and not planner.emitted  # nothing charged or counted

@@ -15,15 +15,18 @@ def chat(system, msgs, **kw):
 
 def test_explicit_session_ids_group_requests():
     p = ScoutPolicy()
-    for k, anchor in enumerate(([1, 2], [7, 8])):             # agents are found when their prefix recurs
+    for k, anchor in enumerate(([1, 2], [7, 8])):  # agents are found when their prefix recurs
         for i in range(2):
-            p.observe_request(view_from_blocks("", anchor + [90 + 2 * k + i], 16, anchor_blocks=2, session_id=f"p{k}{i}"), 0.0)
+            p.observe_request(
+                view_from_blocks("", anchor + [90 + 2 * k + i], 16, anchor_blocks=2, session_id=f"p{k}{i}"), 0.0
+            )
     a = p.observe_request(view_from_blocks("", [1, 2, 3], 16, anchor_blocks=2, session_id="s1"), 0.0)
     b = p.observe_request(view_from_blocks("", [7, 8, 9], 16, anchor_blocks=2, session_id="s1"), 1.0)
     c = p.observe_request(view_from_blocks("", [1, 2, 4], 16, anchor_blocks=2, session_id="s2"), 2.0)
     assert a.session_id == b.session_id == "s1" and c.session_id == "s2"
     assert a.agent_id == c.agent_id != b.agent_id
-    assert p.stats().transitions == 1                 # only s1 had two steps
+    assert p.stats().transitions == 1  # only s1 had two steps
+
 
 def test_sessions_are_inferred_from_chain_extension():
     p = ScoutPolicy()
@@ -46,12 +49,12 @@ def test_sessions_are_inferred_from_chain_extension():
 def test_inference_handles_a_re_cut_partial_last_block():
     """Trace-style ids: the child re-cuts the parent's partial last block (Mooncake rule)."""
     p = ScoutPolicy()
-    p.observe_request(view_from_blocks("", [1, 77], [512, 300]), 0.0)     # another conversation
+    p.observe_request(view_from_blocks("", [1, 77], [512, 300]), 0.0)  # another conversation
     o1 = p.observe_request(view_from_blocks("", [1, 2, 3], [512, 512, 100]), 0.0)
     o2 = p.observe_request(view_from_blocks("", [1, 2, 30, 31], [512, 512, 512, 40]), 1.0)
     assert o2.session_id == o1.session_id
     o3 = p.observe_request(view_from_blocks("", [1, 5, 6], [512, 512, 100]), 2.0)
-    assert o3.session_id != o1.session_id                  # shares only the template block
+    assert o3.session_id != o1.session_id  # shares only the template block
 
 
 def test_sessions_expire_and_are_capped():
@@ -66,27 +69,28 @@ def test_sessions_expire_and_are_capped():
 def test_warmups_are_never_learned_from():
     p = ScoutPolicy(PolicyConfig(residency_stride=1))
     for t, blocks in enumerate(([1, 2, 3], [4, 5, 6], [1, 2, 7])):
-        obs = p.observe_request(view_from_blocks("", blocks, 16, anchor_blocks=2, session_id="s",
-                                                 max_tokens=1), float(t))
+        obs = p.observe_request(
+            view_from_blocks("", blocks, 16, anchor_blocks=2, session_id="s", max_tokens=1), float(t)
+        )
         assert obs.agent_id is None
     assert p.stats().agents == 0 and p.stats().transitions == 0 and p.stats().sessions == 0
-    assert p.residency.resident_prefix([4, 5, 6]) == 3     # but the shadow saw them forwarded
+    assert p.residency.resident_prefix([4, 5, 6]) == 3  # but the shadow saw them forwarded
 
 
 def test_a_first_sight_system_prompt_that_never_recurs_is_dropped():
     p = ScoutPolicy(PolicyConfig(first_sight_window=8))
     first = p.observe_request(chat("Per-call documents: " + "doc0 " * 40, [{"role": "user", "content": "q"}]), 0.0)
-    assert first.agent_id is not None and len(p.agents) == 1          # tentative
+    assert first.agent_id is not None and len(p.agents) == 1  # tentative
     for k in range(1, 10):
         p.observe_request(chat(f"Per-call documents: doc{k} " * 40, [{"role": "user", "content": "q"}]), float(k))
     assert len(p.agents) <= 8 and first.agent_id not in p.agents.by_id and p.agents.discarded >= 1
     system_only = view_from_openai(CHAT, {"model": "m", "messages": [{"role": "system", "content": "sel " * 50}]}, {})
-    assert p.observe_request(system_only, 20.0).agent_id is None       # nothing follows: must recur
+    assert p.observe_request(system_only, 20.0).agent_id is None  # nothing follows: must recur
 
 
 def test_raw_prompt_agents_are_the_deepest_recurring_prefix_not_the_shared_template():
     p = ScoutPolicy()
-    template = [900, 901, 902]                             # shared by every request (a preamble)
+    template = [900, 901, 902]  # shared by every request (a preamble)
     ids = {}
     for k, agent in enumerate([1, 2, 1, 2, 1, 2, 1, 2]):
         body = template + [agent * 10, agent * 10 + 1] + [5000 + k, 6000 + k]
@@ -95,22 +99,23 @@ def test_raw_prompt_agents_are_the_deepest_recurring_prefix_not_the_shared_templ
     assert ids[0] is ids[1] is ids[2] is ids[3] is None
     assert ids[4] == ids[6] != ids[5] == ids[7] and None not in (ids[4], ids[5])
     assert p.agents.by_id[ids[4]].anchor_hashes == tuple(template + [10, 11])
-    assert len(p.agents) == 2                              # the template itself is no agent
+    assert len(p.agents) == 2  # the template itself is no agent
 
 
 def test_a_preamble_promoted_before_its_agents_were_told_apart_is_retired():
     p = ScoutPolicy()
     pre = [900, 901]
-    for k, agent in enumerate([1, 2, 3]):                  # first calls of three agents: looks like one agent
+    for k, agent in enumerate([1, 2, 3]):  # first calls of three agents: looks like one agent
         p.observe_request(view_from_blocks("", pre + [agent * 10, 7000 + k], 16, session_id=f"a{k}"), float(k))
     first = {a.agent_id for a in p.agents.by_id.values()}
     assert len(first) == 1 and next(iter(p.agents.by_id.values())).anchor_hashes == tuple(pre)
     ids = {}
     for k in range(12):
         agent = 1 + k % 3
-        ids[k] = p.observe_request(view_from_blocks("", pre + [agent * 10, 8000 + k], 16, session_id=f"b{k}"),
-                                   10.0 + k).agent_id
-    assert p.agents.retirements == 1 and not first & set(p.agents.by_id)     # the preamble is gone
+        ids[k] = p.observe_request(
+            view_from_blocks("", pre + [agent * 10, 8000 + k], 16, session_id=f"b{k}"), 10.0 + k
+        ).agent_id
+    assert p.agents.retirements == 1 and not first & set(p.agents.by_id)  # the preamble is gone
     assert len(p.agents) == 3 and len({ids[9], ids[10], ids[11]}) == 3
 
 
@@ -122,17 +127,20 @@ def test_exact_whole_prompt_repeats_are_an_agent_whose_anchor_is_the_whole_promp
     agent = p.agents.by_id[obs[2].agent_id]
     assert agent.anchor_hashes == tuple(prompt) and agent.repeats >= 1
 
+
 def test_agent_registry_is_bounded_and_evicts_the_least_valuable():
     p = ScoutPolicy(PolicyConfig(max_agents=3))
     for t in range(5):
         p.observe_request(view_from_blocks("", [1, 2, 50 + t], 16, anchor_blocks=2, session_id="a"), float(t))
     for k in range(5):
         for i in range(2):
-            p.observe_request(view_from_blocks("", [100 + k, 200 + k, 300 + i], 16, anchor_blocks=2,
-                                               session_id=f"b{k}"), 10.0 + k)
+            p.observe_request(
+                view_from_blocks("", [100 + k, 200 + k, 300 + i], 16, anchor_blocks=2, session_id=f"b{k}"), 10.0 + k
+            )
     assert p.stats().agents == 3
-    assert p.agents.tenant("").agents.get(2) is not None       # the popular agent survived
+    assert p.agents.tenant("").agents.get(2) is not None  # the popular agent survived
     assert p.agents.evictions == 3
+
 
 def test_tenants_are_isolated():
     p = ScoutPolicy()
@@ -140,16 +148,21 @@ def test_tenants_are_isolated():
     a = p.observe_request(view_from_openai(CHAT, body, {"x-session-id": "s"}), 0.0)
     b = p.observe_request(view_from_openai(CHAT, {**body, "cache_salt": "t2"}, {"x-session-id": "s"}), 1.0)
     assert a.agent_id != b.agent_id and None not in (a.agent_id, b.agent_id)
-    assert p.stats().transitions == 0                     # same session id, different tenants
+    assert p.stats().transitions == 0  # same session id, different tenants
     assert set(p.stats().predictability_by_tenant) == {"", "t2"}
     json.dumps(p.snapshot())
+
 
 def test_per_user_salts_do_not_grow_state_without_bound():
     p = ScoutPolicy(PolicyConfig(max_agents=4, max_sessions=8, residency_max_entries=50, residency_stride=1))
     for k in range(200):
         for i in range(2):
-            p.observe_request(view_from_blocks(f"salt{k}", [k * 10 + 1, k * 10 + 2, k * 10 + 3 + i], 16,
-                                               anchor_blocks=2, session_id="s"), float(k))
+            p.observe_request(
+                view_from_blocks(
+                    f"salt{k}", [k * 10 + 1, k * 10 + 2, k * 10 + 3 + i], 16, anchor_blocks=2, session_id="s"
+                ),
+                float(k),
+            )
     assert p.stats().agents <= 4 and len(p.agents.tenants) <= 4
     assert len(p.agents.index.roots) <= 200 and p.agents.index.bytes <= p.agents.index.max_bytes
     assert p.stats().sessions <= 8
@@ -166,7 +179,9 @@ def test_per_user_salts_do_not_grow_state_without_bound():
 def test_tool_resume_by_the_same_agent_is_not_a_transition():
     """A -> (tool_calls) -> A resumes -> B: the learned chain says B follows A, with no A->A."""
     from proxy.core import ScoutPolicy
+
     from .conftest import Workload, quiet_config
+
     w = Workload(ScoutPolicy(quiet_config()))
     now = 0.0
     for s in range(10):
@@ -193,7 +208,9 @@ def test_agent_churn_keeps_bfs_sources_consistent():
     from collections import Counter
 
     from proxy.core import ScoutPolicy
+
     from .conftest import Workload, quiet_config
+
     w = Workload(ScoutPolicy(quiet_config(max_agents=8)))
     now = 0.0
     for k in range(300):
@@ -202,7 +219,10 @@ def test_agent_churn_keeps_bfs_sources_consistent():
     pol = w.policy
     assert len(pol.agents) <= 8 and pol.agents.evictions > 0
     live = {(a.tenant, a.slot) for a in pol.agents.by_id.values()}
-    expected = Counter((s.agent.tenant, s.agent.slot) for s in pol.sessions.sessions.values()
-                       if s.agent is not None and pol.agents.alive(s.agent))
+    expected = Counter(
+        (s.agent.tenant, s.agent.slot)
+        for s in pol.sessions.sessions.values()
+        if s.agent is not None and pol.agents.alive(s.agent)
+    )
     assert set(pol.sessions.on_agent) <= live
     assert dict(pol.sessions.on_agent) == dict(expected)

@@ -25,23 +25,30 @@ def learned_policy(n_agents=6, steps=400, seed=0, cfg=None):
 
 
 def test_snapshot_round_trip_preserves_what_was_learned():
-    w, now = learned_policy()
+    w, _now = learned_policy()
     p = w.policy
     snap = p.snapshot()
     assert snap["kind"] == "cachescout-policy" and snap["version"] == 3
-    text = json.dumps(snap)                                   # JSON-safe
+    text = json.dumps(snap)  # JSON-safe
     q = ScoutPolicy()
     q.restore(json.loads(text))
     a, b = p.stats(), q.stats()
-    assert (b.agents, b.transitions, b.predictions, b.prediction_hits) == (a.agents, a.transitions, a.predictions, a.prediction_hits)
+    assert (b.agents, b.transitions, b.predictions, b.prediction_hits) == (
+        a.agents,
+        a.transitions,
+        a.predictions,
+        a.prediction_hits,
+    )
     assert b.predictability == pytest.approx(a.predictability, abs=0.01)
     ta, tb = p.agents.tenant(""), q.agents.tenant("")
     for slot, agent in ta.by_slot.items():
         other = tb.by_slot[slot]
         assert other.agent_id == agent.agent_id and other.key == agent.key and other.uses == agent.uses
         assert list(other.gaps) == pytest.approx(list(agent.gaps), rel=1e-3)
-        assert [s for s, _ in tb.learner.successors(slot, 3, 0.1)] == [s for s, _ in ta.learner.successors(slot, 3, 0.1)]
-    assert q.snapshot() == snap                               # idempotent
+        assert [s for s, _ in tb.learner.successors(slot, 3, 0.1)] == [
+            s for s, _ in ta.learner.successors(slot, 3, 0.1)
+        ]
+    assert q.snapshot() == snap  # idempotent
 
 
 def test_restored_policy_keeps_predicting_and_refills_anchors_on_sight():
@@ -50,7 +57,7 @@ def test_restored_policy_keeps_predicting_and_refills_anchors_on_sight():
     q = ScoutPolicy(cfg)
     q.restore(w.policy.snapshot())
     w2 = Workload(q)
-    for agent in range(6):                                    # anchors/payloads come back on sight
+    for agent in range(6):  # anchors/payloads come back on sight
         w2.step(agent, "warmup-run", now + agent)
     obs = w2.step(0, "x", now + 10)
     assert obs.agent_id == w.policy.agents.tenant("").by_slot[0].agent_id
@@ -70,7 +77,7 @@ def test_restore_rejects_foreign_old_and_oversized_documents():
     small = ScoutPolicy(PolicyConfig(snapshot_max_bytes=200))
     with pytest.raises(ValueError, match="bytes"):
         small.restore(copy.deepcopy(snap))
-    assert q.stats().agents == 0                              # failed restores change nothing
+    assert q.stats().agents == 0  # failed restores change nothing
 
 
 def test_snapshot_of_24_agents_is_under_25_kb():
@@ -90,8 +97,13 @@ def test_snapshot_of_24_agents_is_under_25_kb():
 
 def test_snapshot_contains_no_prompt_text():
     p = ScoutPolicy()
-    body = {"model": "m", "messages": [{"role": "system", "content": "TOP-SECRET system prompt " * 5},
-                                       {"role": "user", "content": "PRIVATE question"}]}
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": "TOP-SECRET system prompt " * 5},
+            {"role": "user", "content": "PRIVATE question"},
+        ],
+    }
     p.observe_request(view_from_openai("/v1/chat/completions", body, {"x-session-id": "s"}), 0.0)
     text = json.dumps(p.snapshot())
     assert "SECRET" not in text and "PRIVATE" not in text

@@ -6,8 +6,7 @@ import math
 
 import pytest
 
-from proxy.core.survival import (anchor_score, continuation_probability, hop_distances, median_gap,
-                                 p_surv)
+from proxy.core.survival import anchor_score, continuation_probability, hop_distances, median_gap, p_surv
 from proxy.core.transitions import TransitionLearner
 
 
@@ -47,8 +46,12 @@ def test_p_surv_and_score():
     s = anchor_score(2 / 3, 10.0, 100, delta=0.1, lam=0.05)
     assert s == pytest.approx((2 / 3 + 0.1) * (math.exp(-0.5) + 0.1) * 100)
     # closer and fresher anchors outrank farther/staler ones of equal size
-    assert anchor_score(1.0, 0, 100, 0.1, 0.05) > anchor_score(2 / 3, 0, 100, 0.1, 0.05) > anchor_score(2 / 3, 60, 100, 0.1, 0.05)
-    assert anchor_score(0.0, 1e9, 100, 0.1, 0.05) == pytest.approx(0.1 * 0.1 * 100)   # δ floors
+    assert (
+        anchor_score(1.0, 0, 100, 0.1, 0.05)
+        > anchor_score(2 / 3, 0, 100, 0.1, 0.05)
+        > anchor_score(2 / 3, 60, 100, 0.1, 0.05)
+    )
+    assert anchor_score(0.0, 1e9, 100, 0.1, 0.05) == pytest.approx(0.1 * 0.1 * 100)  # δ floors
 
 
 def test_continuation_probability():
@@ -57,7 +60,7 @@ def test_continuation_probability():
     assert continuation_probability([1.0], 0.0, 60, False, 0.9) < 0.5
     gaps = [1.0, 2.0, 3.0, 100.0]
     assert continuation_probability(gaps, 0.0, 10.0, False, 0.9) == pytest.approx(0.75)
-    assert continuation_probability(gaps, 2.5, 10.0, False, 0.9) == pytest.approx(0.5)   # {3, 100} alive
-    assert continuation_probability(gaps, 50.0, 10.0, False, 0.9) == 0.0                 # only 100 alive, > 60
-    assert continuation_probability(gaps, 200.0, 10.0, False, 0.9) < 0.1                 # beyond all samples
+    assert continuation_probability(gaps, 2.5, 10.0, False, 0.9) == pytest.approx(0.5)  # {3, 100} alive
+    assert continuation_probability(gaps, 50.0, 10.0, False, 0.9) == 0.0  # only 100 alive, > 60
+    assert continuation_probability(gaps, 200.0, 10.0, False, 0.9) < 0.1  # beyond all samples
     assert median_gap([5.0, 1.0, 3.0]) == 3.0 and median_gap([]) is None

@@ -39,7 +39,7 @@ def test_inferred_sessions_follow_the_trace_parent_rule():
         prompts.add((n, ids[-1]))
         if n > 1 and tokens[-1] < 512:
             prompts.add((n - 1, ids[-2]))
-    assert with_parent > 300                        # the trace really is multi-turn
+    assert with_parent > 300  # the trace really is multi-turn
     assert agree / len(records) >= 0.98
     # conversations are not agents: only prefixes that several conversations re-send become one
     assert len(policy.agents) < len(known_sessions) / 20

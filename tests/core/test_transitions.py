@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -20,14 +21,14 @@ def learner(n, **kw):
 
 
 def feed(t, seq):
-    for a, b in zip(seq, seq[1:]):
+    for a, b in itertools.pairwise(seq):
         t.update(a, b)
     return t
 
 
 def test_smoothed_probability_formula():
-    t = learner(3, epsilon=0.5, half_life=0)          # no decay
-    feed(t, [0, 1, 0, 1, 0, 2])                       # 0->1 twice, 0->2 once, 1->0 twice
+    t = learner(3, epsilon=0.5, half_life=0)  # no decay
+    feed(t, [0, 1, 0, 1, 0, 2])  # 0->1 twice, 0->2 once, 1->0 twice
     assert t.count(0, 1) == pytest.approx(2.0)
     assert t.prob(0, 1) == pytest.approx((2 + 0.5) / (3 + 0.5 * 3))
     assert t.prob(0, 0) == pytest.approx(0.5 / 4.5)
@@ -43,15 +44,15 @@ def test_decay_halves_a_rows_counts_every_half_life_steps():
         t.update(0, 2)
     assert t.count(0, 1) == pytest.approx(0.5, rel=1e-9)
     assert t.count(0, 2) == pytest.approx(sum(0.5 ** (k / 10) for k in range(10)), rel=1e-9)
-    t.update(1, 0)                                    # other rows do not decay row 0
+    t.update(1, 0)  # other rows do not decay row 0
     assert t.count(0, 1) == pytest.approx(0.5, rel=1e-9)
 
 
 def test_decay_survives_renormalisation_over_long_runs():
-    t = learner(2, half_life=1)                       # scale underflows quickly without renormalising
+    t = learner(2, half_life=1)  # scale underflows quickly without renormalising
     for _ in range(3000):
         t.update(0, 1)
-    assert t.row_total(0) == pytest.approx(2.0, rel=1e-6)    # geometric series 1/(1-1/2)
+    assert t.row_total(0) == pytest.approx(2.0, rel=1e-6)  # geometric series 1/(1-1/2)
     assert math.isfinite(t.prob(0, 1)) and t.prob(0, 1) > 0.9
 
 
@@ -65,7 +66,7 @@ def test_drift_is_followed():
 
 def test_online_top1_accuracy_counts_before_update():
     t = learner(3)
-    assert t.update(0, 1) is None                     # nothing to predict yet
+    assert t.update(0, 1) is None  # nothing to predict yet
     assert t.update(1, 2) is None
     assert t.update(2, 0) is None
     assert t.update(0, 1) is True
@@ -78,20 +79,21 @@ def test_remove_slot_forgets_row_and_column():
     t.remove_slot(1)
     assert t.count(0, 1) == 0 and t.row_total(1) == 0
     assert t.predict_top1(0) is None or t.predict_top1(0) != 1
-    assert t.successors(0, 3, 0.0) == []              # 0 only ever went to 1
+    assert t.successors(0, 3, 0.0) == []  # 0 only ever went to 1
 
 
 # --- R on synthetic chains: estimator vs the analytic value of each chain, and vs the paper ------
+
 
 def _pipeline(n, length):
     return [i % n for i in range(length)]
 
 
-def _debate(length):          # two debaters alternate 3 rounds, then the judge (0), then again
+def _debate(length):  # two debaters alternate 3 rounds, then the judge (0), then again
     return ([1, 2, 1, 2, 1, 2, 0] * length)[:length]
 
 
-def _selector(workers, length, rng):   # supervisor 0 picks a worker uniformly, worker returns
+def _selector(workers, length, rng):  # supervisor 0 picks a worker uniformly, worker returns
     seq = []
     while len(seq) < length:
         seq += [0, 1 + rng.randrange(workers)]
@@ -108,33 +110,40 @@ def _analytic_r(h_next, h_cond):
 
 # analytic R for each chain: I(current; next) / H(next)
 PIPELINE_R = 1.0
-DEBATE_R = _analytic_r(2 * (3 / 7) * math.log2(7 / 3) + (1 / 7) * math.log2(7), (3 / 7) * (
-    -(2 / 3) * math.log2(2 / 3) - (1 / 3) * math.log2(1 / 3)))
+DEBATE_R = _analytic_r(
+    2 * (3 / 7) * math.log2(7 / 3) + (1 / 7) * math.log2(7),
+    (3 / 7) * (-(2 / 3) * math.log2(2 / 3) - (1 / 3) * math.log2(1 / 3)),
+)
 SELECTOR3_R = _analytic_r(0.5 + 0.5 * math.log2(6), 0.5 * math.log2(3))
 SELECTOR5_R = _analytic_r(0.5 + 0.5 * math.log2(10), 0.5 * math.log2(5))
 
 
-@pytest.mark.parametrize("name,seq,n,expected,paper", [
-    ("pipeline", _pipeline(6, 3000), 6, PIPELINE_R, 1.0),
-    ("debate", _debate(3000), 3, DEBATE_R, 0.78),
-    ("selector3", _selector(3, 3000, random.Random(1)), 4, SELECTOR3_R, 0.57),
-    ("selector5", _selector(5, 3000, random.Random(2)), 6, SELECTOR5_R, 0.57),
-    ("random", _random(6, 3000, random.Random(3)), 6, 0.0, 0.12),
-])
+@pytest.mark.parametrize(
+    "name,seq,n,expected,paper",
+    [
+        ("pipeline", _pipeline(6, 3000), 6, PIPELINE_R, 1.0),
+        ("debate", _debate(3000), 3, DEBATE_R, 0.78),
+        ("selector3", _selector(3, 3000, random.Random(1)), 4, SELECTOR3_R, 0.57),
+        ("selector5", _selector(5, 3000, random.Random(2)), 6, SELECTOR5_R, 0.57),
+        ("random", _random(6, 3000, random.Random(3)), 6, 0.0, 0.12),
+    ],
+)
 def test_predictability_matches_the_chain(name, seq, n, expected, paper):
     t = feed(learner(n), seq)
     r = t.predictability(force=True)
     assert r == pytest.approx(expected, abs=0.05), (name, r, expected)
-    assert abs(r - paper) <= 0.13, (name, r, paper)   # near the paper's reported values
+    assert abs(r - paper) <= 0.13, (name, r, paper)  # near the paper's reported values
 
 
 def test_predictability_orders_chains_and_starts_low():
     rng = random.Random(5)
-    rs = [feed(learner(6), s).predictability(force=True) for s in (
-        _pipeline(6, 800), _debate(800), _selector(3, 800, rng), _random(6, 800, rng))]
+    rs = [
+        feed(learner(6), s).predictability(force=True)
+        for s in (_pipeline(6, 800), _debate(800), _selector(3, 800, rng), _random(6, 800, rng))
+    ]
     assert rs == sorted(rs, reverse=True)
     early = feed(learner(6), _random(6, 12, rng)).predictability(force=True)
-    assert early < 0.5                                # smoothing keeps a young chain's R low
+    assert early < 0.5  # smoothing keeps a young chain's R low
     assert learner(4).predictability(force=True) == 0.0
 
 
@@ -166,9 +175,9 @@ def test_export_import_round_trip():
 def test_cached_r_follows_a_young_chain():
     t = learner(6)
     seq = _pipeline(6, 400)
-    for k, (a, b) in enumerate(zip(seq, seq[1:])):
+    for k, (a, b) in enumerate(itertools.pairwise(seq)):
         t.update(a, b)
         if k == 10:
             early = t.predictability()
-    late = t.predictability()                  # no force: the cache must have moved on
+    late = t.predictability()  # no force: the cache must have moved on
     assert late > early + 0.2 and late == pytest.approx(t.predictability(force=True), abs=0.02)

@@ -31,9 +31,45 @@ import random
 from collections.abc import Iterator
 
 MODEL = "m"
-WORDS = ("cache prefix engine agent token block market river policy graph vector table paper model "
-         "design signal tensor request session budget memory latency throughput kernel planner "
-         "search report source claim figure method result metric trace batch queue worker").split()
+WORDS = [
+    "cache",
+    "prefix",
+    "engine",
+    "agent",
+    "token",
+    "block",
+    "market",
+    "river",
+    "policy",
+    "graph",
+    "vector",
+    "table",
+    "paper",
+    "model",
+    "design",
+    "signal",
+    "tensor",
+    "request",
+    "session",
+    "budget",
+    "memory",
+    "latency",
+    "throughput",
+    "kernel",
+    "planner",
+    "search",
+    "report",
+    "source",
+    "claim",
+    "figure",
+    "method",
+    "result",
+    "metric",
+    "trace",
+    "batch",
+    "queue",
+    "worker",
+]
 
 
 def text(rng: random.Random, n_chars: int) -> str:
@@ -59,8 +95,14 @@ def chat(messages: list[dict], tools: list | None = None) -> tuple[str, dict]:
 
 
 def tool(name: str) -> dict:
-    return {"type": "function", "function": {"name": name, "description": fixed("tool/" + name, 120),
-                                             "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": fixed("tool/" + name, 120),
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+        },
+    }
 
 
 def one_off(rng: random.Random) -> tuple[str, dict, None]:
@@ -74,12 +116,18 @@ DATE = "Tue Dec 1, 2026"
 
 def odr_task(rng: random.Random) -> Iterator[tuple[str, dict, str]]:
     brief = text(rng, rng.randint(300, 900))
-    sup_sys = ("You are a research supervisor. Your job is to conduct research by calling the "
-               f"\"ConductResearch\" tool. For context, today's date is {DATE}.\n\n" + fixed("odr/sup", 2400))
-    res_sys = ("You are a research assistant conducting research on the user's input topic. For context, "
-               f"today's date is {DATE}.\n\n" + fixed("odr/res", 2600))
-    comp_sys = ("You are a research assistant that has conducted research on a topic by calling several "
-                f"tools and web searches. For context, today's date is {DATE}.\n\n" + fixed("odr/comp", 1500))
+    sup_sys = (
+        "You are a research supervisor. Your job is to conduct research by calling the "
+        f'"ConductResearch" tool. For context, today\'s date is {DATE}.\n\n' + fixed("odr/sup", 2400)
+    )
+    res_sys = (
+        "You are a research assistant conducting research on the user's input topic. For context, "
+        f"today's date is {DATE}.\n\n" + fixed("odr/res", 2600)
+    )
+    comp_sys = (
+        "You are a research assistant that has conducted research on a topic by calling several "
+        f"tools and web searches. For context, today's date is {DATE}.\n\n" + fixed("odr/comp", 1500)
+    )
     sup_tools = [tool("ConductResearch"), tool("ResearchComplete"), tool("think_tool")]
     res_tools = [tool("tavily_search"), tool("think_tool"), tool("ResearchComplete")]
     hist = [{"role": "user", "content": brief}]
@@ -90,23 +138,39 @@ def odr_task(rng: random.Random) -> Iterator[tuple[str, dict, str]]:
         for _step in range(rng.randint(2, 3)):
             yield (*chat([{"role": "system", "content": res_sys}] + rh, res_tools), "odr.researcher")
             page = text(rng, rng.randint(10_000, 30_000))
-            summ = ("You are tasked with summarizing the raw content of a webpage retrieved from a web search. "
-                    + fixed("odr/summ-head", 300) + "\n\n<webpage_content>\n" + page
-                    + "\n</webpage_content>\n\n" + fixed("odr/summ-tail", 1800) + f"\n\nToday's date is {DATE}.")
+            summ = (
+                "You are tasked with summarizing the raw content of a webpage retrieved from a web search. "
+                + fixed("odr/summ-head", 300)
+                + "\n\n<webpage_content>\n"
+                + page
+                + "\n</webpage_content>\n\n"
+                + fixed("odr/summ-tail", 1800)
+                + f"\n\nToday's date is {DATE}."
+            )
             yield (*chat([{"role": "user", "content": summ}]), "odr.summarize")
-            rh = rh + [{"role": "assistant", "content": text(rng, 120)},
-                       {"role": "tool", "tool_call_id": "c1", "content": text(rng, 1500)}]
+            rh = rh + [
+                {"role": "assistant", "content": text(rng, 120)},
+                {"role": "tool", "tool_call_id": "c1", "content": text(rng, 1500)},
+            ]
         yield (*chat([{"role": "system", "content": comp_sys}] + rh), "odr.compress")
         findings.append(text(rng, 1200))
-    report = ("Based on all the research conducted, create a comprehensive, well-structured answer to the "
-              "overall research brief:\n<Research Brief>\n" + brief + "\n</Research Brief>\n\n"
-              + fixed("odr/report", 2500) + f"\nToday's date is {DATE}.\n\nHere are the findings:\n"
-              + "\n".join(findings))
+    report = (
+        "Based on all the research conducted, create a comprehensive, well-structured answer to the "
+        "overall research brief:\n<Research Brief>\n"
+        + brief
+        + "\n</Research Brief>\n\n"
+        + fixed("odr/report", 2500)
+        + f"\nToday's date is {DATE}.\n\nHere are the findings:\n"
+        + "\n".join(findings)
+    )
     yield (*chat([{"role": "user", "content": report}]), "odr.final_report")
 
 
-AUTOGEN_ROLES = {"planner": "Plans tasks and delegates.", "web_search": "Searches the web for facts.",
-                 "data_analyst": "Computes figures with python."}
+AUTOGEN_ROLES = {
+    "planner": "Plans tasks and delegates.",
+    "web_search": "Searches the web for facts.",
+    "data_analyst": "Computes figures with python.",
+}
 
 
 def autogen_task(rng: random.Random) -> Iterator[tuple[str, dict, str]]:
@@ -115,55 +179,95 @@ def autogen_task(rng: random.Random) -> Iterator[tuple[str, dict, str]]:
     history = [{"role": "user", "content": text(rng, rng.randint(200, 600)), "name": "user"}]
     for _turn in range(rng.randint(5, 8)):
         hist_text = "\n".join(f"{m.get('name', 'user')}: {m['content']}" for m in history)
-        sel = ("You are in a role play game. The following roles are available:\n" + roles
-               + f".\nRead the following conversation. Then select the next role from {parts} to play. "
-               "Only return the role.\n\n" + hist_text + "\n\nRead the above conversation. Then select the next "
-               f"role from {parts} to play. Only return the role.\n")
+        sel = (
+            "You are in a role play game. The following roles are available:\n"
+            + roles
+            + f".\nRead the following conversation. Then select the next role from {parts} to play. "
+            "Only return the role.\n\n" + hist_text + "\n\nRead the above conversation. Then select the next "
+            f"role from {parts} to play. Only return the role.\n"
+        )
         yield (*chat([{"role": "system", "content": sel}]), "autogen.selector")
         speaker = rng.choice(list(AUTOGEN_ROLES))
         system = f"You are {speaker}. " + fixed("autogen/" + speaker, 900)
-        yield (*chat([{"role": "system", "content": system}] + history, [tool("search_web")]
-                     if speaker == "web_search" else None), "autogen." + speaker)
+        yield (
+            *chat(
+                [{"role": "system", "content": system}] + history,
+                [tool("search_web")] if speaker == "web_search" else None,
+            ),
+            "autogen." + speaker,
+        )
         history = history + [{"role": "assistant", "content": text(rng, rng.randint(100, 600)), "name": speaker}]
 
 
-CREW = {"researcher": ("Senior Research Analyst", "Uncover cutting-edge developments"),
-        "writer": ("Tech Content Strategist", "Craft compelling content")}
+CREW = {
+    "researcher": ("Senior Research Analyst", "Uncover cutting-edge developments"),
+    "writer": ("Tech Content Strategist", "Craft compelling content"),
+}
 
 
 def crewai_task(rng: random.Random) -> Iterator[tuple[str, dict, str]]:
     tasks_desc = fixed("crew/tasks", 700)
-    plan = ("You are the Task Execution Planner. " + fixed("crew/planner", 600)
-            + "\n\nCreate a step by step plan for these tasks:\n" + tasks_desc)
-    yield (*chat([{"role": "user", "content": plan}]), "crewai.planner")        # same prompt every kickoff
+    plan = (
+        "You are the Task Execution Planner. "
+        + fixed("crew/planner", 600)
+        + "\n\nCreate a step by step plan for these tasks:\n"
+        + tasks_desc
+    )
+    yield (*chat([{"role": "user", "content": plan}]), "crewai.planner")  # same prompt every kickoff
     topic = text(rng, rng.randint(40, 200))
     context = ""
     for name, (role, goal) in CREW.items():
-        system = (f"You are {role}. " + fixed("crew/backstory/" + name, 500) + f"\nYour personal goal is: {goal}"
-                  "\nYou ONLY have access to the following tools, and should NEVER make up tools that are not "
-                  "listed here:\n\n" + fixed("crew/tools", 400))
-        msgs = [{"role": "system", "content": system},
-                {"role": "user", "content": f"\nCurrent Task: {topic}\n{context}\n\n" + fixed("crew/task", 300)
-                 + "\n\nBegin! This is VERY important to you, use the tools available and give your best Final "
-                   "Answer, your job depends on it!\n\nThought:"}]
+        system = (
+            f"You are {role}. " + fixed("crew/backstory/" + name, 500) + f"\nYour personal goal is: {goal}"
+            "\nYou ONLY have access to the following tools, and should NEVER make up tools that are not "
+            "listed here:\n\n" + fixed("crew/tools", 400)
+        )
+        msgs = [
+            {"role": "system", "content": system},
+            {
+                "role": "user",
+                "content": f"\nCurrent Task: {topic}\n{context}\n\n"
+                + fixed("crew/task", 300)
+                + "\n\nBegin! This is VERY important to you, use the tools available and give your best Final "
+                "Answer, your job depends on it!\n\nThought:",
+            },
+        ]
         for _step in range(rng.randint(1, 3)):
             yield (*chat(msgs), "crewai." + name)
-            msgs = msgs + [{"role": "assistant", "content": text(rng, 200)},
-                           {"role": "user", "content": "Observation: " + text(rng, rng.randint(200, 2000))}]
+            msgs = msgs + [
+                {"role": "assistant", "content": text(rng, 200)},
+                {"role": "user", "content": "Observation: " + text(rng, rng.randint(200, 2000))},
+            ]
         context = "\nThis is the context you're working with:\n" + text(rng, 800)
 
 
-PREFIX = ("# System context\nYou are part of a multi-agent system designed to make agent coordination "
-          "easy. " + fixed("sdk/prefix", 560) + "\n")
-SDK_AGENTS = {"triage": ["transfer_to_billing", "transfer_to_refund"], "billing": ["lookup_invoice"],
-              "refund": ["issue_refund", "lookup_invoice"]}
+PREFIX = (
+    "# System context\nYou are part of a multi-agent system designed to make agent coordination "
+    "easy. " + fixed("sdk/prefix", 560) + "\n"
+)
+SDK_AGENTS = {
+    "triage": ["transfer_to_billing", "transfer_to_refund"],
+    "billing": ["lookup_invoice"],
+    "refund": ["issue_refund", "lookup_invoice"],
+}
 
 
 def responses(instructions: str, items: list[dict], tools: list[str]) -> tuple[str, dict]:
-    return "/v1/responses", {"model": MODEL, "instructions": instructions, "input": items,
-                             "tools": [{"type": "function", "name": t, "description": fixed("tool/" + t, 120),
-                                        "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}
-                                       for t in tools], "max_output_tokens": 256}
+    return "/v1/responses", {
+        "model": MODEL,
+        "instructions": instructions,
+        "input": items,
+        "tools": [
+            {
+                "type": "function",
+                "name": t,
+                "description": fixed("tool/" + t, 120),
+                "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+            }
+            for t in tools
+        ],
+        "max_output_tokens": 256,
+    }
 
 
 def agents_sdk_task(rng: random.Random) -> Iterator[tuple[str, dict, str]]:
@@ -174,29 +278,42 @@ def agents_sdk_task(rng: random.Random) -> Iterator[tuple[str, dict, str]]:
         for _step in range(rng.randint(1, 3)):
             yield (*responses(instr, items, SDK_AGENTS[name]), "sdk." + name)
             call_id = f"call_{rng.randrange(10**9)}"
-            items = items + [{"type": "function_call", "call_id": call_id, "name": SDK_AGENTS[name][0],
-                              "arguments": "{}"},
-                             {"type": "function_call_output", "call_id": call_id, "output": text(rng, 400)}]
+            items = items + [
+                {"type": "function_call", "call_id": call_id, "name": SDK_AGENTS[name][0], "arguments": "{}"},
+                {"type": "function_call_output", "call_id": call_id, "output": text(rng, 400)},
+            ]
 
 
 def swe_task(rng: random.Random) -> Iterator[tuple[str, dict, str]]:
-    system = ("SETTING: You are an autonomous programmer, and you're working directly in the command line "
-              "with a special interface.\n\n" + fixed("swe/system", 2200))
-    first = ("We're currently solving the following issue within our repository. Here's the issue text:\n"
-             "ISSUE:\n" + text(rng, rng.randint(500, 3000)) + "\n\nINSTRUCTIONS:\n" + fixed("swe/instr", 1800))
+    system = (
+        "SETTING: You are an autonomous programmer, and you're working directly in the command line "
+        "with a special interface.\n\n" + fixed("swe/system", 2200)
+    )
+    first = (
+        "We're currently solving the following issue within our repository. Here's the issue text:\n"
+        "ISSUE:\n" + text(rng, rng.randint(500, 3000)) + "\n\nINSTRUCTIONS:\n" + fixed("swe/instr", 1800)
+    )
     msgs = [{"role": "system", "content": system}, {"role": "user", "content": first}]
     for _step in range(rng.randint(4, 9)):
         yield (*chat(msgs), "swe.agent")
-        msgs = msgs + [{"role": "assistant", "content": text(rng, 150)},
-                       {"role": "user", "content": "OBSERVATION:\n" + text(rng, rng.randint(100, 2500))}]
+        msgs = msgs + [
+            {"role": "assistant", "content": text(rng, 150)},
+            {"role": "user", "content": "OBSERVATION:\n" + text(rng, rng.randint(100, 2500))},
+        ]
 
 
-SHAPES = {"odr": (odr_task, 5), "autogen": (autogen_task, 4), "crewai": (crewai_task, 3),
-          "agents_sdk": (agents_sdk_task, 3), "swe": (swe_task, 1)}
+SHAPES = {
+    "odr": (odr_task, 5),
+    "autogen": (autogen_task, 4),
+    "crewai": (crewai_task, 3),
+    "agents_sdk": (agents_sdk_task, 3),
+    "swe": (swe_task, 1),
+}
 
 
-def corpus(shape: str, tasks: int = 12, concurrent: int = 3, one_off_share: float = 0.1,
-           seed: int = 0) -> list[tuple[str, dict, str | None]]:
+def corpus(
+    shape: str, tasks: int = 12, concurrent: int = 3, one_off_share: float = 0.1, seed: int = 0
+) -> list[tuple[str, dict, str | None]]:
     """The requests of ``tasks`` tasks of one shape, ``concurrent`` of them interleaved at a time,
     with one-off prompts mixed in (about ``one_off_share`` of all requests)."""
     rng = random.Random(f"{shape}/{seed}")

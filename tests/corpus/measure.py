@@ -58,11 +58,17 @@ def evaluate(shape: str, seed: int = 0, tasks: int = 12) -> dict:
     one_offs = [aid for t, aid in assigned if t is None]
     alive = set(policy.agents.by_id)
     return {
-        "shape": shape, "requests": len(reqs), "true_agents": SHAPES[shape][1], "truths_seen": len(truths),
-        "found": len(alive), "purity": pure / n_assigned if n_assigned else 1.0,
-        "recall": hits / sum(truths.values()), "late_misses": late,
+        "shape": shape,
+        "requests": len(reqs),
+        "true_agents": SHAPES[shape][1],
+        "truths_seen": len(truths),
+        "found": len(alive),
+        "purity": pure / n_assigned if n_assigned else 1.0,
+        "recall": hits / sum(truths.values()),
+        "late_misses": late,
         "one_off_assigned": sum(a is not None for a in one_offs) / max(1, len(one_offs)),
-        "promotions": policy.agents.promotions, "retirements": policy.agents.retirements,
+        "promotions": policy.agents.promotions,
+        "retirements": policy.agents.retirements,
         "index_bytes": policy.agents.index.bytes,
     }
 
@@ -70,10 +76,12 @@ def evaluate(shape: str, seed: int = 0, tasks: int = 12) -> dict:
 def main() -> None:
     for shape in SHAPES:
         r = evaluate(shape)
-        print(f"{shape:11s} requests {r['requests']:4d}  agents found {r['found']:2d} / true {r['true_agents']}  "
-              f"purity {r['purity']:.3f}  recall {r['recall']:.3f}  late misses {r['late_misses']}  "
-              f"one-offs assigned {r['one_off_assigned']:.1%}  promotions {r['promotions']} "
-              f"retired {r['retirements']}  index {r['index_bytes'] / 1024:.0f} KiB")
+        print(
+            f"{shape:11s} requests {r['requests']:4d}  agents found {r['found']:2d} / true {r['true_agents']}  "
+            f"purity {r['purity']:.3f}  recall {r['recall']:.3f}  late misses {r['late_misses']}  "
+            f"one-offs assigned {r['one_off_assigned']:.1%}  promotions {r['promotions']} "
+            f"retired {r['retirements']}  index {r['index_bytes'] / 1024:.0f} KiB"
+        )
 
 
 if __name__ == "__main__":

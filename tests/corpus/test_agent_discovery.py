@@ -18,13 +18,14 @@ def test_agents_found_match_the_frameworks_agents(shape, seed):
     r = evaluate(shape, seed=seed)
     assert r["truths_seen"] == r["true_agents"]
     assert r["found"] == r["true_agents"], r
-    assert r["late_misses"] == 0, r                 # every agent recognised from its 4th call on
+    assert r["late_misses"] == 0, r  # every agent recognised from its 4th call on
     assert r["purity"] >= 0.98, r
     assert r["one_off_assigned"] <= 0.05, r
 
 
 def test_one_off_prompts_never_become_agents():
     import random
+
     rng = random.Random(7)
     p = ScoutPolicy(PolicyConfig())
     for i in range(300):
@@ -36,21 +37,36 @@ def test_one_off_prompts_never_become_agents():
 def test_the_same_agent_on_chat_and_responses_api():
     """One agent, called through /v1/chat/completions and /v1/responses: one chain, one id."""
     import random
+
     rng = random.Random(3)
     instr = fixed("x/instr", 800)
     tools = [{"type": "function", "name": "lookup", "description": "d", "parameters": {"type": "object"}}]
-    chat_tools = [{"type": "function", "function": {"name": "lookup", "description": "d", "parameters": {"type": "object"}}}]
+    chat_tools = [
+        {"type": "function", "function": {"name": "lookup", "description": "d", "parameters": {"type": "object"}}}
+    ]
     p = ScoutPolicy(PolicyConfig())
     ids = []
     for i in range(8):
         q = text(rng, 300)
         if i % 2:
-            path, body = "/v1/responses", {"model": "m", "instructions": instr, "tools": tools,
-                                           "input": [{"type": "message", "role": "user",
-                                                      "content": [{"type": "input_text", "text": q}]}]}
+            path, body = (
+                "/v1/responses",
+                {
+                    "model": "m",
+                    "instructions": instr,
+                    "tools": tools,
+                    "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": q}]}],
+                },
+            )
         else:
-            path, body = "/v1/chat/completions", {"model": "m", "tools": chat_tools, "messages": [
-                {"role": "system", "content": instr}, {"role": "user", "content": q}]}
+            path, body = (
+                "/v1/chat/completions",
+                {
+                    "model": "m",
+                    "tools": chat_tools,
+                    "messages": [{"role": "system", "content": instr}, {"role": "user", "content": q}],
+                },
+            )
         ids.append(p.observe_request(view_from_openai(path, body, {}), float(i)).agent_id)
     assert len(p.agents) == 1 and len(set(ids[2:])) == 1 and ids[-1] is not None
 
@@ -61,6 +77,7 @@ def test_all_frameworks_through_one_proxy():
     from collections import Counter, defaultdict
 
     from .frameworks import corpus
+
     streams = [list(corpus(s, tasks=8, seed=5)) for s in SHAPES]
     rng = random.Random(1)
     p = ScoutPolicy(PolicyConfig())

@@ -32,27 +32,40 @@ def main() -> int:
     compose = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())
 
     def compose_args(service: str) -> list[str]:
-        return [a.replace("${MODEL:-Qwen/Qwen2.5-7B-Instruct}", "Qwen/Qwen2.5-7B-Instruct")
-                 .replace("${KV_OFFLOADING_GIB:-64}", "64") for a in compose["services"][service]["command"]]
+        return [
+            a.replace("${MODEL:-Qwen/Qwen2.5-7B-Instruct}", "Qwen/Qwen2.5-7B-Instruct").replace(
+                "${KV_OFFLOADING_GIB:-64}", "64"
+            )
+            for a in compose["services"][service]["command"]
+        ]
 
     def k8s_args(overlay: str) -> list[str]:
-        built = subprocess.run(["kubectl", "kustomize", str(REPO_ROOT / "deploy/overlays" / overlay)],
-                               capture_output=True, text=True, check=True).stdout
+        built = subprocess.run(
+            ["kubectl", "kustomize", str(REPO_ROOT / "deploy/overlays" / overlay)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         deployment = next(d for d in yaml.safe_load_all(built) if d and d["kind"] == "Deployment")
         return next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "engine")["args"]
 
-    variants = (("compose vllm", compose_args("vllm"), False), ("kustomize vllm", k8s_args("vllm"), False),
-                ("compose vllm-offload", compose_args("vllm-offload"), True),
-                ("kustomize vllm-offload", k8s_args("vllm-offload"), True))
+    variants = (
+        ("compose vllm", compose_args("vllm"), False),
+        ("kustomize vllm", k8s_args("vllm"), False),
+        ("compose vllm-offload", compose_args("vllm-offload"), True),
+        ("kustomize vllm-offload", k8s_args("vllm-offload"), True),
+    )
     for name, args, offload in variants:
         ns = make_arg_parser(FlexibleArgumentParser()).parse_args(args)  # exits non-zero on a bad flag
         ok = ns.enable_prefix_caching and ns.enable_prompt_tokens_details and ns.kv_events_config
         size, backend = getattr(ns, "kv_offloading_size", None), getattr(ns, "kv_offloading_backend", None)
         if offload:
             ok = ok and bool(size) and backend == "native"
-        print(f"{name}: model={ns.model} prefix_caching={ns.enable_prefix_caching} "
-              f"prompt_tokens_details={ns.enable_prompt_tokens_details} kv_events={ns.kv_events_config} "
-              f"kv_offloading_size={size} kv_offloading_backend={backend}")
+        print(
+            f"{name}: model={ns.model} prefix_caching={ns.enable_prefix_caching} "
+            f"prompt_tokens_details={ns.enable_prompt_tokens_details} kv_events={ns.kv_events_config} "
+            f"kv_offloading_size={size} kv_offloading_backend={backend}"
+        )
         if not ok:
             return 1
     return 0

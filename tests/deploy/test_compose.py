@@ -22,10 +22,19 @@ PROM_CONFIG = REPO_ROOT / "deploy" / "compose" / "prometheus.yml"
 SECRETISH = re.compile(r"TOKEN|PASSWORD|SECRET|API_KEY", re.I)
 REQUIRED_FLAGS = {
     "vllm": ("--enable-prefix-caching", "--enable-prompt-tokens-details", "--kv-events-config"),
-    "vllm-offload": ("--enable-prefix-caching", "--enable-prompt-tokens-details", "--kv-events-config",
-                     "--kv-offloading-size", "--kv-offloading-backend=native"),
-    "sglang": ("--enable-metrics", "--enable-cache-report", "--enable-priority-scheduling",
-               "--radix-eviction-policy=priority"),
+    "vllm-offload": (
+        "--enable-prefix-caching",
+        "--enable-prompt-tokens-details",
+        "--kv-events-config",
+        "--kv-offloading-size",
+        "--kv-offloading-backend=native",
+    ),
+    "sglang": (
+        "--enable-metrics",
+        "--enable-cache-report",
+        "--enable-priority-scheduling",
+        "--radix-eviction-policy=priority",
+    ),
 }
 
 
@@ -36,8 +45,11 @@ def compose() -> dict:
 
 def services_in(compose: dict, profile: str | None) -> set[str]:
     """Services `docker compose [--profile P] up` starts: those without profiles, plus P's."""
-    return {name for name, svc in compose["services"].items()
-            if not svc.get("profiles") or (profile is not None and profile in svc["profiles"])}
+    return {
+        name
+        for name, svc in compose["services"].items()
+        if not svc.get("profiles") or (profile is not None and profile in svc["profiles"])
+    }
 
 
 def _command(svc: dict) -> list[str]:
@@ -72,8 +84,15 @@ def test_default_profile_runs_the_simulated_engine_without_gpu(compose):
     assert _command(compose["services"]["sim-engine"])[0] == "sim-engine"
 
 
-@pytest.mark.parametrize("engine, proxy", [("sim-engine", "proxy"), ("vllm", "proxy-vllm"), ("sglang", "proxy-sglang"),
-                                           ("vllm-offload", "proxy-vllm-offload")])
+@pytest.mark.parametrize(
+    "engine, proxy",
+    [
+        ("sim-engine", "proxy"),
+        ("vllm", "proxy-vllm"),
+        ("sglang", "proxy-sglang"),
+        ("vllm-offload", "proxy-vllm-offload"),
+    ],
+)
 def test_each_proxy_points_at_its_own_engine(compose, engine, proxy):
     svc = compose["services"][proxy]
     env = svc["environment"]
@@ -124,13 +143,17 @@ def test_prometheus_scrapes_every_proxy_and_engine(compose):
         elif name in ("sim-engine", "vllm", "sglang", "vllm-offload"):
             port = _port(_command(svc)) or "8000"
             assert f"{name}:{port}" in targets
-    assert "./deploy/compose/prometheus.yml:/etc/prometheus/prometheus.yml:ro" in compose["services"]["prometheus"]["volumes"]
+    assert (
+        "./deploy/compose/prometheus.yml:/etc/prometheus/prometheus.yml:ro"
+        in compose["services"]["prometheus"]["volumes"]
+    )
 
 
 def test_promtool_accepts_the_prometheus_config():
     promtool = require_tool("promtool", "Debian package `prometheus`; .ci/run installs it")
-    done = subprocess.run([promtool, "check", "config", "--syntax-only", str(PROM_CONFIG)],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [promtool, "check", "config", "--syntax-only", str(PROM_CONFIG)], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 

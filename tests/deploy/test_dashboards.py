@@ -36,8 +36,9 @@ def test_generated_files_are_fresh():
 
 
 def test_check_mode_runs_as_a_script():
-    done = subprocess.run([sys.executable, "dashboards/generate.py", "--check"], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "dashboards/generate.py", "--check"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -123,15 +124,27 @@ def test_panel_layout(dashboards):
                 assert panel["description"].strip(), (uid, panel["title"])
 
 
-@pytest.mark.parametrize("expr, names, labels", [
-    ('sum by (kind, reason) (rate(cachescout_actions_total[$__rate_interval]))',
-     {"cachescout_actions_total"}, {"kind", "reason"}),
-    ('histogram_quantile(0.99, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket[5m])))',
-     {"vllm:time_to_first_token_seconds_bucket"}, {"le"}),
-    ('sum(rate(a_total{outcome="hit",x=~"by(y)"}[1m])) / ignoring(x) sum(rate(b_total[1m])) * 1e3',
-     {"a_total", "b_total"}, {"outcome", "x"}),
-    ('topk(10, max(foo) or on() vector(0)) > bool 0.5', {"foo"}, set()),
-])
+@pytest.mark.parametrize(
+    "expr, names, labels",
+    [
+        (
+            "sum by (kind, reason) (rate(cachescout_actions_total[$__rate_interval]))",
+            {"cachescout_actions_total"},
+            {"kind", "reason"},
+        ),
+        (
+            "histogram_quantile(0.99, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket[5m])))",
+            {"vllm:time_to_first_token_seconds_bucket"},
+            {"le"},
+        ),
+        (
+            'sum(rate(a_total{outcome="hit",x=~"by(y)"}[1m])) / ignoring(x) sum(rate(b_total[1m])) * 1e3',
+            {"a_total", "b_total"},
+            {"outcome", "x"},
+        ),
+        ("topk(10, max(foo) or on() vector(0)) > bool 0.5", {"foo"}, set()),
+    ],
+)
 def test_promql_lexer(expr, names, labels):
     assert metric_names(expr) == names
     assert label_names(expr) == labels

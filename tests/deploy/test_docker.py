@@ -125,7 +125,16 @@ def test_build_context_holds_what_the_build_copies():
         assert not dockerignore_excludes(path), f"{path} would be missing from the image"
 
 
-@pytest.mark.parametrize("path", [".git/HEAD", ".venv/bin/python", "tests/conftest.py", "proxy/__pycache__/x.pyc",
-                                  "dashboards/generate.py", "shared/traces/x.jsonl"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        ".git/HEAD",
+        ".venv/bin/python",
+        "tests/conftest.py",
+        "proxy/__pycache__/x.pyc",
+        "dashboards/generate.py",
+        "shared/traces/x.jsonl",
+    ],
+)
 def test_dockerignore_keeps_out(path):
     assert dockerignore_excludes(path)

@@ -23,15 +23,18 @@ from tests.deploy.test_compose import REQUIRED_FLAGS
 NATIVE = {"base": "sim", "overlays/vllm": "vllm", "overlays/sglang": "sglang", "overlays/vllm-offload": "vllm"}
 PLAIN = {"overlays/vllm-plain-sidecar": "vllm", "overlays/sglang-plain-sidecar": "sglang"}
 ALL = {**NATIVE, **PLAIN}
-SERVICEMONITOR_INTERVAL = re.compile(r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?"
-                                     r"(([0-9]+)ms)?)$")
+SERVICEMONITOR_INTERVAL = re.compile(
+    r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?"
+    r"(([0-9]+)ms)?)$"
+)
 
 
 @cache
 def build(path: str) -> tuple[dict, ...]:
     kubectl = require_tool("kubectl", "needed for `kubectl kustomize`")
-    done = subprocess.run([kubectl, "kustomize", str(REPO_ROOT / "deploy" / path)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [kubectl, "kustomize", str(REPO_ROOT / "deploy" / path)], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     return tuple(d for d in yaml.safe_load_all(done.stdout) if d)
 
@@ -155,7 +158,9 @@ def test_proxy_points_at_the_engine_in_its_pod(path, engine):
     assert config["CACHESCOUT_ENGINE"] == engine
     assert config["CACHESCOUT_PORT"] == str(proxy["ports"][0]["containerPort"])
     args = engine_container(spec).get("args", [])
-    assert f"--port={engine_port}" in args or ["--port", str(engine_port)] in [args[i:i + 2] for i in range(len(args))]
+    assert f"--port={engine_port}" in args or ["--port", str(engine_port)] in [
+        args[i : i + 2] for i in range(len(args))
+    ]
     flags = REQUIRED_FLAGS.get("vllm-offload" if path.endswith("vllm-offload") else engine, ())
     for flag in flags:
         assert any(a == flag or a.startswith(flag + "=") for a in args), f"{path} lacks {flag}"
@@ -191,8 +196,12 @@ def test_servicemonitor_targets_the_metrics_service(path):
     docs = build(path)
     monitor = one(docs, "ServiceMonitor")
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
-    selected = [s for s in docs if s["kind"] == "Service"
-                and monitor["spec"]["selector"]["matchLabels"].items() <= s["metadata"].get("labels", {}).items()]
+    selected = [
+        s
+        for s in docs
+        if s["kind"] == "Service"
+        and monitor["spec"]["selector"]["matchLabels"].items() <= s["metadata"].get("labels", {}).items()
+    ]
     assert [s["metadata"]["name"] for s in selected] == ["cachescout-metrics"]
     ports = {p["name"] for p in selected[0]["spec"]["ports"]}
     assert {e["port"] for e in monitor["spec"]["endpoints"]} == ports == {"proxy-metrics", "engine-metrics"}

@@ -54,8 +54,11 @@ def prometheus_config(proxies: list[str], engines: list[str]) -> str:
     def job(name: str, targets: list[str]) -> str:
         quoted = ", ".join(f'"{t}"' for t in targets)
         return f"  - job_name: {name}\n    static_configs:\n      - targets: [{quoted}]\n"
-    return (f"global:\n  scrape_interval: {SCRAPE_S}s\n  evaluation_interval: {SCRAPE_S}s\n"
-            f"scrape_configs:\n{job('cachescout', proxies)}{job('engine', engines)}")
+
+    return (
+        f"global:\n  scrape_interval: {SCRAPE_S}s\n  evaluation_interval: {SCRAPE_S}s\n"
+        f"scrape_configs:\n{job('cachescout', proxies)}{job('engine', engines)}"
+    )
 
 
 def query(base: str, expr: str, at: float) -> dict:
@@ -87,6 +90,7 @@ def wait_for_settled_series(proxy: str, quiet_s: float = 2.0, timeout: float = 1
     """After the workload, the executor may still finish actions and create new labelled series
     (`cachescout_actions_total{...}` is counted when an action ends). Poll the proxy's own /metrics
     until its set of series has not changed for `quiet_s`; return when it last changed."""
+
     def series() -> frozenset[str]:
         text = httpx.get(f"{proxy}/metrics", timeout=5.0).text
         return frozenset(line.rsplit(" ", 1)[0] for line in text.splitlines() if line and not line.startswith("#"))
@@ -108,20 +112,37 @@ def run_workload(proxy_url: str, model: str) -> int:
     from proxy.demo.workload import DemoSpec, build_agents
     from proxy.demo.workload import run_workload as drive
 
-    spec = DemoSpec(sessions=8, concurrency=4, steps=(4, 6), anchor_words=(300, 400), max_tokens=16,
-                    tool_seconds=(0.02, 0.08), seed=11)
+    spec = DemoSpec(
+        sessions=8,
+        concurrency=4,
+        steps=(4, 6),
+        anchor_words=(300, 400),
+        max_tokens=16,
+        tool_seconds=(0.02, 0.08),
+        seed=11,
+    )
     result = asyncio.run(drive(proxy_url, spec, model=model))
     assert result.records, "the workload sent no successful request"
     sent = len(result.records)
     # one runtime hint, so the hint panels (kinds/outcomes, source standing) carry data
-    hint = httpx.post(f"{proxy_url}/v1/cachescout/hints", timeout=10.0,
-                      json={"hints": [{"type": "tool_started", "session_id": "prom-hint", "expected_duration_ms": 50}]})
+    hint = httpx.post(
+        f"{proxy_url}/v1/cachescout/hints",
+        timeout=10.0,
+        json={"hints": [{"type": "tool_started", "session_id": "prom-hint", "expected_duration_ms": 50}]},
+    )
     assert hint.status_code == 200, hint.text
     time.sleep(1.0)  # let the planner act on the last turns before the agents return
     for agent in build_agents(spec):
-        body: dict = {"model": model, "max_tokens": 4, "temperature": 0, "user": f"follow-up-{agent.name}",
-                      "messages": [{"role": "system", "content": agent.system},
-                                   {"role": "user", "content": "One more thing: summarise your last step."}]}
+        body: dict = {
+            "model": model,
+            "max_tokens": 4,
+            "temperature": 0,
+            "user": f"follow-up-{agent.name}",
+            "messages": [
+                {"role": "system", "content": agent.system},
+                {"role": "user", "content": "One more thing: summarise your last step."},
+            ],
+        }
         if agent.tools:
             body["tools"] = list(agent.tools)
         response = httpx.post(f"{proxy_url}/v1/chat/completions", json=body, timeout=30.0)
@@ -142,44 +163,112 @@ def scraped_stack(tmp_path_factory) -> Iterator[dict]:
     proxy = f"http://127.0.0.1:{proxy_port}"
     dead_proxy = f"http://127.0.0.1:{dead_proxy_port}"
     prom = f"http://127.0.0.1:{prom_port}"
-    (tmp / "prometheus.yml").write_text(prometheus_config(
-        [f"127.0.0.1:{proxy_port}", f"127.0.0.1:{dead_proxy_port}"], [f"127.0.0.1:{engine_port}"]))
+    (tmp / "prometheus.yml").write_text(
+        prometheus_config([f"127.0.0.1:{proxy_port}", f"127.0.0.1:{dead_proxy_port}"], [f"127.0.0.1:{engine_port}"])
+    )
 
     with contextlib.ExitStack() as stack:
-        stack.enter_context(process(
-            cachescout("sim-engine", "--host", "127.0.0.1", "--port", str(engine_port), "--eviction", "priority",
-                       "--capacity-blocks", "200", "--speed", "20", "--tool-call-share", "0.3"),
-            f"{engine}/health", tmp / "sim.log"))
-        stack.enter_context(process(
-            cachescout("serve", "--upstream", engine, "--port", str(proxy_port), "--log-level", "warning",
-                       "--set", "engine=sim", "--set", "scrape_interval=1", "--set", "readiness_cache_seconds=0"),
-            f"{proxy}/livez", tmp / "proxy.log"))
-        stack.enter_context(process(
-            cachescout("serve", "--upstream", f"http://127.0.0.1:{closed_port}", "--port", str(dead_proxy_port),
-                       "--log-level", "warning", "--no-policy", "--connect-timeout", "1"),
-            f"{dead_proxy}/livez", tmp / "dead-proxy.log"))
-        stack.enter_context(process(
-            [prometheus, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
-             f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
-            f"{prom}/-/ready", tmp / "prometheus.log"))
+        stack.enter_context(
+            process(
+                cachescout(
+                    "sim-engine",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(engine_port),
+                    "--eviction",
+                    "priority",
+                    "--capacity-blocks",
+                    "200",
+                    "--speed",
+                    "20",
+                    "--tool-call-share",
+                    "0.3",
+                ),
+                f"{engine}/health",
+                tmp / "sim.log",
+            )
+        )
+        stack.enter_context(
+            process(
+                cachescout(
+                    "serve",
+                    "--upstream",
+                    engine,
+                    "--port",
+                    str(proxy_port),
+                    "--log-level",
+                    "warning",
+                    "--set",
+                    "engine=sim",
+                    "--set",
+                    "scrape_interval=1",
+                    "--set",
+                    "readiness_cache_seconds=0",
+                ),
+                f"{proxy}/livez",
+                tmp / "proxy.log",
+            )
+        )
+        stack.enter_context(
+            process(
+                cachescout(
+                    "serve",
+                    "--upstream",
+                    f"http://127.0.0.1:{closed_port}",
+                    "--port",
+                    str(dead_proxy_port),
+                    "--log-level",
+                    "warning",
+                    "--no-policy",
+                    "--connect-timeout",
+                    "1",
+                ),
+                f"{dead_proxy}/livez",
+                tmp / "dead-proxy.log",
+            )
+        )
+        stack.enter_context(
+            process(
+                [
+                    prometheus,
+                    f"--config.file={tmp / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={tmp / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{prom_port}",
+                    "--log.level=warn",
+                ],
+                f"{prom}/-/ready",
+                tmp / "prometheus.log",
+            )
+        )
 
         wait_for_scrapes(prom, targets=3, after=0.0)
         started = time.time()
         model = httpx.get(f"{engine}/v1/models", timeout=5.0).json()["data"][0]["id"]
         requests = run_workload(proxy, model)
         for _ in range(3):  # real 502s through the proxy whose engine is down
-            response = httpx.post(f"{dead_proxy}/v1/chat/completions", timeout=10.0,
-                                  json={"model": model, "messages": [{"role": "user", "content": "hi"}]})
+            response = httpx.post(
+                f"{dead_proxy}/v1/chat/completions",
+                timeout=10.0,
+                json={"model": model, "messages": [{"role": "user", "content": "hi"}]},
+            )
             assert response.status_code == 502, response.text
         settled = wait_for_settled_series(proxy)
         # rate() needs two samples of a series: wait for two scrapes after the last series was born.
         wait_for_scrapes(prom, targets=3, after=settled + 2.2 * SCRAPE_S)
-        engine_series = {line.split("{")[0].split(" ")[0]
-                         for line in httpx.get(f"{engine}/metrics", timeout=5.0).text.splitlines()
-                         if line and not line.startswith("#")}
-        yield {"prom": prom, "window_s": math.ceil(time.time() - started) + 5, "at": time.time(),
-               "requests": requests, "engine_series": engine_series,
-               "proxy_instance": f"127.0.0.1:{proxy_port}"}
+        engine_series = {
+            line.split("{")[0].split(" ")[0]
+            for line in httpx.get(f"{engine}/metrics", timeout=5.0).text.splitlines()
+            if line and not line.startswith("#")
+        }
+        yield {
+            "prom": prom,
+            "window_s": math.ceil(time.time() - started) + 5,
+            "at": time.time(),
+            "requests": requests,
+            "engine_series": engine_series,
+            "proxy_instance": f"127.0.0.1:{proxy_port}",
+        }
 
 
 def _labels(metric: dict) -> str:
@@ -201,7 +290,9 @@ def test_every_dashboard_query_returns_data(scraped_stack, dashboards):
                 failures.append(f"{where}: {data.get('errorType')}: {data.get('error')}")
                 continue
             if data["data"]["result"]:
-                shown = "; ".join(f"{_labels(r['metric'])}={float(r['value'][1]):.4g}" for r in data["data"]["result"][:4])
+                shown = "; ".join(
+                    f"{_labels(r['metric'])}={float(r['value'][1]):.4g}" for r in data["data"]["result"][:4]
+                )
                 print(f"{uid[11:]:8} | {panel['title'][:40]:40} | {target['legendFormat'][:24]:24} | {shown}")
                 continue
             missing = {n for n in metric_names(expr) if n in known_engine and n not in scraped_stack["engine_series"]}
@@ -210,8 +301,9 @@ def test_every_dashboard_query_returns_data(scraped_stack, dashboards):
             else:
                 failures.append(f"{where}: no data")
     assert evaluated >= 20
-    assert not failures, ("dashboard queries failing against a real Prometheus:\n" + "\n".join(failures)
-                          + "\n" + targets_report(prom))
+    assert not failures, (
+        "dashboard queries failing against a real Prometheus:\n" + "\n".join(failures) + "\n" + targets_report(prom)
+    )
     if exempt:
         warnings.warn("queries not checkable against the simulated engine:\n" + "\n".join(exempt), stacklevel=1)
 

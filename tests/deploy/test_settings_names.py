@@ -27,17 +27,27 @@ def test_dockerfile_env_names():
 
 def test_compose_env_names():
     compose = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())
-    used = {key for svc in compose["services"].values() for key in (svc.get("environment") or {})
-            if key.startswith("CACHESCOUT_")}
+    used = {
+        key
+        for svc in compose["services"].values()
+        for key in (svc.get("environment") or {})
+        if key.startswith("CACHESCOUT_")
+    }
     assert "CACHESCOUT_UPSTREAM_URL" in used and used <= KNOWN, used - KNOWN
 
 
-@pytest.mark.parametrize("path", ["base", "overlays/vllm", "overlays/sglang", "overlays/vllm-plain-sidecar",
-                                  "overlays/vllm-offload"])
+@pytest.mark.parametrize(
+    "path", ["base", "overlays/vllm", "overlays/sglang", "overlays/vllm-plain-sidecar", "overlays/vllm-offload"]
+)
 def test_kubernetes_env_names(path):
     kubectl = require_tool("kubectl", "needed for `kubectl kustomize`")
-    out = subprocess.run([kubectl, "kustomize", str(REPO_ROOT / "deploy" / path)], capture_output=True, text=True,
-                         timeout=120, check=True).stdout
+    out = subprocess.run(
+        [kubectl, "kustomize", str(REPO_ROOT / "deploy" / path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     used = set()
     for doc in yaml.safe_load_all(out):
         if doc and doc["kind"] == "ConfigMap":

@@ -14,9 +14,17 @@ import asyncio
 import time
 
 import httpx
-
-from vclient import (common_prefix, delta, full_blocks, labelled, labelled_delta, metrics, reset_prefix_cache,
-                     stream_chat, tokenize)
+from vclient import (
+    common_prefix,
+    delta,
+    full_blocks,
+    labelled,
+    labelled_delta,
+    metrics,
+    reset_prefix_cache,
+    stream_chat,
+    tokenize,
+)
 from workload import make_agent, text
 
 SESSION_HEADER = "x-session-id"
@@ -43,8 +51,12 @@ def _evict(ctx, base: str, tag: str, n: int = 3, salt: str | None = None, names:
     total = 0
     for i in range(n):
         agent = make_agent(f"{names}{i}", words=150)
-        r = stream_chat(ctx.client, base, _body(ctx.model, _turn(agent, f"{tag}-ev{i}", history=5), agent.tools,
-                                                salt=salt), headers={SESSION_HEADER: f"{tag}-ev{i}"})
+        r = stream_chat(
+            ctx.client,
+            base,
+            _body(ctx.model, _turn(agent, f"{tag}-ev{i}", history=5), agent.tools, salt=salt),
+            headers={SESSION_HEADER: f"{tag}-ev{i}"},
+        )
         if r.status != 200:
             raise RuntimeError(f"evictor request answered {r.status}: {r.error}")
         total += r.prompt_tokens
@@ -53,8 +65,9 @@ def _evict(ctx, base: str, tag: str, n: int = 3, salt: str | None = None, names:
 
 def _anchor_expectation(ctx, agent, messages: list[dict]) -> int:
     """Whole blocks of the agent's anchor (system + tools, as vLLM tokenizes it) that `messages` shares."""
-    anchor = tokenize(ctx.client, ctx.vllm, ctx.model, agent.anchor_messages(), list(agent.tools),
-                      add_generation_prompt=False)
+    anchor = tokenize(
+        ctx.client, ctx.vllm, ctx.model, agent.anchor_messages(), list(agent.tools), add_generation_prompt=False
+    )
     full = tokenize(ctx.client, ctx.vllm, ctx.model, messages, list(agent.tools))
     return full_blocks(common_prefix(anchor, full))
 
@@ -69,9 +82,18 @@ async def _adapter_warm(vllm: str, model: str, body: dict, tenant: str):
     if view is None or not view.anchor_blocks:
         raise RuntimeError("proxy.core.fingerprint built no anchor for the request")
     now = time.monotonic()
-    action = Action(kind="warm", reason="transition", tenant=tenant, anchor_id="e2e",
-                    block_hashes=view.block_hashes[:view.anchor_blocks], tokens=sum(view.block_tokens[:view.anchor_blocks]),
-                    payload=view.anchor_payload, priority=0, created=now, deadline=now + 30)
+    action = Action(
+        kind="warm",
+        reason="transition",
+        tenant=tenant,
+        anchor_id="e2e",
+        block_hashes=view.block_hashes[: view.anchor_blocks],
+        tokens=sum(view.block_tokens[: view.anchor_blocks]),
+        payload=view.anchor_payload,
+        priority=0,
+        created=now,
+        deadline=now + 30,
+    )
     async with httpx.AsyncClient() as client:
         adapter = VllmAdapter(client, vllm, default_model=model)
         await adapter.probe()
@@ -100,16 +122,22 @@ def check_exact_warmup(ctx) -> tuple[bool, str]:
         cached[mode] = r.cached_tokens
         ctx.log(f"   {mode}: next request cached_tokens={r.cached_tokens} of {r.prompt_tokens}")
     ok = expect >= 320 and cached["control"] == 0 and cached["warm"] >= expect
-    return ok, (f"anchor = {expect} tokens in full blocks; next request cached_tokens without warmup "
-                f"{cached['control']}, after VllmAdapter.warm {cached['warm']}")
+    return ok, (
+        f"anchor = {expect} tokens in full blocks; next request cached_tokens without warmup "
+        f"{cached['control']}, after VllmAdapter.warm {cached['warm']}"
+    )
 
 
 def _tool_calls_msgs(r) -> tuple[dict, list[dict]]:
     """The assistant turn a client appends for a tool_calls reply, and its tool results."""
-    calls = [{"id": tc.get("id", f"call{i}"), "type": "function", "function": tc["function"]}
-             for i, tc in enumerate(r.tool_calls)]
-    return ({"role": "assistant", "content": None, "tool_calls": calls},
-            [{"role": "tool", "tool_call_id": c["id"], "content": "exit 0: 212 passed"} for c in calls])
+    calls = [
+        {"id": tc.get("id", f"call{i}"), "type": "function", "function": tc["function"]}
+        for i, tc in enumerate(r.tool_calls)
+    ]
+    return (
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        [{"role": "tool", "tool_call_id": c["id"], "content": "exit 0: 212 passed"} for c in calls],
+    )
 
 
 def _tool_pause(ctx, base: str, tag: str, tool_s: float, rounds: int) -> dict:
@@ -126,8 +154,9 @@ def _tool_pause(ctx, base: str, tag: str, tool_s: float, rounds: int) -> dict:
     replies, pauses, contexts = [], [], []
     for k in range(rounds + 1):
         contexts.append(msgs)
-        r = stream_chat(ctx.client, base, _body(ctx.model, msgs, agent.tools, **(forced if k < rounds else {})),
-                        headers=sid)
+        r = stream_chat(
+            ctx.client, base, _body(ctx.model, msgs, agent.tools, **(forced if k < rounds else {})), headers=sid
+        )
         if r.status != 200:
             raise RuntimeError(f"request {k} answered {r.status}: {r.error}")
         replies.append(r)
@@ -137,26 +166,39 @@ def _tool_pause(ctx, base: str, tag: str, tool_s: float, rounds: int) -> dict:
             raise RuntimeError(f"could not get a tool_calls response from vLLM: finish {r.finish_reason}")
         t_pause, paused_at = time.perf_counter(), time.monotonic()
         v0 = metrics(ctx.client, ctx.vllm)
-        evicted = _evict(ctx, base, f"{tag}-r{k}", names=f"bystander{k}-")   # the tool runs; others go on
+        evicted = _evict(ctx, base, f"{tag}-r{k}", names=f"bystander{k}-")  # the tool runs; others go on
         traffic_s = time.perf_counter() - t_pause
         v1 = metrics(ctx.client, ctx.vllm)
-        time.sleep(max(0.0, tool_s - (time.perf_counter() - t_pause)))     # ... and the tool still runs
+        time.sleep(max(0.0, tool_s - (time.perf_counter() - t_pause)))  # ... and the tool still runs
         v2 = metrics(ctx.client, ctx.vllm)
         prompt = "vllm:prompt_tokens_total"
         # vLLM's own count of prompt tokens beyond the client's = the proxy's warmups, and when
-        pauses.append({"tool_ms": round(1000 * (time.perf_counter() - t_pause)), "evictor_tokens": evicted,
-                       "traffic_ms": round(1000 * traffic_s), "paused_at_monotonic": round(paused_at, 3),
-                       "extra_tokens_during_traffic": round(delta(v1, v0, prompt) - evicted),
-                       "extra_tokens_after_traffic": round(delta(v2, v1, prompt))})
+        pauses.append(
+            {
+                "tool_ms": round(1000 * (time.perf_counter() - t_pause)),
+                "evictor_tokens": evicted,
+                "traffic_ms": round(1000 * traffic_s),
+                "paused_at_monotonic": round(paused_at, 3),
+                "extra_tokens_during_traffic": round(delta(v1, v0, prompt) - evicted),
+                "extra_tokens_after_traffic": round(delta(v2, v1, prompt)),
+            }
+        )
         assistant, results = _tool_calls_msgs(r)
         msgs = [*msgs, assistant, *results]
     resumes = []
     tok = [tokenize(ctx.client, ctx.vllm, ctx.model, m, list(agent.tools)) for m in contexts]
-    for k, p in enumerate(pauses):   # pause k: paused context k, resumed by request k + 1
+    for k, p in enumerate(pauses):  # pause k: paused context k, resumed by request k + 1
         nxt = replies[k + 1]
         expect = full_blocks(common_prefix(tok[k], tok[k + 1]))
-        resumes.append({**p, "expect": expect, "resume_cached": nxt.cached_tokens,
-                        "resume_prompt": nxt.prompt_tokens, "resume_ttft_ms": round(1000 * (nxt.ttft or 0))})
+        resumes.append(
+            {
+                **p,
+                "expect": expect,
+                "resume_cached": nxt.cached_tokens,
+                "resume_prompt": nxt.prompt_tokens,
+                "resume_ttft_ms": round(1000 * (nxt.ttft or 0)),
+            }
+        )
     return {"rounds": resumes, **resumes[-1]}
 
 
@@ -167,22 +209,25 @@ def check_tool_pause(ctx, tool_s: float = 5.0, rounds: int = 3) -> tuple[bool, s
     ctx.log(f"   direct: {direct}")
     a0 = labelled(ctx.client, ctx.proxy, "cachescout_actions_total")
     proxied = _tool_pause(ctx, ctx.proxy, "c4p", tool_s, rounds)
-    proxied["proxy_actions"] = labelled_delta(labelled(ctx.client, ctx.proxy, "cachescout_actions_total"), a0,
-                                              ("kind", "outcome"), 'reason="tool_resume"')
+    proxied["proxy_actions"] = labelled_delta(
+        labelled(ctx.client, ctx.proxy, "cachescout_actions_total"), a0, ("kind", "outcome"), 'reason="tool_resume"'
+    )
     ctx.log(f"   proxy:  {proxied}")
     ctx.notes["tool_pause"] = {"direct": direct, "proxy": proxied}
     evicted_ok = direct["resume_cached"] < direct["expect"]
     ok = evicted_ok and proxied["resume_cached"] >= proxied["expect"] > 0
     why = "" if evicted_ok else " (control did not lose the context: eviction traffic too small, inconclusive)"
     earlier = ", ".join(f"{r['resume_cached']}/{r['expect']}" for r in proxied["rounds"][:-1])
-    return ok, (f"paused context = {proxied['expect']} tokens in full blocks; last resume cached_tokens direct "
-                f"{direct['resume_cached']} (TTFT {direct['resume_ttft_ms']} ms), through proxy "
-                f"{proxied['resume_cached']} (TTFT {proxied['resume_ttft_ms']} ms); each tool ran ~{tool_s:.0f} s "
-                f"(last {proxied['tool_ms']} ms) while {proxied['evictor_tokens']} other tokens went through "
-                f"(in {proxied['traffic_ms']} ms); warmup tokens vLLM prefilled during that traffic "
-                f"{proxied['extra_tokens_during_traffic']}, after it {proxied['extra_tokens_after_traffic']}; "
-                f"earlier resumes through proxy (cached/expected): {earlier or 'none'}; "
-                f"proxy tool_resume actions {proxied['proxy_actions']}{why}")
+    return ok, (
+        f"paused context = {proxied['expect']} tokens in full blocks; last resume cached_tokens direct "
+        f"{direct['resume_cached']} (TTFT {direct['resume_ttft_ms']} ms), through proxy "
+        f"{proxied['resume_cached']} (TTFT {proxied['resume_ttft_ms']} ms); each tool ran ~{tool_s:.0f} s "
+        f"(last {proxied['tool_ms']} ms) while {proxied['evictor_tokens']} other tokens went through "
+        f"(in {proxied['traffic_ms']} ms); warmup tokens vLLM prefilled during that traffic "
+        f"{proxied['extra_tokens_during_traffic']}, after it {proxied['extra_tokens_after_traffic']}; "
+        f"earlier resumes through proxy (cached/expected): {earlier or 'none'}; "
+        f"proxy tool_resume actions {proxied['proxy_actions']}{why}"
+    )
 
 
 def check_cache_salt(ctx) -> tuple[bool, str]:
@@ -192,12 +237,13 @@ def check_cache_salt(ctx) -> tuple[bool, str]:
     problems: list[str] = []
     # (a) the adapter warms tenant X's anchor; Y, and no tenant at all, must not hit; X must.
     reset_prefix_cache(ctx.client, ctx.vllm)
-    result, _ = asyncio.run(_adapter_warm(ctx.vllm, ctx.model, _body(ctx.model, msgs, agent.tools, salt="tenant-x"),
-                                          "tenant-x"))
+    result, _ = asyncio.run(
+        _adapter_warm(ctx.vllm, ctx.model, _body(ctx.model, msgs, agent.tools, salt="tenant-x"), "tenant-x")
+    )
     if not result.ok:
         problems.append(f"adapter warm failed: {result.error}")
     got = {}
-    for salt in ("tenant-y", "tenant-x", None):     # X before "none": the tiny cache would evict X's tail
+    for salt in ("tenant-y", "tenant-x", None):  # X before "none": the tiny cache would evict X's tail
         r = stream_chat(ctx.client, ctx.vllm, _body(ctx.model, msgs, agent.tools, salt=salt))
         got[salt or "none"] = r.cached_tokens
     ctx.log(f"   adapter warm for tenant-x; cached_tokens by tenant: {got}")
@@ -211,14 +257,19 @@ def check_cache_salt(ctx) -> tuple[bool, str]:
         planner, researcher = ctx.agents[0], ctx.agents[1]
         task = {"role": "user", "content": "Task c5p: " + text("t:c5p", 60)}
         reset_prefix_cache(ctx.client, ctx.vllm)
-        stream_chat(ctx.client, ctx.proxy, _body(ctx.model, [*planner.anchor_messages(), task], planner.tools,
-                                                 salt="team-x"), headers={SESSION_HEADER: "c5p"})
+        stream_chat(
+            ctx.client,
+            ctx.proxy,
+            _body(ctx.model, [*planner.anchor_messages(), task], planner.tools, salt="team-x"),
+            headers={SESSION_HEADER: "c5p"},
+        )
         time.sleep(ctx.gap * 2)
         nxt = [*researcher.anchor_messages(), task, {"role": "user", "content": "[planner] " + text("r:c5p", 45)}]
         proxy_got = {}
         for salt, sid in (("team-y", "c5p-y"), ("team-x", "c5p")):
-            r = stream_chat(ctx.client, ctx.proxy, _body(ctx.model, nxt, researcher.tools, salt=salt),
-                            headers={SESSION_HEADER: sid})
+            r = stream_chat(
+                ctx.client, ctx.proxy, _body(ctx.model, nxt, researcher.tools, salt=salt), headers={SESSION_HEADER: sid}
+            )
             proxy_got[salt] = r.cached_tokens
         ctx.log(f"   proxy-learned warmup (team-x planner -> researcher); cached_tokens by tenant: {proxy_got}")
         if proxy_got["team-y"]:

@@ -53,8 +53,7 @@ async def _one(client: httpx.AsyncClient, base: str, body: dict, sid: str) -> di
     t0 = time.perf_counter()
     ttft = None
     usage: dict = {}
-    async with client.stream("POST", base + "/v1/chat/completions", json=body,
-                             headers={SESSION_HEADER: sid}) as r:
+    async with client.stream("POST", base + "/v1/chat/completions", json=body, headers={SESSION_HEADER: sid}) as r:
         if r.status_code != 200:
             await r.aread()
             return {"error": r.status_code}
@@ -77,6 +76,7 @@ async def _run(base: str, model: str, agents, plan, concurrency: int, tag: str) 
     out: list[dict] = []
     limits = httpx.Limits(max_connections=concurrency * 2)
     async with httpx.AsyncClient(timeout=httpx.Timeout(120.0, connect=5.0), limits=limits) as client:
+
         async def session(k: int, steps) -> None:
             async with sem:
                 sid = f"ov-{k}"
@@ -85,13 +85,21 @@ async def _run(base: str, model: str, agents, plan, concurrency: int, tag: str) 
                 for j, (a, pause) in enumerate(steps):
                     agent = agents[a]
                     msgs = [*agent.anchor_messages(), task, *results[-3:]]
-                    body = {"model": model, "messages": msgs, "tools": list(agent.tools), "max_tokens": 8,
-                            "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
+                    body = {
+                        "model": model,
+                        "messages": msgs,
+                        "tools": list(agent.tools),
+                        "max_tokens": 8,
+                        "temperature": 0.0,
+                        "stream": True,
+                        "stream_options": {"include_usage": True},
+                    }
                     res = await _one(client, base, body, sid)
                     res.update(session=k, turn=j)
                     out.append(res)
                     results.append({"role": "user", "content": f"[{agent.name} {j}] " + text(f"ovres:{k}:{j}", 30)})
-                    await asyncio.sleep(pause)               # the tool runs
+                    await asyncio.sleep(pause)  # the tool runs
+
         await asyncio.gather(*(session(k, steps) for k, steps in enumerate(plan)))
     return out
 
@@ -99,10 +107,13 @@ async def _run(base: str, model: str, agents, plan, concurrency: int, tag: str) 
 def _summary(rows: list[dict]) -> dict:
     ok = [r for r in rows if "error" not in r]
     prompt = sum(r["prompt"] for r in ok)
-    return {"requests": len(rows), "errors": len(rows) - len(ok),
-            "hit_ratio": sum(r["cached"] for r in ok) / prompt if prompt else 0.0,
-            "latency_mean_ms": 1000 * sum(r["latency"] for r in ok) / max(1, len(ok)),
-            "ttft_mean_ms": 1000 * sum(r["ttft"] for r in ok) / max(1, len(ok))}
+    return {
+        "requests": len(rows),
+        "errors": len(rows) - len(ok),
+        "hit_ratio": sum(r["cached"] for r in ok) / prompt if prompt else 0.0,
+        "latency_mean_ms": 1000 * sum(r["latency"] for r in ok) / max(1, len(ok)),
+        "ttft_mean_ms": 1000 * sum(r["ttft"] for r in ok) / max(1, len(ok)),
+    }
 
 
 def _se(a: list[float], b: list[float]) -> float:
@@ -119,19 +130,22 @@ def check_overload(ctx, sessions: int = 16, turns: int = 8, concurrency: int = 4
     warm_tokens = 0.0
     for rep in range(repeats):
         order = (("direct", ctx.vllm), ("proxy", ctx.proxy))
-        for name, base in (order if rep % 2 == 0 else order[::-1]):
+        for name, base in order if rep % 2 == 0 else order[::-1]:
             reset_prefix_cache(ctx.client, ctx.vllm)
             a0 = labelled(ctx.client, ctx.proxy, "cachescout_actions_total")
             w0 = sum(labelled(ctx.client, ctx.proxy, "cachescout_warmup_tokens_total").values())
             rows = asyncio.run(_run(base, ctx.model, agents, plan, concurrency, f"{name}{rep}"))
-            acts = labelled_delta(labelled(ctx.client, ctx.proxy, "cachescout_actions_total"), a0,
-                                  ("kind", "reason", "outcome"))
+            acts = labelled_delta(
+                labelled(ctx.client, ctx.proxy, "cachescout_actions_total"), a0, ("kind", "reason", "outcome")
+            )
             warm = sum(labelled(ctx.client, ctx.proxy, "cachescout_warmup_tokens_total").values()) - w0
             s = _summary(rows)
-            ctx.log(f"  overload {name} #{rep + 1}: hit {s['hit_ratio']:.1%}, mean latency "
-                    f"{s['latency_mean_ms']:.0f} ms, mean TTFT {s['ttft_mean_ms']:.0f} ms, errors {s['errors']}; "
-                    f"proxy actions {', '.join(f'{k} {v:.0f}' for k, v in sorted(acts.items())) or 'none'}, "
-                    f"warmup tokens {warm:.0f}")
+            ctx.log(
+                f"  overload {name} #{rep + 1}: hit {s['hit_ratio']:.1%}, mean latency "
+                f"{s['latency_mean_ms']:.0f} ms, mean TTFT {s['ttft_mean_ms']:.0f} ms, errors {s['errors']}; "
+                f"proxy actions {', '.join(f'{k} {v:.0f}' for k, v in sorted(acts.items())) or 'none'}, "
+                f"warmup tokens {warm:.0f}"
+            )
             if name == "proxy":
                 actions.append(acts)
                 warm_tokens += warm
@@ -145,17 +159,33 @@ def check_overload(ctx, sessions: int = 16, turns: int = 8, concurrency: int = 4
     # (a proxy confidently worse still fails); the proxy's own engine work is bounded exactly.
     se_lat = _se(*([r["latency_mean_ms"] for r in per_run[k]] for k in ("direct", "proxy")))
     se_hit = _se(*([r["hit_ratio"] for r in per_run[k]] for k in ("direct", "proxy")))
-    ctx.notes["overload"] = {"direct": d, "proxy": p, "sessions": sessions, "turns": turns,
-                             "concurrency": concurrency, "repeats": repeats, "proxy_actions": actions,
-                             "per_run": per_run, "warmup_tokens": warm_tokens, "warmup_share": warm_share,
-                             "se_latency_ms": se_lat, "se_hit": se_hit}
-    ok = (d["errors"] == 0 and p["errors"] == 0 and warm_share <= 0.02
-          and p["latency_mean_ms"] <= 1.03 * d["latency_mean_ms"] + 2 * se_lat
-          and p["hit_ratio"] >= d["hit_ratio"] - 0.01 - 2 * se_hit)
-    detail = (f"hit ratio {d['hit_ratio']:.1%} -> {p['hit_ratio']:.1%} (2 SE {2 * se_hit:.1%}); mean latency "
-              f"{d['latency_mean_ms']:.0f} -> {p['latency_mean_ms']:.0f} ms "
-              f"({p['latency_mean_ms'] / max(1e-9, d['latency_mean_ms']) - 1:+.1%}, 2 SE {2 * se_lat:.0f} ms); "
-              f"mean TTFT {d['ttft_mean_ms']:.0f} -> {p['ttft_mean_ms']:.0f} ms; proxy warmup tokens "
-              f"{warm_tokens:.0f} ({warm_share:.2%} of client prompt tokens, bar 2%); {sessions} sessions x {turns} "
-              f"turns, {concurrency} at once, x{repeats}")
+    ctx.notes["overload"] = {
+        "direct": d,
+        "proxy": p,
+        "sessions": sessions,
+        "turns": turns,
+        "concurrency": concurrency,
+        "repeats": repeats,
+        "proxy_actions": actions,
+        "per_run": per_run,
+        "warmup_tokens": warm_tokens,
+        "warmup_share": warm_share,
+        "se_latency_ms": se_lat,
+        "se_hit": se_hit,
+    }
+    ok = (
+        d["errors"] == 0
+        and p["errors"] == 0
+        and warm_share <= 0.02
+        and p["latency_mean_ms"] <= 1.03 * d["latency_mean_ms"] + 2 * se_lat
+        and p["hit_ratio"] >= d["hit_ratio"] - 0.01 - 2 * se_hit
+    )
+    detail = (
+        f"hit ratio {d['hit_ratio']:.1%} -> {p['hit_ratio']:.1%} (2 SE {2 * se_hit:.1%}); mean latency "
+        f"{d['latency_mean_ms']:.0f} -> {p['latency_mean_ms']:.0f} ms "
+        f"({p['latency_mean_ms'] / max(1e-9, d['latency_mean_ms']) - 1:+.1%}, 2 SE {2 * se_lat:.0f} ms); "
+        f"mean TTFT {d['ttft_mean_ms']:.0f} -> {p['ttft_mean_ms']:.0f} ms; proxy warmup tokens "
+        f"{warm_tokens:.0f} ({warm_share:.2%} of client prompt tokens, bar 2%); {sessions} sessions x {turns} "
+        f"turns, {concurrency} at once, x{repeats}"
+    )
     return ok, detail

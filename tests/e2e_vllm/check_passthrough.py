@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 from openai import OpenAI
-
 from vclient import reset_prefix_cache
 from workload import text
 
@@ -25,8 +24,12 @@ def _usage(u: Any) -> dict:
         return {}
     d = u.model_dump() if hasattr(u, "model_dump") else dict(u)
     details = d.get("prompt_tokens_details") or {}
-    return {"prompt_tokens": d.get("prompt_tokens"), "completion_tokens": d.get("completion_tokens"),
-            "total_tokens": d.get("total_tokens"), "cached_tokens": details.get("cached_tokens")}
+    return {
+        "prompt_tokens": d.get("prompt_tokens"),
+        "completion_tokens": d.get("completion_tokens"),
+        "total_tokens": d.get("total_tokens"),
+        "cached_tokens": details.get("cached_tokens"),
+    }
 
 
 def _extra(obj: Any, name: str) -> Any:
@@ -36,15 +39,27 @@ def _extra(obj: Any, name: str) -> Any:
 
 def _chat(client: OpenAI, model: str, messages: list[dict], stream: bool) -> dict:
     if not stream:
-        r = client.chat.completions.create(model=model, messages=messages, max_tokens=12, temperature=0,
-                                           extra_body=EXTRA)
+        r = client.chat.completions.create(
+            model=model, messages=messages, max_tokens=12, temperature=0, extra_body=EXTRA
+        )
         ch = r.choices[0]
-        return {"text": ch.message.content, "finish": ch.finish_reason, "ids": _extra(ch, "token_ids"),
-                "prompt_ids": _extra(r, "prompt_token_ids"), "usage": _usage(r.usage)}
+        return {
+            "text": ch.message.content,
+            "finish": ch.finish_reason,
+            "ids": _extra(ch, "token_ids"),
+            "prompt_ids": _extra(r, "prompt_token_ids"),
+            "usage": _usage(r.usage),
+        }
     out: dict = {"text": "", "finish": None, "ids": [], "prompt_ids": None, "usage": {}}
-    for chunk in client.chat.completions.create(model=model, messages=messages, max_tokens=12, temperature=0,
-                                                stream=True, stream_options={"include_usage": True},
-                                                extra_body=EXTRA):
+    for chunk in client.chat.completions.create(
+        model=model,
+        messages=messages,
+        max_tokens=12,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body=EXTRA,
+    ):
         out["prompt_ids"] = out["prompt_ids"] or _extra(chunk, "prompt_token_ids")
         for ch in chunk.choices:
             out["text"] += ch.delta.content or ""
@@ -59,11 +74,23 @@ def _completion(client: OpenAI, model: str, prompt: str, stream: bool) -> dict:
     if not stream:
         r = client.completions.create(model=model, prompt=prompt, max_tokens=12, temperature=0, extra_body=EXTRA)
         ch = r.choices[0]
-        return {"text": ch.text, "finish": ch.finish_reason, "ids": _extra(ch, "token_ids"),
-                "prompt_ids": _extra(ch, "prompt_token_ids"), "usage": _usage(r.usage)}
+        return {
+            "text": ch.text,
+            "finish": ch.finish_reason,
+            "ids": _extra(ch, "token_ids"),
+            "prompt_ids": _extra(ch, "prompt_token_ids"),
+            "usage": _usage(r.usage),
+        }
     out: dict = {"text": "", "finish": None, "ids": [], "prompt_ids": None, "usage": {}}
-    for chunk in client.completions.create(model=model, prompt=prompt, max_tokens=12, temperature=0, stream=True,
-                                           stream_options={"include_usage": True}, extra_body=EXTRA):
+    for chunk in client.completions.create(
+        model=model,
+        prompt=prompt,
+        max_tokens=12,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body=EXTRA,
+    ):
         for ch in chunk.choices:
             out["text"] += ch.text or ""
             out["ids"] += _extra(ch, "token_ids") or []
@@ -77,8 +104,10 @@ def _completion(client: OpenAI, model: str, prompt: str, stream: bool) -> dict:
 def check_passthrough(ctx) -> tuple[bool, str]:
     direct = OpenAI(base_url=ctx.vllm + "/v1", api_key="e2e", max_retries=0, timeout=120)
     proxied = OpenAI(base_url=ctx.proxy + "/v1", api_key="e2e", max_retries=0, timeout=120)
-    messages = [{"role": "system", "content": "Pass-through probe. " + text("c1:sys", 260)},
-                {"role": "user", "content": text("c1:user", 40)}]
+    messages = [
+        {"role": "system", "content": "Pass-through probe. " + text("c1:sys", 260)},
+        {"role": "user", "content": text("c1:user", 40)},
+    ]
     prompt = "Pass-through completion probe. " + text("c1:prompt", 300)
     cases = [
         ("chat", False, lambda c: _chat(c, ctx.model, messages, False)),
@@ -93,7 +122,7 @@ def check_passthrough(ctx) -> tuple[bool, str]:
         sides = {}
         for side, client in (("direct", direct), ("proxy", proxied)):
             reset_prefix_cache(ctx.client, ctx.vllm)
-            sides[side] = [call(client), call(client)]      # cold, then warm (cached_tokens > 0)
+            sides[side] = [call(client), call(client)]  # cold, then warm (cached_tokens > 0)
         for i, (d, p) in enumerate(zip(sides["direct"], sides["proxy"])):
             if not d["ids"] or not d["prompt_ids"]:
                 problems.append(f"{label}: vLLM returned no token ids (return_token_ids unsupported?)")
@@ -103,11 +132,15 @@ def check_passthrough(ctx) -> tuple[bool, str]:
             if d["usage"].get("cached_tokens") is None:
                 problems.append(f"{label} #{i}: no cached_tokens in usage")
             seen_cached = max(seen_cached, int(p["usage"].get("cached_tokens") or 0))
-        ctx.log(f"   {label}: {len(sides['direct'][0]['prompt_ids'] or [])} prompt ids, "
-                f"usage warm {sides['proxy'][1]['usage']}")
+        ctx.log(
+            f"   {label}: {len(sides['direct'][0]['prompt_ids'] or [])} prompt ids, "
+            f"usage warm {sides['proxy'][1]['usage']}"
+        )
     if seen_cached == 0:
         problems.append("no warm request reported cached_tokens > 0: the comparison never covered a cache hit")
     if problems:
         return False, "; ".join(problems[:6])
-    return True, (f"{len(cases)} cases x (cold, warm): identical prompt/output token ids, text, finish_reason "
-                  f"and usage incl. cached_tokens (max {seen_cached})")
+    return True, (
+        f"{len(cases)} cases x (cold, warm): identical prompt/output token ids, text, finish_reason "
+        f"and usage incl. cached_tokens (max {seen_cached})"
+    )

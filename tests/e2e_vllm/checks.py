@@ -54,36 +54,52 @@ class Ctx:
 def check_workflow(ctx: Ctx) -> tuple[bool, str]:
     wf = Workflow(ctx.agents, sessions=ctx.sessions, rounds=2, tag="wf").build()
     salt = "team-x"
-    ctx.log(f"  workflow: {len(wf.turns)} turns, {len(ctx.agents)} agents, {wf.sessions} sessions, "
-            f"gap {ctx.gap}s, cache_salt={salt}")
-    direct = run_workflow(ctx.client, ctx.vllm, ctx.vllm, wf, ctx.model, name="direct", gap_s=ctx.gap, salt=salt,
-                          log=ctx.log)
+    ctx.log(
+        f"  workflow: {len(wf.turns)} turns, {len(ctx.agents)} agents, {wf.sessions} sessions, "
+        f"gap {ctx.gap}s, cache_salt={salt}"
+    )
+    direct = run_workflow(
+        ctx.client, ctx.vllm, ctx.vllm, wf, ctx.model, name="direct", gap_s=ctx.gap, salt=salt, log=ctx.log
+    )
     ctx.log(f"  direct: hit {direct.hit_ratio():.1%}, {direct.seconds:.0f}s")
     a0 = labelled(ctx.client, ctx.proxy, "cachescout_actions_total")
-    proxied = run_workflow(ctx.client, ctx.vllm, ctx.proxy, wf, ctx.model, name="proxy", gap_s=ctx.gap, salt=salt,
-                           proxy=ctx.proxy, log=ctx.log)
+    proxied = run_workflow(
+        ctx.client,
+        ctx.vllm,
+        ctx.proxy,
+        wf,
+        ctx.model,
+        name="proxy",
+        gap_s=ctx.gap,
+        salt=salt,
+        proxy=ctx.proxy,
+        log=ctx.log,
+    )
     actions = labelled_delta(labelled(ctx.client, ctx.proxy, "cachescout_actions_total"), a0, ("kind", "reason"))
     ctx.log(f"  proxy:  hit {proxied.hit_ratio():.1%}, {proxied.seconds:.0f}s")
     rows = [direct.row(), proxied.row()]
     ctx.rows.extend(rows)
-    ctx.notes["proxy_counters"] = {k: v for k, v in proxied.proxy_delta.items()
-                                   if k.startswith(("cachescout_actions", "cachescout_warmup", "cachescout_prediction"))
-                                   or k == "agents_gauge"}
+    ctx.notes["proxy_counters"] = {
+        k: v
+        for k, v in proxied.proxy_delta.items()
+        if k.startswith(("cachescout_actions", "cachescout_warmup", "cachescout_prediction")) or k == "agents_gauge"
+    }
     ctx.notes["proxy_actions_by_kind_reason"] = actions
     d, p = rows
     errors = d["errors"] + p["errors"]
     # Every warmup token vLLM saw must be one the proxy counted as its own (never as client traffic).
     accounted = abs(p["warmup_tokens_vllm"] - p["warmup_tokens_proxy"]) <= 1024
-    ok = (errors == 0 and accounted and p["hit_ratio"] >= d["hit_ratio"] + 0.10
-          and p["ttft_mean_ms"] < d["ttft_mean_ms"])
-    detail = (f"hit ratio direct {d['hit_ratio']:.1%} -> proxy {p['hit_ratio']:.1%} "
-              f"(after learning: {d['hit_ratio_late']:.1%} -> {p['hit_ratio_late']:.1%}); "
-              f"mean TTFT {d['ttft_mean_ms']:.0f} -> {p['ttft_mean_ms']:.0f} ms; "
-              f"warmup tokens vLLM saw {p['warmup_tokens_vllm']:.0f} (proxy counted {p['warmup_tokens_proxy']:.0f}); "
-              f"evicted blocks {d['evicted_blocks']:.0f} / {p['evicted_blocks']:.0f}; errors {errors}; "
-              f"{'' if accounted else 'WARMUP TOKENS NOT ACCOUNTED FOR; '}"
-              f"proxy agents gauge {proxied.proxy_delta.get('agents_gauge')}; "
-              f"proxy actions {', '.join(f'{k} {v:.0f}' for k, v in sorted(actions.items())) or 'none'}")
+    ok = errors == 0 and accounted and p["hit_ratio"] >= d["hit_ratio"] + 0.10 and p["ttft_mean_ms"] < d["ttft_mean_ms"]
+    detail = (
+        f"hit ratio direct {d['hit_ratio']:.1%} -> proxy {p['hit_ratio']:.1%} "
+        f"(after learning: {d['hit_ratio_late']:.1%} -> {p['hit_ratio_late']:.1%}); "
+        f"mean TTFT {d['ttft_mean_ms']:.0f} -> {p['ttft_mean_ms']:.0f} ms; "
+        f"warmup tokens vLLM saw {p['warmup_tokens_vllm']:.0f} (proxy counted {p['warmup_tokens_proxy']:.0f}); "
+        f"evicted blocks {d['evicted_blocks']:.0f} / {p['evicted_blocks']:.0f}; errors {errors}; "
+        f"{'' if accounted else 'WARMUP TOKENS NOT ACCOUNTED FOR; '}"
+        f"proxy agents gauge {proxied.proxy_delta.get('agents_gauge')}; "
+        f"proxy actions {', '.join(f'{k} {v:.0f}' for k, v in sorted(actions.items())) or 'none'}"
+    )
     return ok, detail
 
 
@@ -117,19 +133,21 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         try:
             ok, detail = fn(ctx)
-        except Exception as exc:  # a crashed check is a failed check, with its reason
+        except Exception as exc:  # noqa: BLE001 - a crashed check is a failed check, with its reason
             ok, detail = False, f"crashed: {type(exc).__name__}: {exc}"
         secs = time.perf_counter() - t0
         ctx.log(f"   {'PASS' if ok else 'FAIL'} ({secs:.0f}s): {detail}")
         results.append({"check": key, "name": name, "passed": ok, "detail": detail, "seconds": round(secs, 1)})
-    summary = "\n".join(f"check {r['check']} {'PASS' if r['passed'] else 'FAIL'}: {r['name']} — {r['detail']}"
-                        for r in results)
+    summary = "\n".join(
+        f"check {r['check']} {'PASS' if r['passed'] else 'FAIL'}: {r['name']} — {r['detail']}" for r in results
+    )
     md = "# CacheScout real-vLLM e2e\n\n" + summary.replace("\n", "\n\n") + "\n"
     if ctx.rows:
         md += "\n" + table(ctx.rows) + "\n"
     (ctx.out / "table.md").write_text(md)
-    (ctx.out / "results.json").write_text(json.dumps({"checks": results, "rows": ctx.rows, "notes": ctx.notes},
-                                                     indent=2, default=str))
+    (ctx.out / "results.json").write_text(
+        json.dumps({"checks": results, "rows": ctx.rows, "notes": ctx.notes}, indent=2, default=str)
+    )
     print("\n" + md, flush=True)
     return 0 if results and all(r["passed"] for r in results) else 1
 

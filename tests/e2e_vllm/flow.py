@@ -16,7 +16,6 @@ import time
 from dataclasses import dataclass, field
 
 import httpx
-
 from vclient import Reply, delta, mean, metrics, p50, reset_prefix_cache, stream_chat
 from workload import Workflow
 
@@ -30,7 +29,7 @@ class RunResult:
     vllm_delta: dict[str, float] = field(default_factory=dict)
     proxy_delta: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
-    late_from: int = 0               # index of the first turn of the "after learning" half
+    late_from: int = 0  # index of the first turn of the "after learning" half
 
     def _sum(self, attr: str, start: int = 0) -> int:
         return sum(getattr(r, attr) for r in self.replies[start:])
@@ -61,8 +60,9 @@ class RunResult:
             "ttft_mean_ms": 1000 * mean(self.ttfts()),
             "ttft_p50_ms": 1000 * p50(self.ttfts()),
             "ttft_mean_late_ms": 1000 * mean(self.ttfts(self.late_from)),
-            "vllm_ttft_mean_ms": (1000 * v.get("vllm:time_to_first_token_seconds_sum", 0.0) / ttft_count
-                                  if ttft_count else float("nan")),
+            "vllm_ttft_mean_ms": (
+                1000 * v.get("vllm:time_to_first_token_seconds_sum", 0.0) / ttft_count if ttft_count else float("nan")
+            ),
             "warmup_tokens_vllm": engine_prompt - workflow_prompt,
             "warmup_tokens_proxy": self.proxy_delta.get("cachescout_warmup_tokens_total", 0.0),
             "evicted_blocks": v.get("vllm:kv_block_idle_before_evict_seconds_count", 0.0),
@@ -71,9 +71,20 @@ class RunResult:
         }
 
 
-def run_workflow(client: httpx.Client, vllm: str, base: str, wf: Workflow, model: str, *, name: str,
-                 gap_s: float, salt: str | None, proxy: str | None = None, settle_s: float = 2.0,
-                 log=print) -> RunResult:
+def run_workflow(
+    client: httpx.Client,
+    vllm: str,
+    base: str,
+    wf: Workflow,
+    model: str,
+    *,
+    name: str,
+    gap_s: float,
+    salt: str | None,
+    proxy: str | None = None,
+    settle_s: float = 2.0,
+    log=print,
+) -> RunResult:
     """Reset vLLM's prefix cache, drive every turn of `wf` through `base`, return the measurements."""
     reset_prefix_cache(client, vllm)
     time.sleep(0.2)
@@ -86,9 +97,9 @@ def run_workflow(client: httpx.Client, vllm: str, base: str, wf: Workflow, model
         if reply.status != 200:
             log(f"  [{name}] turn {turn.index} {turn.agent.name}: HTTP {reply.status} {reply.error}")
         res.replies.append(reply)
-        time.sleep(gap_s)            # the framework's own time between agent turns
+        time.sleep(gap_s)  # the framework's own time between agent turns
     res.seconds = time.perf_counter() - t0
-    time.sleep(settle_s)             # let in-flight warmups finish before reading counters
+    time.sleep(settle_s)  # let in-flight warmups finish before reading counters
     v1 = metrics(client, vllm)
     res.vllm_delta = {k: delta(v1, v0, k) for k in v1}
     if proxy:
@@ -99,10 +110,19 @@ def run_workflow(client: httpx.Client, vllm: str, base: str, wf: Workflow, model
 
 
 COLUMNS = (
-    ("run", "{}"), ("requests", "{:d}"), ("hit_ratio", "{:.1%}"), ("hit_ratio_late", "{:.1%}"),
-    ("vllm_counter_hit_ratio", "{:.1%}"), ("ttft_mean_ms", "{:.0f}"), ("ttft_p50_ms", "{:.0f}"),
-    ("ttft_mean_late_ms", "{:.0f}"), ("vllm_ttft_mean_ms", "{:.0f}"), ("warmup_tokens_vllm", "{:.0f}"),
-    ("warmup_tokens_proxy", "{:.0f}"), ("evicted_blocks", "{:.0f}"), ("wall_s", "{:.0f}"),
+    ("run", "{}"),
+    ("requests", "{:d}"),
+    ("hit_ratio", "{:.1%}"),
+    ("hit_ratio_late", "{:.1%}"),
+    ("vllm_counter_hit_ratio", "{:.1%}"),
+    ("ttft_mean_ms", "{:.0f}"),
+    ("ttft_p50_ms", "{:.0f}"),
+    ("ttft_mean_late_ms", "{:.0f}"),
+    ("vllm_ttft_mean_ms", "{:.0f}"),
+    ("warmup_tokens_vllm", "{:.0f}"),
+    ("warmup_tokens_proxy", "{:.0f}"),
+    ("evicted_blocks", "{:.0f}"),
+    ("wall_s", "{:.0f}"),
 )
 
 

@@ -34,7 +34,7 @@ CHAT_TEMPLATE = (
     "<|im_start|>assistant\n{% if message['content'] %}{{ message['content'] }}\n{% endif %}"
     "{% for tc in message['tool_calls'] %}"
     "{% set fn = tc['function'] if tc.get('function') else tc %}"
-    "<tool_call>\n{\"name\": \"{{ fn['name'] }}\", \"arguments\": "
+    '<tool_call>\n{"name": "{{ fn[\'name\'] }}", "arguments": '
     "{{ fn['arguments'] if fn['arguments'] is string else (fn['arguments'] | tojson) }}}\n</tool_call>"
     "{% endfor %}<|im_end|>\n"
     "{% elif message['role'] == 'tool' %}"
@@ -143,8 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     msgs = [
         {"role": "system", "content": "You are a test agent."},
         {"role": "user", "content": "hello"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "42"},
     ]
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]

@@ -22,7 +22,7 @@ _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 @dataclass
 class Reply:
     status: int
-    ttft: float | None               # seconds to the first streamed chunk carrying a choice
+    ttft: float | None  # seconds to the first streamed chunk carrying a choice
     total: float
     prompt_tokens: int = 0
     cached_tokens: int = 0
@@ -33,8 +33,9 @@ class Reply:
     error: str | None = None
 
 
-def stream_chat(client: httpx.Client, base: str, body: dict, headers: dict | None = None,
-                path: str = "/v1/chat/completions") -> Reply:
+def stream_chat(
+    client: httpx.Client, base: str, body: dict, headers: dict | None = None, path: str = "/v1/chat/completions"
+) -> Reply:
     """POST a streaming request and measure TTFT on the client; usage comes from the last chunk."""
     body = {**body, "stream": True, "stream_options": {"include_usage": True}}
     t0 = time.perf_counter()
@@ -117,8 +118,9 @@ def labelled(client: httpx.Client, base: str, name: str) -> dict[str, float]:
     return out
 
 
-def labelled_delta(after: dict[str, float], before: dict[str, float], keys: tuple[str, ...],
-                   must: str = "") -> dict[str, float]:
+def labelled_delta(
+    after: dict[str, float], before: dict[str, float], keys: tuple[str, ...], must: str = ""
+) -> dict[str, float]:
     """Increase of a `labelled` metric between two reads, summed by `keys` labels ("warm/hint": 3)."""
     out: dict[str, float] = {}
     for labels, v in after.items():
@@ -141,8 +143,15 @@ def reset_prefix_cache(client: httpx.Client, vllm: str) -> None:
         raise RuntimeError(f"/reset_prefix_cache answered {resp.status_code} (VLLM_SERVER_DEV_MODE=1 missing?)")
 
 
-def tokenize(client: httpx.Client, vllm: str, model: str, messages: list[dict], tools: list | None = None,
-             add_generation_prompt: bool = True, salt: str | None = None) -> list[int]:
+def tokenize(
+    client: httpx.Client,
+    vllm: str,
+    model: str,
+    messages: list[dict],
+    tools: list | None = None,
+    add_generation_prompt: bool = True,
+    salt: str | None = None,
+) -> list[int]:
     body: dict = {"model": model, "messages": messages, "add_generation_prompt": add_generation_prompt}
     if tools:
         body["tools"] = tools

@@ -18,14 +18,89 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-WORDS = (
-    "plan verify source cache token budget review patch test module design branch merge result "
-    "query index table vector graph node edge latency throughput memory buffer schedule retry "
-    "timeout error report metric score rank filter search fetch parse render encode decode "
-    "check audit policy agent tool call reply summary draft final answer step goal task user "
-    "context window prefix block chain hash value state session model prompt output input "
-    "careful precise brief clear robust safe fast small large stable exact simple direct"
-).split()
+WORDS = [
+    "plan",
+    "verify",
+    "source",
+    "cache",
+    "token",
+    "budget",
+    "review",
+    "patch",
+    "test",
+    "module",
+    "design",
+    "branch",
+    "merge",
+    "result",
+    "query",
+    "index",
+    "table",
+    "vector",
+    "graph",
+    "node",
+    "edge",
+    "latency",
+    "throughput",
+    "memory",
+    "buffer",
+    "schedule",
+    "retry",
+    "timeout",
+    "error",
+    "report",
+    "metric",
+    "score",
+    "rank",
+    "filter",
+    "search",
+    "fetch",
+    "parse",
+    "render",
+    "encode",
+    "decode",
+    "check",
+    "audit",
+    "policy",
+    "agent",
+    "tool",
+    "call",
+    "reply",
+    "summary",
+    "draft",
+    "final",
+    "answer",
+    "step",
+    "goal",
+    "task",
+    "user",
+    "context",
+    "window",
+    "prefix",
+    "block",
+    "chain",
+    "hash",
+    "value",
+    "state",
+    "session",
+    "model",
+    "prompt",
+    "output",
+    "input",
+    "careful",
+    "precise",
+    "brief",
+    "clear",
+    "robust",
+    "safe",
+    "fast",
+    "small",
+    "large",
+    "stable",
+    "exact",
+    "simple",
+    "direct",
+]
 
 
 def text(seed: str, n_words: int) -> str:
@@ -52,15 +127,23 @@ class Agent:
 
 
 def make_agent(name: str, words: int = 150) -> Agent:
-    system = (f"You are the {name} agent of a software team. Follow these rules exactly.\n"
-              + text(f"sys:{name}", words))
+    system = f"You are the {name} agent of a software team. Follow these rules exactly.\n" + text(f"sys:{name}", words)
     tools = tuple(
-        {"type": "function", "function": {
-            "name": f"{name}_{verb}",
-            "description": f"{verb} for the {name}: " + text(f"tool:{name}:{verb}", 14),
-            "parameters": {"type": "object", "properties": {
-                "query": {"type": "string", "description": text(f"arg:{name}:{verb}", 6)},
-                "limit": {"type": "integer"}}, "required": ["query"]}}}
+        {
+            "type": "function",
+            "function": {
+                "name": f"{name}_{verb}",
+                "description": f"{verb} for the {name}: " + text(f"tool:{name}:{verb}", 14),
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "query": {"type": "string", "description": text(f"arg:{name}:{verb}", 6)},
+                        "limit": {"type": "integer"},
+                    },
+                    "required": ["query"],
+                },
+            },
+        }
         for verb in ("search", "run")
     )
     return Agent(name=name, system=system, tools=tools)
@@ -80,7 +163,7 @@ class Turn:
     session: str
     agent: Agent
     messages: list[dict]
-    index: int                       # position in the whole workflow
+    index: int  # position in the whole workflow
     round: int
 
 
@@ -91,11 +174,11 @@ class Workflow:
     rounds: int = 2
     task_words: int = 60
     result_words: int = 45
-    window: int = 4                  # latest agent results each request sees
+    window: int = 4  # latest agent results each request sees
     tag: str = "wf"
     turns: list[Turn] = field(default_factory=list)
 
-    def build(self) -> "Workflow":
+    def build(self) -> Workflow:
         self.turns = []
         for s in range(self.sessions):
             sid = f"{self.tag}-s{s}"
@@ -103,16 +186,27 @@ class Workflow:
             results: list[dict] = []
             for r in range(self.rounds):
                 for agent in self.agents:
-                    msgs = [*agent.anchor_messages(), task, *results[-self.window:]]
+                    msgs = [*agent.anchor_messages(), task, *results[-self.window :]]
                     self.turns.append(Turn(sid, agent, msgs, len(self.turns), r))
-                    results.append({"role": "user", "content": f"[{agent.name} round {r}] "
-                                    + text(f"res:{sid}:{agent.name}:{r}", self.result_words)})
+                    results.append(
+                        {
+                            "role": "user",
+                            "content": f"[{agent.name} round {r}] "
+                            + text(f"res:{sid}:{agent.name}:{r}", self.result_words),
+                        }
+                    )
         return self
 
     def body(self, turn: Turn, model: str, max_tokens: int = 8, salt: str | None = None) -> dict:
-        body: dict = {"model": model, "messages": turn.messages, "tools": list(turn.agent.tools),
-                      "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
-                      "stream_options": {"include_usage": True}}
+        body: dict = {
+            "model": model,
+            "messages": turn.messages,
+            "tools": list(turn.agent.tools),
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         if salt:
             body["cache_salt"] = salt
         return body

@@ -47,7 +47,7 @@ def livez_ok(url: str) -> None:
 
 # --- security: the engine's verdict decides what is learned ---------------------------------------
 def test_rejected_clients_never_drive_actions(engine_url, tmp_path):
-    with proxy(engine_url, tmp_path, "policy_r_min=0.0", 'policy_overrides={"r_min_transitions": 0}') as px:  # noqa: SIM117
+    with proxy(engine_url, tmp_path, "policy_r_min=0.0", 'policy_overrides={"r_min_transitions": 0}') as px:
         with httpx.Client(timeout=30) as c:
             for k in range(60):  # two alternating agents, wrong key: the engine says 401 to all
                 body = chat_body(f"s{k % 6}", f"turn {k} " * 50)
@@ -75,7 +75,7 @@ def test_auth_allow_list_gates_learning(engine_url, tmp_path):
     import hashlib
 
     allowed = hashlib.sha256(b"Bearer nobody").hexdigest()
-    with proxy(engine_url, tmp_path, f'policy_client_auth_sha256=["{allowed}"]') as px:  # noqa: SIM117
+    with proxy(engine_url, tmp_path, f'policy_client_auth_sha256=["{allowed}"]') as px:
         with httpx.Client(timeout=30) as c:
             for k in range(5):
                 assert c.post(px.url + CHAT, content=chat_body("a", f"x{k}"), headers=GOOD).status_code == 200

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proxy.harness.child_process import child_process, free_port  # noqa: F401 (free_port: used by tests)
+from proxy.harness.child_process import child_process, free_port
 from proxy.http.app import create_app
 from proxy.settings import Settings
 
@@ -34,7 +34,9 @@ async def proxied(transport: httpx.AsyncBaseTransport, **kwargs) -> AsyncIterato
 @contextlib.contextmanager
 def process(args: list[str], ready_url: str, env: dict | None = None) -> Iterator[subprocess.Popen]:
     """A real process on loopback; any answer below 500 counts as up (the fake upstream's /health)."""
-    with child_process(args, ready_url, env=env, cwd=REPO_ROOT, timeout=20.0, ready=lambda status: status < 500) as proc:
+    with child_process(
+        args, ready_url, env=env, cwd=REPO_ROOT, timeout=20.0, ready=lambda status: status < 500
+    ) as proc:
         yield proc
 
 
@@ -50,8 +52,19 @@ def upstream_url() -> Iterator[str]:
 def proxy_url(upstream_url: str) -> Iterator[str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    args = [sys.executable, "-m", "proxy.cli", "serve", "--upstream", upstream_url, "--port", str(port),
-            "--no-policy", "--log-level", "warning"]
+    args = [
+        sys.executable,
+        "-m",
+        "proxy.cli",
+        "serve",
+        "--upstream",
+        upstream_url,
+        "--port",
+        str(port),
+        "--no-policy",
+        "--log-level",
+        "warning",
+    ]
     with process(args, url + "/livez"):
         yield url
 
@@ -61,7 +74,17 @@ def policy_proxy_url(upstream_url: str) -> Iterator[str]:
     """The proxy as users run it by default: cache policy on (whatever engine it detects)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    args = [sys.executable, "-m", "proxy.cli", "serve", "--upstream", upstream_url, "--port", str(port),
-            "--log-level", "warning"]
+    args = [
+        sys.executable,
+        "-m",
+        "proxy.cli",
+        "serve",
+        "--upstream",
+        upstream_url,
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
     with process(args, url + "/livez"):
         yield url

@@ -53,8 +53,12 @@ def _reply_words(payload: dict) -> list[str]:
 
 def _usage(payload: dict, n_out: int) -> dict:
     prompt = len(json.dumps(payload.get("messages", payload.get("prompt", ""))).split())
-    return {"prompt_tokens": prompt, "completion_tokens": n_out, "total_tokens": prompt + n_out,
-            "prompt_tokens_details": {"cached_tokens": 0}}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": n_out,
+        "total_tokens": prompt + n_out,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
 
 
 def _sse(obj: object) -> bytes:
@@ -74,16 +78,34 @@ def build_app() -> Starlette:
         if model == "slow":
             await asyncio.sleep(1.5)
         if not payload.get("stream"):
-            return JSONResponse({
-                "id": rid, "object": "chat.completion", "created": CREATED, "model": model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": " ".join(words)},
-                             "finish_reason": "stop", "logprobs": None}],
-                "usage": _usage(payload, len(words)),
-            })
+            return JSONResponse(
+                {
+                    "id": rid,
+                    "object": "chat.completion",
+                    "created": CREATED,
+                    "model": model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": " ".join(words)},
+                            "finish_reason": "stop",
+                            "logprobs": None,
+                        }
+                    ],
+                    "usage": _usage(payload, len(words)),
+                }
+            )
 
         def chunk(delta: dict, finish: str | None = None) -> bytes:
-            return _sse({"id": rid, "object": "chat.completion.chunk", "created": CREATED, "model": model,
-                         "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]})
+            return _sse(
+                {
+                    "id": rid,
+                    "object": "chat.completion.chunk",
+                    "created": CREATED,
+                    "model": model,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+                }
+            )
 
         include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
 
@@ -107,8 +129,16 @@ def build_app() -> Starlette:
                     yield chunk({"content": (" " if i else "") + word})
                 yield chunk({}, "stop")
                 if include_usage:
-                    yield _sse({"id": rid, "object": "chat.completion.chunk", "created": CREATED, "model": model,
-                                "choices": [], "usage": _usage(payload, len(words))})
+                    yield _sse(
+                        {
+                            "id": rid,
+                            "object": "chat.completion.chunk",
+                            "created": CREATED,
+                            "model": model,
+                            "choices": [],
+                            "usage": _usage(payload, len(words)),
+                        }
+                    )
                 if model == "gated":
                     state.gated_last_sent = True
                 yield b"data: [DONE]\n\n"
@@ -126,42 +156,77 @@ def build_app() -> Starlette:
         words = _reply_words(payload)
         rid = _rid("cmpl", raw)
         if not payload.get("stream"):
-            return JSONResponse({
-                "id": rid, "object": "text_completion", "created": CREATED, "model": model,
-                "choices": [{"index": 0, "text": " ".join(words), "finish_reason": "stop", "logprobs": None}],
-                "usage": _usage(payload, len(words)),
-            })
+            return JSONResponse(
+                {
+                    "id": rid,
+                    "object": "text_completion",
+                    "created": CREATED,
+                    "model": model,
+                    "choices": [{"index": 0, "text": " ".join(words), "finish_reason": "stop", "logprobs": None}],
+                    "usage": _usage(payload, len(words)),
+                }
+            )
 
         async def gen():
             for i, word in enumerate(words):
-                yield _sse({"id": rid, "object": "text_completion", "created": CREATED, "model": model,
-                            "choices": [{"index": 0, "text": (" " if i else "") + word, "finish_reason": None,
-                                         "logprobs": None}]})
-            yield _sse({"id": rid, "object": "text_completion", "created": CREATED, "model": model,
-                        "choices": [{"index": 0, "text": "", "finish_reason": "stop", "logprobs": None}]})
+                yield _sse(
+                    {
+                        "id": rid,
+                        "object": "text_completion",
+                        "created": CREATED,
+                        "model": model,
+                        "choices": [
+                            {"index": 0, "text": (" " if i else "") + word, "finish_reason": None, "logprobs": None}
+                        ],
+                    }
+                )
+            yield _sse(
+                {
+                    "id": rid,
+                    "object": "text_completion",
+                    "created": CREATED,
+                    "model": model,
+                    "choices": [{"index": 0, "text": "", "finish_reason": "stop", "logprobs": None}],
+                }
+            )
             yield b"data: [DONE]\n\n"
 
         return StreamingResponse(gen(), media_type="text/event-stream")
 
     async def models(request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [
-            {"id": "fake", "object": "model", "created": CREATED, "owned_by": "cachescout-tests"}]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [{"id": "fake", "object": "model", "created": CREATED, "owned_by": "cachescout-tests"}],
+            }
+        )
 
     async def echo(request: Request) -> Response:
         raw = await request.body()
-        return JSONResponse({
-            "method": request.method, "path": request.url.path, "query": request.url.query,
-            "headers": [[k.decode("latin-1"), v.decode("latin-1")] for k, v in request.headers.raw],
-            "body_b64": base64.b64encode(raw).decode(),
-        }, headers={"x-upstream": "fake", "set-cookie": "a=b"})
+        return JSONResponse(
+            {
+                "method": request.method,
+                "path": request.url.path,
+                "query": request.url.query,
+                "headers": [[k.decode("latin-1"), v.decode("latin-1")] for k, v in request.headers.raw],
+                "body_b64": base64.b64encode(raw).decode(),
+            },
+            headers={"x-upstream": "fake", "set-cookie": "a=b"},
+        )
 
     async def health(request: Request) -> Response:
         return Response(b"", status_code=200)
 
     async def control_state(request: Request) -> Response:
-        return JSONResponse({"gated_first_sent": state.gated_first_sent, "gated_last_sent": state.gated_last_sent,
-                             "endless_chunks": state.endless_chunks, "disconnects": state.disconnects,
-                             "requests": state.requests})
+        return JSONResponse(
+            {
+                "gated_first_sent": state.gated_first_sent,
+                "gated_last_sent": state.gated_last_sent,
+                "endless_chunks": state.endless_chunks,
+                "disconnects": state.disconnects,
+                "requests": state.requests,
+            }
+        )
 
     async def control_release(request: Request) -> Response:
         state.release.set()
@@ -169,19 +234,24 @@ def build_app() -> Starlette:
 
     async def status(request: Request) -> Response:
         code = int(request.path_params["code"])
-        return Response(json.dumps({"error": {"message": f"status {code}", "type": "test", "code": code}}).encode(),
-                        status_code=code, media_type="application/json")
+        return Response(
+            json.dumps({"error": {"message": f"status {code}", "type": "test", "code": code}}).encode(),
+            status_code=code,
+            media_type="application/json",
+        )
 
-    return Starlette(routes=[
-        Route("/v1/chat/completions", chat, methods=["POST"]),
-        Route("/v1/completions", completions, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/echo", echo, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
-        Route("/health", health, methods=["GET"]),
-        Route("/status/{code:int}", status, methods=["GET", "POST"]),
-        Route("/_control/state", control_state, methods=["GET"]),
-        Route("/_control/release", control_release, methods=["POST"]),
-    ])
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/echo", echo, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
+            Route("/health", health, methods=["GET"]),
+            Route("/status/{code:int}", status, methods=["GET", "POST"]),
+            Route("/_control/state", control_state, methods=["GET"]),
+            Route("/_control/release", control_release, methods=["POST"]),
+        ]
+    )
 
 
 def main() -> None:

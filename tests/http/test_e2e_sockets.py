@@ -19,8 +19,10 @@ from .conftest import free_port
 
 pytestmark = pytest.mark.sockets
 
-CHAT = {"model": "fake", "messages": [{"role": "system", "content": "be brief"},
-                                      {"role": "user", "content": "hello proxy world"}]}
+CHAT = {
+    "model": "fake",
+    "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello proxy world"}],
+}
 
 
 def sdk(base: str) -> openai.OpenAI:
@@ -28,16 +30,19 @@ def sdk(base: str) -> openai.OpenAI:
 
 
 @pytest.mark.parametrize("policy", ["off", "on"])
-def test_openai_sdk_same_results_direct_and_proxied(request: pytest.FixtureRequest, upstream_url: str,
-                                                    policy: str) -> None:
+def test_openai_sdk_same_results_direct_and_proxied(
+    request: pytest.FixtureRequest, upstream_url: str, policy: str
+) -> None:
     proxy_url = request.getfixturevalue("proxy_url" if policy == "off" else "policy_proxy_url")
     results = []
     for base in (upstream_url, proxy_url):
         client = sdk(base)
         chat = client.chat.completions.create(**CHAT).model_dump()
         comp = client.completions.create(model="fake", prompt="one two three").model_dump()
-        stream = [c.model_dump() for c in client.chat.completions.create(
-            **CHAT, stream=True, stream_options={"include_usage": True})]
+        stream = [
+            c.model_dump()
+            for c in client.chat.completions.create(**CHAT, stream=True, stream_options={"include_usage": True})
+        ]
         comp_stream = [c.model_dump() for c in client.completions.create(model="fake", prompt="a b", stream=True)]
         models = client.models.list().model_dump()
         results.append((chat, comp, stream, comp_stream, models))
@@ -45,7 +50,9 @@ def test_openai_sdk_same_results_direct_and_proxied(request: pytest.FixtureReque
     assert proxied == direct
     chat, _, stream, _, _ = proxied
     assert chat["choices"][0]["message"]["content"] == "echo: hello proxy world"
-    assert "".join(c["choices"][0]["delta"]["content"] or "" for c in stream if c["choices"]) == "echo: hello proxy world"
+    assert (
+        "".join(c["choices"][0]["delta"]["content"] or "" for c in stream if c["choices"]) == "echo: hello proxy world"
+    )
     assert stream[-1]["usage"]["completion_tokens"] == 4
     if policy == "on":  # the policy watched without failing (it must never change what clients get)
         metrics = httpx.get(proxy_url + "/metrics").text
@@ -55,8 +62,13 @@ def test_openai_sdk_same_results_direct_and_proxied(request: pytest.FixtureReque
 def test_stream_bytes_identical(upstream_url: str, proxy_url: str) -> None:
     bodies = []
     for base in (upstream_url, proxy_url):
-        with httpx.stream("POST", base + "/v1/chat/completions", content=json.dumps({**CHAT, "stream": True}),
-                          headers={"content-type": "application/json"}, timeout=20) as r:
+        with httpx.stream(
+            "POST",
+            base + "/v1/chat/completions",
+            content=json.dumps({**CHAT, "stream": True}),
+            headers={"content-type": "application/json"},
+            timeout=20,
+        ) as r:
             bodies.append((r.status_code, r.headers["content-type"], b"".join(r.iter_raw())))
     assert bodies[0] == bodies[1]
     assert bodies[1][2].endswith(b"data: [DONE]\n\n")
@@ -64,14 +76,26 @@ def test_stream_bytes_identical(upstream_url: str, proxy_url: str) -> None:
 
 def test_request_headers_and_body_arrive_as_sent(upstream_url: str, proxy_url: str) -> None:
     body = b'{"weird":  "spacing" , "n": 1.0e3}'
-    headers = {"authorization": "Bearer sk-abc", "x-trace": "t1", "content-type": "application/json; charset=utf-8",
-               "user-agent": "agent-framework/1.0", "accept": "application/json"}
+    headers = {
+        "authorization": "Bearer sk-abc",
+        "x-trace": "t1",
+        "content-type": "application/json; charset=utf-8",
+        "user-agent": "agent-framework/1.0",
+        "accept": "application/json",
+    }
     seen = []
     for base in (upstream_url, proxy_url):
         r = httpx.post(base + "/echo?q=1&q=2", content=body, headers=headers, timeout=20)
         echo = r.json()
-        seen.append((echo["method"], echo["path"], echo["query"], echo["body_b64"],
-                     sorted((k, v) for k, v in echo["headers"] if k not in ("host", "connection"))))
+        seen.append(
+            (
+                echo["method"],
+                echo["path"],
+                echo["query"],
+                echo["body_b64"],
+                sorted((k, v) for k, v in echo["headers"] if k not in ("host", "connection")),
+            )
+        )
         assert r.headers["x-upstream"] == "fake" and r.headers["set-cookie"] == "a=b"
     assert seen[0] == seen[1]  # the proxy's client adds no header of its own
 
@@ -133,8 +157,9 @@ async def test_real_transport_error_mapping(upstream_url: str, transport: str) -
     dead = f"http://127.0.0.1:{free_port()}"
     outcomes = []
     for url, read_timeout, model in ((dead, 5.0, "fake"), (upstream_url, 0.3, "slow")):
-        app = create_app(Settings(upstream_url=url, read_timeout=read_timeout, policy_enabled=False,
-                                  upstream_transport=transport))
+        app = create_app(
+            Settings(upstream_url=url, read_timeout=read_timeout, policy_enabled=False, upstream_transport=transport)
+        )
         async with app.router.lifespan_context(app):
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://p") as c:
                 r = await c.post("/v1/chat/completions", content=json.dumps({**CHAT, "model": model}))
@@ -156,5 +181,7 @@ async def test_inprocess_transports_forward_identically(upstream_url: str) -> No
                 r = await c.post("/echo", content=b"\x00binary\xff", headers={"authorization": "Bearer z"})
                 s = await c.post("/v1/chat/completions", content=json.dumps({**CHAT, "stream": True}))
         echo = r.json()
-        seen.append((echo["body_b64"], sorted((k, v) for k, v in echo["headers"] if k not in ("host", "connection")), s.content))
+        seen.append(
+            (echo["body_b64"], sorted((k, v) for k, v in echo["headers"] if k not in ("host", "connection")), s.content)
+        )
     assert seen[0] == seen[1]

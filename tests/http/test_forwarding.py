@@ -22,8 +22,11 @@ async def test_body_and_auth_reach_upstream_untouched() -> None:
     route = router.post(f"{UPSTREAM}/v1/chat/completions").respond(200, json={"ok": True})
     body = b'{ "model":"m",  "messages":[{"role":"user","content":"h\\u00e9"}] ,"x":1.50}\n'
     async with proxied(router_transport(router)) as (client, _):
-        r = await client.post("/v1/chat/completions", content=body,
-                              headers={"authorization": "Bearer sk-client", "x-custom": "A b", "content-type": "application/json"})
+        r = await client.post(
+            "/v1/chat/completions",
+            content=body,
+            headers={"authorization": "Bearer sk-client", "x-custom": "A b", "content-type": "application/json"},
+        )
     assert r.status_code == 200 and r.json() == {"ok": True}
     sent = route.calls.last.request
     assert sent.content == body  # not re-serialised: spacing, escapes, number format kept
@@ -45,13 +48,28 @@ async def test_non_json_body_is_forwarded_not_rejected() -> None:
 async def test_hop_by_hop_headers_dropped_both_ways() -> None:
     router = respx.Router()
     route = router.get(f"{UPSTREAM}/v1/models").respond(
-        200, content=b'{"data":[]}',
-        headers={"content-type": "application/json", "x-engine": "vllm", "keep-alive": "timeout=5",
-                 "connection": "x-secret-hop", "x-secret-hop": "1", "set-cookie": "s=1"})
+        200,
+        content=b'{"data":[]}',
+        headers={
+            "content-type": "application/json",
+            "x-engine": "vllm",
+            "keep-alive": "timeout=5",
+            "connection": "x-secret-hop",
+            "x-secret-hop": "1",
+            "set-cookie": "s=1",
+        },
+    )
     async with proxied(router_transport(router)) as (client, _):
-        r = await client.get("/v1/models", headers={"connection": "x-client-hop", "x-client-hop": "1",
-                                                     "proxy-authorization": "Basic zzz", "te": "trailers",
-                                                     "x-keep": "yes"})
+        r = await client.get(
+            "/v1/models",
+            headers={
+                "connection": "x-client-hop",
+                "x-client-hop": "1",
+                "proxy-authorization": "Basic zzz",
+                "te": "trailers",
+                "x-keep": "yes",
+            },
+        )
     sent = route.calls.last.request.headers
     for name in ("x-client-hop", "proxy-authorization", "te"):
         assert name not in sent
@@ -65,9 +83,10 @@ async def test_hop_by_hop_headers_dropped_both_ways() -> None:
 async def test_upstream_errors_forwarded_unchanged(status: int) -> None:
     body = json.dumps({"error": {"message": f"engine says {status}", "type": "x", "code": status}}).encode()
     router = respx.Router()
-    router.post(f"{UPSTREAM}/v1/chat/completions").respond(status, content=body,
-                                                            headers={"content-type": "application/json", "retry-after": "3"})
-    async with proxied(router_transport(router)) as (client, app):
+    router.post(f"{UPSTREAM}/v1/chat/completions").respond(
+        status, content=body, headers={"content-type": "application/json", "retry-after": "3"}
+    )
+    async with proxied(router_transport(router)) as (client, _app):
         r = await client.post("/v1/chat/completions", content=b"{}")
         metrics = (await client.get("/metrics")).text
     assert (r.status_code, r.content, r.headers["retry-after"]) == (status, body, "3")
@@ -114,7 +133,7 @@ async def test_upstream_failures_become_openai_errors(exc: Exception, status: in
     assert set(err) == {"message", "type", "code"} and kind in err["message"]
     assert route.call_count == 1  # never retried: a request is not duplicated
     assert f'cachescout_upstream_errors_total{{kind="{kind}"}} 1.0' in metrics
-    assert f'cachescout_requests_total{{code_class="5xx",route="/v1/chat/completions"}} 1.0' in metrics
+    assert 'cachescout_requests_total{code_class="5xx",route="/v1/chat/completions"} 1.0' in metrics
 
 
 async def test_body_over_limit_is_413_without_reaching_upstream() -> None:
@@ -168,8 +187,9 @@ class Recorder:
 
 async def test_observer_sees_request_and_response() -> None:
     router = respx.Router()
-    router.post(f"{UPSTREAM}/v1/chat/completions").respond(200, content=b'{"id":"x"}',
-                                                            headers={"content-type": "application/json"})
+    router.post(f"{UPSTREAM}/v1/chat/completions").respond(
+        200, content=b'{"id":"x"}', headers={"content-type": "application/json"}
+    )
     obs = Recorder()
     body = b'{"model": "m", "messages": []}'
     async with proxied(router_transport(router), observer=obs) as (client, app):
@@ -326,8 +346,11 @@ async def test_policy_built_from_settings_when_enabled(monkeypatch: pytest.Monke
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(request_body=st.binary(max_size=2048), response_body=st.binary(max_size=2048),
-       status=st.sampled_from([200, 201, 400, 404, 500, 502]))
+@given(
+    request_body=st.binary(max_size=2048),
+    response_body=st.binary(max_size=2048),
+    status=st.sampled_from([200, 201, 400, 404, 500, 502]),
+)
 async def test_bytes_roundtrip_exactly(request_body: bytes, response_body: bytes, status: int) -> None:
     seen: list[bytes] = []
 
@@ -356,8 +379,11 @@ async def test_opt_in_body_rewrite_only_when_the_observer_asks() -> None:
             return self.result
 
     original = b'{"model": "m"}'
-    for result, expected, errors in ((b'{"model":"m","priority":7}', b'{"model":"m","priority":7}', "0.0"),
-                                     (None, original, "0.0"), (RuntimeError("bug"), original, "1.0")):
+    for result, expected, errors in (
+        (b'{"model":"m","priority":7}', b'{"model":"m","priority":7}', "0.0"),
+        (None, original, "0.0"),
+        (RuntimeError("bug"), original, "1.0"),
+    ):
         async with proxied(router_transport(router), observer=Rewriter(result)) as (client, _):
             r = await client.post("/v1/chat/completions", content=original)
             metrics = (await client.get("/metrics")).text
@@ -382,7 +408,7 @@ async def test_route_label_is_bounded_and_own_paths_stay_local() -> None:
 
 
 async def test_streamed_chunks_reach_the_observer_in_order() -> None:
-    chunks = [b"data: {\"n\":1}\n\n", b"data: {\"n\":2}\n\n", b"data: [DONE]\n\n"]
+    chunks = [b'data: {"n":1}\n\n', b'data: {"n":2}\n\n', b"data: [DONE]\n\n"]
 
     class Stream(httpx.AsyncByteStream):
         async def __aiter__(self):
@@ -402,7 +428,7 @@ async def test_streamed_chunks_reach_the_observer_in_order() -> None:
 async def test_upstream_failure_mid_stream_cuts_the_client() -> None:
     class Broken(httpx.AsyncByteStream):
         async def __aiter__(self):
-            yield b"data: {\"n\":1}\n\n"
+            yield b'data: {"n":1}\n\n'
             raise httpx.ReadError("engine died")
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -455,8 +481,15 @@ async def test_client_disconnect_ends_observer_once_and_closes_upstream() -> Non
             if message.get("body") == b"data: 1\n\n":
                 disconnect.set()
 
-        scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
-                 "query_string": b"", "headers": [(b"content-type", b"application/json")], "asgi": {"version": "3.0"}}
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/v1/chat/completions",
+            "raw_path": b"/v1/chat/completions",
+            "query_string": b"",
+            "headers": [(b"content-type", b"application/json")],
+            "asgi": {"version": "3.0"},
+        }
         await asyncio.wait_for(app(scope, receive, send), timeout=5)
         metrics = app.state.metrics.render()[0].decode()
     assert closed.is_set()

@@ -78,7 +78,12 @@ def test_set_accepts_json_for_dict_fields() -> None:
 
 def test_uvicorn_kwargs_keep_engine_headers_and_grace() -> None:
     kw = serve.uvicorn_kwargs(Settings(port=9100, shutdown_grace_seconds=7))
-    assert (kw["port"], kw["server_header"], kw["date_header"], kw["timeout_graceful_shutdown"]) == (9100, False, False, 7)
+    assert (kw["port"], kw["server_header"], kw["date_header"], kw["timeout_graceful_shutdown"]) == (
+        9100,
+        False,
+        False,
+        7,
+    )
 
 
 def test_unknown_set_name_is_rejected() -> None:
@@ -87,8 +92,13 @@ def test_unknown_set_name_is_rejected() -> None:
 
 
 def test_cli_bad_config_exits_with_one_line() -> None:
-    proc = subprocess.run([sys.executable, "-m", "proxy.cli", "serve", "--read-timeout", "-5"],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "proxy.cli", "serve", "--read-timeout", "-5"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "read_timeout" in lines[0], proc.stderr

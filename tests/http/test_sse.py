@@ -47,7 +47,7 @@ def test_byte_by_byte_including_crlf_split() -> None:
     parser = SSEParser()
     events = []
     for i in range(len(STREAM)):
-        events += parser.feed(STREAM[i:i + 1])
+        events += parser.feed(STREAM[i : i + 1])
     assert events + parser.flush() == EXPECTED
 
 
@@ -75,7 +75,7 @@ def test_separator_less_stream_is_linear_and_bounded() -> None:
     for _ in range(256):
         assert parser.feed(chunk) == []
         assert parser.buffered_bytes <= (1 << 20) + len(chunk)
-    assert time.process_time() - t0 < 2.0          # quadratic rescanning took ~20 s here
+    assert time.process_time() - t0 < 2.0  # quadratic rescanning took ~20 s here
     assert parser.dropped_lines == 1
     assert parser.feed(b"\n\ndata: ok\n\n") == [SSEEvent("ok")]
 

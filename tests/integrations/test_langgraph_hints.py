@@ -18,9 +18,9 @@ from langgraph.graph import END, START, StateGraph  # noqa: E402
 from langgraph.types import Send  # noqa: E402
 
 from proxy.core.hints import source_id  # noqa: E402
-from proxy.integrations.langgraph import CacheScoutCallback  # noqa: E402
 from proxy.harness.proxy_server import run_proxy_server  # noqa: E402
 from proxy.harness.sim_server import run_sim_server  # noqa: E402
+from proxy.integrations.langgraph import CacheScoutCallback  # noqa: E402
 from tests.live.conftest import MODEL, agent_prompts, proxy_settings, sim_config  # noqa: E402
 
 pytestmark = pytest.mark.sockets

@@ -7,7 +7,6 @@ through the proxy exists only because the proxy warmed it.
 
 from __future__ import annotations
 
-
 import httpx
 import pytest
 
@@ -20,14 +19,20 @@ pytestmark = pytest.mark.sockets
 
 PROMPTS = agent_prompts(3, 150)
 ORDER = "ABC"
-CAPACITY = 64            # blocks of 16 tokens: ~2 anchors of ~20 blocks plus histories
+CAPACITY = 64  # blocks of 16 tokens: ~2 anchors of ~20 blocks plus histories
 # The sim runs at speed 0 (no prefill time) and the script sends requests back to back (~0.5 s for the
 # whole run), so the core's load-timing guards are not what these tests are about: the measured-rate
 # budget means nothing at speed 0; a queue seen in two scrapes 0.1 s apart (a warmup and a request
 # arriving together on a busy test machine) would skip that step's warm; the cache "turns over" in
 # well under a second. Each of those guards is tested where it belongs (tests/core, test_engine_truth).
-FAST = {"cooldown_s": 0.0, "action_ttl_s": 5.0, "prefill_tokens_per_s": 1e7, "warmup_tokens_per_s": 1e6, "warm_max_waiting": 100,
-        "warm_lifetime_share": 0.0}
+FAST = {
+    "cooldown_s": 0.0,
+    "action_ttl_s": 5.0,
+    "prefill_tokens_per_s": 1e7,
+    "warmup_tokens_per_s": 1e6,
+    "warm_max_waiting": 100,
+    "warm_lifetime_share": 0.0,
+}
 
 
 def settle(px) -> None:
@@ -35,8 +40,9 @@ def settle(px) -> None:
     px.call(lambda: px.live.settle(5.0))
 
 
-def workflow(http: httpx.Client, url: str, sessions: int, px=None, salt: str | None = None, steps: int = 6,
-             tag: str = "s") -> list[dict]:
+def workflow(
+    http: httpx.Client, url: str, sessions: int, px=None, salt: str | None = None, steps: int = 6, tag: str = "s"
+) -> list[dict]:
     out = []
     for s in range(sessions):
         hist = [{"role": "user", "content": f"task {tag}{s}: " + " ".join(f"w{s}x{k}" for k in range(30))}]
@@ -46,8 +52,14 @@ def workflow(http: httpx.Client, url: str, sessions: int, px=None, salt: str | N
                 settle(px)
             j = chat(http, url, PROMPTS[agent], hist, f"{tag}{s}", salt)
             usage = j["usage"]
-            out.append({"session": s, "agent": agent, "prompt": usage["prompt_tokens"],
-                        "cached": usage["prompt_tokens_details"]["cached_tokens"]})
+            out.append(
+                {
+                    "session": s,
+                    "agent": agent,
+                    "prompt": usage["prompt_tokens"],
+                    "cached": usage["prompt_tokens_details"]["cached_tokens"],
+                }
+            )
             hist.append({"role": "user", "content": f"{agent}: {j['choices'][0]['message']['content']}"})
     if px is not None:
         settle(px)
@@ -90,8 +102,15 @@ def proxied_run():
             warm_cached = px.live.executor.stats["warm_cached_tokens"]
             hits = engine_hits(sim.url)
             metrics = http.get(px.url + "/metrics").text
-        return {"records": records, "state": state, "engine": engine, "client_cached": client_cached,
-                "warm_cached": warm_cached, "engine_hits": hits, "metrics": metrics}
+        return {
+            "records": records,
+            "state": state,
+            "engine": engine,
+            "client_cached": client_cached,
+            "warm_cached": warm_cached,
+            "engine_hits": hits,
+            "metrics": metrics,
+        }
 
 
 def test_learns_the_agents_of_the_workflow(proxied_run):
@@ -101,12 +120,12 @@ def test_learns_the_agents_of_the_workflow(proxied_run):
     assert state["stats"]["predictability"] >= 0.8 and state["stats"]["gate_open"]
     assert state["stats"]["top1_accuracy"] > 0.9
     top = {(t["from"], t["to"]) for t in state["top_transitions"][:3]}
-    assert len(top) == 3                                        # A→B, B→C, C→A
+    assert len(top) == 3  # A→B, B→C, C→A
     assert proxied_run["engine"]["engine"] == "sim" and "warm_tokens" in proxied_run["engine"]["capabilities"]
 
 
 def test_warmed_anchor_is_a_real_hit(direct_run, proxied_run):
-    anchor = min(r["prompt"] for r in direct_run) // 2          # an anchor is well over half of a prompt
+    anchor = min(r["prompt"] for r in direct_run) // 2  # an anchor is well over half of a prompt
     # Direct: plain LRU has always evicted the next agent's anchor by the time it is needed.
     late_direct = [r for r in direct_run if r["session"] >= 3]
     assert all(r["cached"] < anchor for r in late_direct)
@@ -115,17 +134,17 @@ def test_warmed_anchor_is_a_real_hit(direct_run, proxied_run):
     hits = [r for r in late_proxy if r["cached"] >= anchor]
     assert len(hits) >= 0.9 * len(late_proxy)
     early_proxy = [r for r in proxied_run["records"] if r["session"] < 3]
-    assert all(r["cached"] < anchor for r in early_proxy)      # before the gate opened: plain LRU
+    assert all(r["cached"] < anchor for r in early_proxy)  # before the gate opened: plain LRU
     # The engine's own counter agrees: every hit token is a client hit or a warmup's own hit.
     assert proxied_run["engine_hits"] == proxied_run["client_cached"] + proxied_run["warm_cached"]
     assert sum(r["cached"] for r in proxied_run["records"]) == proxied_run["client_cached"]
-    assert "cachescout_converted_tokens_total{reason=\"transition\"}" in proxied_run["metrics"]
+    assert 'cachescout_converted_tokens_total{reason="transition"}' in proxied_run["metrics"]
 
 
 def test_own_warmups_are_not_learned_from(proxied_run):
     state = proxied_run["state"]
     n_client = len(proxied_run["records"])
-    assert state["observer"]["requests"] == n_client            # warmups never pass the forwarder
+    assert state["observer"]["requests"] == n_client  # warmups never pass the forwarder
     assert state["stats"]["agents"] == 3
     warm_ok = proxied_run["engine"]["executor"]["ok"]
     assert warm_ok > 0
@@ -133,19 +152,24 @@ def test_own_warmups_are_not_learned_from(proxied_run):
 
 
 def test_client_warmup_header_is_not_learned(http):
-    with run_sim_server(sim_config()) as sim:
-        with run_proxy_server(proxy_settings(sim.url)) as px:
-            for i in range(3):
-                chat(http, px.url, PROMPTS["ABC"[i]], [{"role": "user", "content": "hi"}], "w",
-                     headers={"X-CacheScout-Warmup": "1"})
-            px.call(lambda: px.live.settle(5.0))
-            state = debug(http, px)
+    with run_sim_server(sim_config()) as sim, run_proxy_server(proxy_settings(sim.url)) as px:
+        for i in range(3):
+            chat(
+                http,
+                px.url,
+                PROMPTS["ABC"[i]],
+                [{"role": "user", "content": "hi"}],
+                "w",
+                headers={"X-CacheScout-Warmup": "1"},
+            )
+        px.call(lambda: px.live.settle(5.0))
+        state = debug(http, px)
     assert state["stats"]["agents"] == 0 and state["observer"]["requests"] == 3
 
 
 def test_warmups_only_when_predictability_reaches_r_min(http):
     with run_sim_server(sim_config(capacity_blocks=CAPACITY)) as sim:
-        closed = proxy_settings(sim.url, policy_overrides=FAST, policy_r_min=1.0)   # R of a noisy cycle < 1
+        closed = proxy_settings(sim.url, policy_overrides=FAST, policy_r_min=1.0)  # R of a noisy cycle < 1
         with run_proxy_server(closed) as px:
             workflow(http, px.url, sessions=4, px=px)
             r = debug(http, px)["stats"]["predictability"]
@@ -184,26 +208,26 @@ def test_failing_adapter_leaves_client_traffic_untouched(http):
         st = proxy_settings(sim.url, policy_overrides={**FAST, "r_min_transitions": 0}, policy_r_min=0.0)
         with run_proxy_server(st) as px:
             adapter = px.live.adapter
-            adapter.base_url = "http://127.0.0.1:9"            # every warmup now fails to connect
+            adapter.base_url = "http://127.0.0.1:9"  # every warmup now fails to connect
             got = workflow(http, px.url, sessions=3, px=px)
             engine = debug(http, px, "engine")
             errors = px.live.executor.stats["error"] + px.live.executor.stats["unsupported"]
-    assert got == expected                                      # same answers, same cache behaviour
-    assert errors >= 5                                          # it did try, and failed
-    assert "warm_tokens" not in engine["capabilities"]          # ...then switched itself off, with why
+    assert got == expected  # same answers, same cache behaviour
+    assert errors >= 5  # it did try, and failed
+    assert "warm_tokens" not in engine["capabilities"]  # ...then switched itself off, with why
     assert "consecutive warmup failures" in engine["disabled"]["warm_tokens"]
 
 
 def test_policy_exception_is_counted_not_surfaced(http):
-    with run_sim_server(sim_config()) as sim:
-        with run_proxy_server(proxy_settings(sim.url)) as px:
-            def boom(*a, **k):
-                raise RuntimeError("policy bug")
+    with run_sim_server(sim_config()) as sim, run_proxy_server(proxy_settings(sim.url)) as px:
 
-            px.call(lambda: setattr(px.live.policy, "observe_request", boom))
-            j = chat(http, px.url, PROMPTS["A"], [{"role": "user", "content": "hi"}], "x")
-            px.call(lambda: px.live.settle(5.0))
-            metrics = http.get(px.url + "/metrics").text
+        def boom(*a, **k):
+            raise RuntimeError("policy bug")
+
+        px.call(lambda: setattr(px.live.policy, "observe_request", boom))
+        j = chat(http, px.url, PROMPTS["A"], [{"role": "user", "content": "hi"}], "x")
+        px.call(lambda: px.live.settle(5.0))
+        metrics = http.get(px.url + "/metrics").text
     assert j["choices"][0]["finish_reason"] in ("stop", "length")
     assert "cachescout_policy_errors_total 1.0" in metrics
 
@@ -219,7 +243,7 @@ def test_learned_state_survives_a_restart(http, tmp_path):
             after = debug(http, px)
     assert after["state_loaded_from"] == str(path)
     assert {a["id"] for a in after["agents"]} == {a["id"] for a in before["agents"]}
-    assert after["top_transitions"] and after["stats"]["sessions"] == 0    # chain restored, live sessions not
+    assert after["top_transitions"] and after["stats"]["sessions"] == 0  # chain restored, live sessions not
 
 
 def test_new_replica_starts_from_a_read_only_bootstrap_snapshot(http, tmp_path):
@@ -234,8 +258,7 @@ def test_new_replica_starts_from_a_read_only_bootstrap_snapshot(http, tmp_path):
         shared.chmod(0o444)
         snapshot = shared.read_bytes()
         own = tmp_path / "replica-2" / "state.json"
-        with run_proxy_server(proxy_settings(sim.url, state_path=str(own),
-                                             state_bootstrap_path=str(shared))) as px:
+        with run_proxy_server(proxy_settings(sim.url, state_path=str(own), state_bootstrap_path=str(shared))) as px:
             fresh = debug(http, px)
     assert fresh["state_loaded_from"] == str(shared)
     assert {a["id"] for a in fresh["agents"]} == {a["id"] for a in learned["agents"]}

@@ -12,8 +12,13 @@ from proxy.engines.vllm import VllmAdapter
 from proxy.runtime.scraper import EngineScraper
 
 BASE = "http://engine.test"
-PAYLOAD = {"kind": "chat", "model": "m", "tools": [{"type": "function", "function": {"name": "f"}}],
-           "cache_salt": "tenantA", "messages": [{"role": "system", "content": "You are A."}]}
+PAYLOAD = {
+    "kind": "chat",
+    "model": "m",
+    "tools": [{"type": "function", "function": {"name": "f"}}],
+    "cache_salt": "tenantA",
+    "messages": [{"role": "system", "content": "You are A."}],
+}
 
 
 def action(payload=PAYLOAD, h=7, reason="transition", priority=80):
@@ -23,8 +28,11 @@ def action(payload=PAYLOAD, h=7, reason="transition", priority=80):
 @respx.mock
 async def test_vllm_tokenizes_once_then_warms_with_token_ids():
     tok = respx.post(f"{BASE}/tokenize").mock(return_value=httpx.Response(200, json={"tokens": [1, 2, 3], "count": 3}))
-    comp = respx.post(f"{BASE}/v1/completions").mock(return_value=httpx.Response(
-        200, json={"usage": {"prompt_tokens": 3, "prompt_tokens_details": {"cached_tokens": 0}}}))
+    comp = respx.post(f"{BASE}/v1/completions").mock(
+        return_value=httpx.Response(
+            200, json={"usage": {"prompt_tokens": 3, "prompt_tokens_details": {"cached_tokens": 0}}}
+        )
+    )
     async with httpx.AsyncClient() as client:
         ad = VllmAdapter(client, BASE, "proxy-key")
         r1 = await ad.warm(action())
@@ -42,15 +50,16 @@ async def test_vllm_tokenizes_once_then_warms_with_token_ids():
 @respx.mock
 async def test_vllm_without_tokenize_falls_back_to_chat_with_tool_choice_none():
     respx.post(f"{BASE}/tokenize").mock(return_value=httpx.Response(404))
-    chat = respx.post(f"{BASE}/v1/chat/completions").mock(return_value=httpx.Response(
-        200, json={"usage": {"prompt_tokens": 9}}))
+    chat = respx.post(f"{BASE}/v1/chat/completions").mock(
+        return_value=httpx.Response(200, json={"usage": {"prompt_tokens": 9}})
+    )
     async with httpx.AsyncClient() as client:
         ad = VllmAdapter(client, BASE)
         r = await ad.warm(action())
     assert r.ok and CAP_WARM_TOKENS not in ad.capabilities and "tokenize" in ad.disabled[CAP_WARM_TOKENS]
     body = json.loads(chat.calls[0].request.content)
     assert body["tool_choice"] == "none" and body["max_tokens"] == 1
-    assert "authorization" not in chat.calls[0].request.headers       # no key configured: none sent
+    assert "authorization" not in chat.calls[0].request.headers  # no key configured: none sent
 
 
 @respx.mock
@@ -74,8 +83,9 @@ def test_tool_resume_payload_appends_assistant_turn():
 
 @respx.mock
 async def test_sglang_priority_only_in_priority_eviction_mode():
-    respx.get(f"{BASE}/get_server_info").mock(return_value=httpx.Response(
-        200, json={"radix_eviction_policy": "priority", "served_model_name": "m"}))
+    respx.get(f"{BASE}/get_server_info").mock(
+        return_value=httpx.Response(200, json={"radix_eviction_policy": "priority", "served_model_name": "m"})
+    )
     respx.get(f"{BASE}/metrics").mock(return_value=httpx.Response(200, text="sglang:cache_hit_rate 0.5\n"))
     chat = respx.post(f"{BASE}/v1/chat/completions").mock(return_value=httpx.Response(200, json={"usage": {}}))
     async with httpx.AsyncClient() as client:
@@ -91,17 +101,19 @@ async def test_sglang_priority_only_in_priority_eviction_mode():
 
 @respx.mock
 async def test_scraper_hit_ratio_is_windowed():
-    texts = iter([
-        "vllm:prefix_cache_queries_total 100\nvllm:prefix_cache_hits_total 10\nvllm:num_requests_waiting 5\n",
-        "vllm:prefix_cache_queries_total 200\nvllm:prefix_cache_hits_total 90\nvllm:num_requests_waiting 3\n",
-    ])
+    texts = iter(
+        [
+            "vllm:prefix_cache_queries_total 100\nvllm:prefix_cache_hits_total 10\nvllm:num_requests_waiting 5\n",
+            "vllm:prefix_cache_queries_total 200\nvllm:prefix_cache_hits_total 90\nvllm:num_requests_waiting 3\n",
+        ]
+    )
     respx.get(f"{BASE}/metrics").mock(side_effect=lambda req: httpx.Response(200, text=next(texts)))
     async with httpx.AsyncClient() as client:
         sc = EngineScraper(VllmAdapter(client, BASE), None)
         await sc.scrape_once()
         assert sc.window_hit_ratio == 0.1
         await sc.scrape_once()
-    assert sc.window_hit_ratio == 0.8 and sc.waiting == 3          # a queue seen twice: the smaller
+    assert sc.window_hit_ratio == 0.8 and sc.waiting == 3  # a queue seen twice: the smaller
 
 
 async def test_scraper_ignores_a_queue_seen_in_one_scrape_only():
@@ -127,15 +139,16 @@ async def test_lmcache_lookup_both_answer_shapes_and_pin_once():
     from proxy.engines.lmcache import LmcacheClient
 
     LM = "http://lmcache.test"
-    answers = iter([{"event_id": "e", "inst0": ["LocalCPUBackend", 32]},
-                    {"layout_info": {"inst0": ["LocalCPUBackend", 16]}}])
+    answers = iter(
+        [{"event_id": "e", "inst0": ["LocalCPUBackend", 32]}, {"layout_info": {"inst0": ["LocalCPUBackend", 16]}}]
+    )
     respx.post(f"{LM}/lookup").mock(side_effect=lambda req: httpx.Response(200, json=next(answers)))
     pin = respx.post(f"{LM}/pin").mock(return_value=httpx.Response(200, json={"event_id": "p"}))
     async with httpx.AsyncClient() as client:
         lm = LmcacheClient(client, LM)
         assert await lm.maybe_pin(list(range(40)), priority=90)
-        assert not await lm.maybe_pin(list(range(40)), priority=90)      # once per anchor
-        assert not await lm.maybe_pin(list(range(8)), priority=10)       # low survival: no pin
+        assert not await lm.maybe_pin(list(range(40)), priority=90)  # once per anchor
+        assert not await lm.maybe_pin(list(range(8)), priority=10)  # low survival: no pin
         assert await lm.lookup(list(range(40))) == {"inst0": 16}
     body = json.loads(pin.calls[0].request.content)
     assert body["instance_id"] == "inst0" and body["tokens"] == list(range(32))

@@ -12,15 +12,30 @@ pytestmark = pytest.mark.sockets
 
 def test_demo_runs_both_phases(tmp_path, capsys):
     out = tmp_path / "demo.json"
-    rc = main(["demo", "--sessions", "4", "--concurrency", "4", "--speed", "4", "--no-progress",
-               "--tool-seconds", "0.02", "0.05", "--json", str(out)])
+    rc = main(
+        [
+            "demo",
+            "--sessions",
+            "4",
+            "--concurrency",
+            "4",
+            "--speed",
+            "4",
+            "--no-progress",
+            "--tool-seconds",
+            "0.02",
+            "0.05",
+            "--json",
+            str(out),
+        ]
+    )
     assert rc == 0
     text = capsys.readouterr().out
     assert "workload prefix hit rate (usage)" in text and "via proxy" in text
     data = json.loads(out.read_text())
     d, p = data["direct"], data["proxy"]
     assert d["errors"] == 0 and p["errors"] == 0
-    assert d["requests"] > 0 and d["prompt_tokens"] == p["prompt_tokens"]    # same seeded workload
+    assert d["requests"] > 0 and d["prompt_tokens"] == p["prompt_tokens"]  # same seeded workload
     assert 0 < d["workload_hit_rate"] < 1 and 0 < p["workload_hit_rate"] < 1
     assert p["agents_learned"] >= 1
     # the engine's counters see the workload's own tokens plus the warmups sent before the phase ended
@@ -31,11 +46,30 @@ def test_demo_runs_both_phases(tmp_path, capsys):
 def test_table_formatting():
     from proxy.demo.cli import format_table
 
-    base = {"workload_hit_rate": 0.5, "engine_hit_rate": 0.5, "ttft_mean_s": 0.2, "ttft_p50_s": 0.1,
-            "ttft_p99_s": 0.9, "turn_mean_s": 1.0, "requests": 10, "tool_resumes": 2, "prompt_tokens": 1000,
-            "warm_requests": 0, "warm_prompt_tokens": 0, "warm_computed_tokens": 0, "errors": 0, "wall_s": 3.0}
-    prox = {**base, "workload_hit_rate": 0.6, "ttft_mean_s": 0.1, "warm_requests": 5, "warm_prompt_tokens": 200,
-            "warm_computed_tokens": 20}
+    base = {
+        "workload_hit_rate": 0.5,
+        "engine_hit_rate": 0.5,
+        "ttft_mean_s": 0.2,
+        "ttft_p50_s": 0.1,
+        "ttft_p99_s": 0.9,
+        "turn_mean_s": 1.0,
+        "requests": 10,
+        "tool_resumes": 2,
+        "prompt_tokens": 1000,
+        "warm_requests": 0,
+        "warm_prompt_tokens": 0,
+        "warm_computed_tokens": 0,
+        "errors": 0,
+        "wall_s": 3.0,
+    }
+    prox = {
+        **base,
+        "workload_hit_rate": 0.6,
+        "ttft_mean_s": 0.1,
+        "warm_requests": 5,
+        "warm_prompt_tokens": 200,
+        "warm_computed_tokens": 20,
+    }
     table = format_table(base, prox)
     assert "+10.0 pp" in table and "-50.0%" in table and "20.0% of client" in table
 

@@ -28,11 +28,10 @@ def outcomes(px, reason: str) -> dict[str, float]:
 
 
 def test_second_successor_is_warmed_as_fanout(http: httpx.Client):
-    policy = {"top_k": 2, "tau": 0.0, "cooldown_s": 0.0, "action_ttl_s": 5.0, "r_min_transitions": 0,
-              "sweep_top_n": 0}
+    policy = {"top_k": 2, "tau": 0.0, "cooldown_s": 0.0, "action_ttl_s": 5.0, "r_min_transitions": 0, "sweep_top_n": 0}
     with run_sim_server(sim_config(capacity_blocks=64)) as sim:
         with run_proxy_server(proxy_settings(sim.url, policy_r_min=0.0, policy_overrides=policy)) as px:
-            for s in range(8):                          # A, then B in even sessions and C in odd ones
+            for s in range(8):  # A, then B in even sessions and C in odd ones
                 hist = [{"role": "user", "content": f"task {s}: " + " ".join(f"w{s}x{k}" for k in range(20))}]
                 for agent in ("A", "BC"[s % 2]):
                     j = chat(http, px.url, PROMPTS[agent], hist, f"s{s}")
@@ -49,16 +48,24 @@ def test_second_successor_is_warmed_as_fanout(http: httpx.Client):
 
 async def _siblings(url: str, system: str, shared: str, k: int) -> list[int]:
     """k requests of one session on one parent prefix, the later ones sent while the first runs."""
+
     async def one(i: int, delay: float) -> int:
         await asyncio.sleep(delay)
         tail = " ".join(f"b{i}y{j}" for j in range(8))
-        body = {"model": MODEL, "user": "fan-1", "max_tokens": 64,
-                "messages": [{"role": "system", "content": system},
-                             {"role": "user", "content": f"{shared} -- branch {i}: {tail}"}]}
+        body = {
+            "model": MODEL,
+            "user": "fan-1",
+            "max_tokens": 64,
+            "messages": [
+                {"role": "system", "content": system},
+                {"role": "user", "content": f"{shared} -- branch {i}: {tail}"},
+            ],
+        }
         async with httpx.AsyncClient(timeout=20) as c:
             r = await c.post(url + "/v1/chat/completions", json=body)
         assert r.status_code == 200, r.text
         return r.json()["usage"]["prompt_tokens"]
+
     return await asyncio.gather(*(one(i, 0.0 if i == 0 else 0.05) for i in range(k)))
 
 
@@ -79,4 +86,4 @@ def test_concurrent_siblings_keep_their_shared_parent():
             recent = list(px.live.executor.recent)
     assert fanouts >= 1
     assert fan.get("ok", 0) >= 1, (fan, recent)
-    assert {r["kind"] for r in recent if r["reason"] == "fanout"} <= {"retain", "touch"}   # never a warm
+    assert {r["kind"] for r in recent if r["reason"] == "fanout"} <= {"retain", "touch"}  # never a warm

@@ -15,9 +15,13 @@ def batch(*events):
 
 
 def test_decode_and_residency_by_tokens():
-    toks = list(range(100, 164))                    # 4 blocks of 16
-    evs = decode_batch(batch(["BlockStored", [11, 12], None, toks[:32], 16, None, "GPU"],
-                             ["BlockStored", [13, 14], 12, toks[32:], 16, None, "GPU"]))
+    toks = list(range(100, 164))  # 4 blocks of 16
+    evs = decode_batch(
+        batch(
+            ["BlockStored", [11, 12], None, toks[:32], 16, None, "GPU"],
+            ["BlockStored", [13, 14], 12, toks[32:], 16, None, "GPU"],
+        )
+    )
     res = KvResidency()
     for e in evs:
         res.apply(e)
@@ -44,7 +48,7 @@ async def test_zmq_round_trip():
     try:
         assert await sub.start()
         payload = batch(["BlockStored", [1], None, list(range(16)), 16, None, "GPU"])
-        for seq in range(50):                       # slow-joiner: publish until the subscriber sees one
+        for seq in range(50):  # slow-joiner: publish until the subscriber sees one
             pub.send_multipart([b"", seq.to_bytes(8, "big"), payload])
             await asyncio.sleep(0.02)
             if seen:
@@ -60,10 +64,25 @@ async def test_zmq_round_trip():
 def test_decode_vllm_032_tagged_maps():
     """vLLM 0.32 (msgspec `tag=True`, not array_like) sends each event as a map under "type"."""
     toks = list(range(200, 232))
-    stored = {"type": "BlockStored", "block_hashes": [b"\x01" * 32, b"\x02" * 32], "parent_block_hash": None,
-              "token_ids": toks, "block_size": 16, "lora_id": None, "medium": "GPU", "lora_name": None}
-    evs = decode_batch(batch(stored, {"type": "BlockRemoved", "block_hashes": [b"\x02" * 32], "medium": "GPU"},
-                             {"type": "AllBlocksCleared"}, {"type": "Unknown"}, {"no": "tag"}))
+    stored = {
+        "type": "BlockStored",
+        "block_hashes": [b"\x01" * 32, b"\x02" * 32],
+        "parent_block_hash": None,
+        "token_ids": toks,
+        "block_size": 16,
+        "lora_id": None,
+        "medium": "GPU",
+        "lora_name": None,
+    }
+    evs = decode_batch(
+        batch(
+            stored,
+            {"type": "BlockRemoved", "block_hashes": [b"\x02" * 32], "medium": "GPU"},
+            {"type": "AllBlocksCleared"},
+            {"type": "Unknown"},
+            {"no": "tag"},
+        )
+    )
     assert [e.kind for e in evs] == ["stored", "removed", "cleared"]
     assert evs[0].token_ids == tuple(toks) and evs[0].block_size == 16 and evs[0].medium == "GPU"
     res = KvResidency()
@@ -76,8 +95,9 @@ def test_sim_publisher_speaks_the_map_format():
 
     wire = to_wire(("BlockStored", [5, 6], 4, list(range(32)), 16, None, "GPU"))
     assert wire["type"] == "BlockStored" and wire["parent_block_hash"] == 4 and wire["lora_name"] is None
-    assert [e.kind for e in decode_batch(batch(wire, to_wire(("BlockRemoved", [6], "GPU")),
-                                               to_wire(("AllBlocksCleared",))))] == ["stored", "removed", "cleared"]
+    assert [
+        e.kind for e in decode_batch(batch(wire, to_wire(("BlockRemoved", [6], "GPU")), to_wire(("AllBlocksCleared",))))
+    ] == ["stored", "removed", "cleared"]
 
 
 def test_live_proxy_subscribes_to_the_engines_kv_events(http):
@@ -97,10 +117,15 @@ def test_live_proxy_subscribes_to_the_engines_kv_events(http):
             assert sub is not None
             deadline = time.monotonic() + 10
             i = 0
-            while sub.messages == 0 and time.monotonic() < deadline:   # ZMQ slow joiner: keep sending
-                body = {"model": "sim-llama-3.1-8b", "max_tokens": 2,
-                        "messages": [{"role": "system", "content": prompts["AB"[i % 2]]},
-                                     {"role": "user", "content": f"q {i}"}]}
+            while sub.messages == 0 and time.monotonic() < deadline:  # ZMQ slow joiner: keep sending
+                body = {
+                    "model": "sim-llama-3.1-8b",
+                    "max_tokens": 2,
+                    "messages": [
+                        {"role": "system", "content": prompts["AB"[i % 2]]},
+                        {"role": "user", "content": f"q {i}"},
+                    ],
+                }
                 assert http.post(px.url + "/v1/chat/completions", json=body).status_code == 200
                 i += 1
                 time.sleep(0.1)
@@ -110,5 +135,5 @@ def test_live_proxy_subscribes_to_the_engines_kv_events(http):
             while sub.residency.counts["cleared"] == 0 and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert sub.residency.counts["cleared"] == 1
-            px.call(lambda: None)                                      # let the loop run the callback
+            px.call(lambda: None)  # let the loop run the callback
             assert px.live.policy.residency.used_tokens == 0

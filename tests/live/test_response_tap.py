@@ -12,29 +12,50 @@ def sse(*objs):
 def test_sse_tool_call_reassembled_across_split_chunks():
     body = sse(
         {"choices": [{"index": 0, "delta": {"role": "assistant"}}]},
-        {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
-                                                              "function": {"name": "search", "arguments": "{\"q\""}}]}}]},
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "call_1",
+                                "type": "function",
+                                "function": {"name": "search", "arguments": '{"q"'},
+                            }
+                        ]
+                    },
+                }
+            ]
+        },
         {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]}}]},
         {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
-        {"choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 7,
-                                  "prompt_tokens_details": {"cached_tokens": 64}}},
+        {
+            "choices": [],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 7, "prompt_tokens_details": {"cached_tokens": 64}},
+        },
     )
     tap = ResponseTap(stream=True)
-    for i in range(0, len(body), 7):              # frames split at arbitrary byte boundaries
-        tap.feed(body[i:i + 7], now=float(i))
+    for i in range(0, len(body), 7):  # frames split at arbitrary byte boundaries
+        tap.feed(body[i : i + 7], now=float(i))
     tap.finish()
     assert tap.finish_reason == "tool_calls"
     assert (tap.prompt_tokens, tap.cached_tokens, tap.output_tokens) == (100, 64, 7)
     assert tap.first_token_at is not None and tap.first_token_at > 0
     msg = tap.assistant_message()
     assert msg["tool_calls"][0]["id"] == "call_1"
-    assert msg["tool_calls"][0]["function"] == {"name": "search", "arguments": "{\"q\": 1}"}
+    assert msg["tool_calls"][0]["function"] == {"name": "search", "arguments": '{"q": 1}'}
 
 
 def test_json_body_and_crlf_frames():
     tap = ResponseTap(stream=False)
-    body = json.dumps({"choices": [{"message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
-                       "usage": {"prompt_tokens": 10, "completion_tokens": 1, "cached_tokens": 5}}).encode()
+    body = json.dumps(
+        {
+            "choices": [{"message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 1, "cached_tokens": 5},
+        }
+    ).encode()
     tap.feed(body[:5], 1.0)
     tap.feed(body[5:], 2.0)
     tap.finish()
@@ -42,8 +63,11 @@ def test_json_body_and_crlf_frames():
     assert tap.assistant_message() == {"role": "assistant", "content": "hi"}
 
     tap = ResponseTap(stream=True)
-    tap.feed(b'data: {"choices":[{"delta":{"content":"a"}}]}\r\n\r\ndata: {"choices":[{"delta":{},'
-             b'"finish_reason":"length"}]}\r\n\r\n', 3.0)
+    tap.feed(
+        b'data: {"choices":[{"delta":{"content":"a"}}]}\r\n\r\ndata: {"choices":[{"delta":{},'
+        b'"finish_reason":"length"}]}\r\n\r\n',
+        3.0,
+    )
     tap.finish()
     assert tap.finish_reason == "length" and tap.first_token_at == 3.0
 
@@ -61,7 +85,7 @@ def test_deep_or_broken_json_is_ignored_quietly():
     budget = TapBudget(10 << 20)
     tap = ResponseTap(stream=False, budget=budget)
     tap.feed(b"[" * 200_000 + b"]" * 200_000, 1.0)
-    tap.finish()                                  # RecursionError inside json.loads: swallowed
+    tap.finish()  # RecursionError inside json.loads: swallowed
     assert tap.finish_reason is None and budget.used == 0
     tap = ResponseTap(stream=True, budget=budget)
     tap.feed(b"data: " + b"[" * 200_000 + b"\n\n", 1.0)
@@ -75,7 +99,7 @@ def test_all_taps_share_one_byte_budget():
     budget = TapBudget(300_000)
     taps = [ResponseTap(stream=False, budget=budget) for _ in range(5)]
     for t in taps:
-        t.feed(b"{" + b" " * 100_000, 1.0)        # 5 x 100 KB buffered JSON bodies
+        t.feed(b"{" + b" " * 100_000, 1.0)  # 5 x 100 KB buffered JSON bodies
     assert budget.used <= 300_000 and budget.overflows >= 2
     sse_tap = ResponseTap(stream=True, budget=budget)
     sse_tap.feed(b"data: " + b"x" * 500_000, 1.0)  # no line end: the pending line is not kept

@@ -20,19 +20,35 @@ pytestmark = pytest.mark.sockets
 def responses_workflow(http: httpx.Client, url: str, sessions: int, px, steps: int = 6) -> list[dict]:
     out = []
     for s in range(sessions):
-        items = [{"type": "message", "role": "user", "content": [
-            {"type": "input_text", "text": f"task s{s}: " + " ".join(f"w{s}x{k}" for k in range(30))}]}]
+        items = [
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": f"task s{s}: " + " ".join(f"w{s}x{k}" for k in range(30))}],
+            }
+        ]
         for step in range(steps):
             agent = ORDER[step % len(ORDER)]
             settle(px)
-            body = {"model": MODEL, "instructions": PROMPTS[agent], "input": items, "max_output_tokens": 8,
-                    "user": f"s{s}"}
+            body = {
+                "model": MODEL,
+                "instructions": PROMPTS[agent],
+                "input": items,
+                "max_output_tokens": 8,
+                "user": f"s{s}",
+            }
             r = http.post(url + "/v1/responses", json=body)
             assert r.status_code == 200, r.text
             j = r.json()
             usage = j["usage"]
-            out.append({"session": s, "agent": agent, "prompt": usage["input_tokens"],
-                        "cached": usage["input_tokens_details"]["cached_tokens"]})
+            out.append(
+                {
+                    "session": s,
+                    "agent": agent,
+                    "prompt": usage["input_tokens"],
+                    "cached": usage["input_tokens_details"]["cached_tokens"],
+                }
+            )
             reply = j["output"][0]["content"][0]["text"]
             items.append({"type": "message", "role": "user", "content": f"{agent}: {reply}"})
     settle(px)
@@ -47,10 +63,14 @@ def run(kind: str):
             else:
                 records = workflow(http, px.url, sessions=6, px=px)
             assert px.call(lambda: px.live.quiesce(5.0))
-            return {"records": records, "state": debug(http, px), "engine_hits": engine_hits(sim.url),
-                    "client_cached": px.live.observer.counts["cached_tokens"],
-                    "warm_cached": px.live.executor.stats["warm_cached_tokens"],
-                    "warm_ok": debug(http, px, "engine")["executor"]["ok"]}
+            return {
+                "records": records,
+                "state": debug(http, px),
+                "engine_hits": engine_hits(sim.url),
+                "client_cached": px.live.observer.counts["cached_tokens"],
+                "warm_cached": px.live.executor.stats["warm_cached_tokens"],
+                "warm_ok": debug(http, px, "engine")["executor"]["ok"],
+            }
 
 
 @pytest.fixture(scope="module")
@@ -75,14 +95,18 @@ def test_responses_workload_is_learned_and_warmed_like_its_chat_twin(twins):
 
 
 def test_anthropic_messages_route_and_view(http):
-    with run_sim_server(sim_config()) as sim:
-        with run_proxy_server(proxy_settings(sim.url)) as px:
-            for s in range(3):
-                body = {"model": MODEL, "max_tokens": 8, "system": PROMPTS["A"], "metadata": {"session_id": f"m{s}"},
-                        "messages": [{"role": "user", "content": [{"type": "text", "text": f"question {s} " * 20}]}]}
-                r = http.post(px.url + "/v1/messages", json=body)
-                assert r.status_code == 200, r.text
-                assert r.json()["type"] == "message" and r.json()["usage"]["input_tokens"] > 0
-            settle(px)
-            state = debug(http, px)
+    with run_sim_server(sim_config()) as sim, run_proxy_server(proxy_settings(sim.url)) as px:
+        for s in range(3):
+            body = {
+                "model": MODEL,
+                "max_tokens": 8,
+                "system": PROMPTS["A"],
+                "metadata": {"session_id": f"m{s}"},
+                "messages": [{"role": "user", "content": [{"type": "text", "text": f"question {s} " * 20}]}],
+            }
+            r = http.post(px.url + "/v1/messages", json=body)
+            assert r.status_code == 200, r.text
+            assert r.json()["type"] == "message" and r.json()["usage"]["input_tokens"] > 0
+        settle(px)
+        state = debug(http, px)
     assert state["observer"]["observed"] >= 3 and state["stats"]["agents"] == 1

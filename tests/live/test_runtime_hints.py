@@ -14,9 +14,9 @@ import pytest
 
 from proxy.core.hints import HintConfig, ignore_bound, source_id
 from proxy.harness.proxy_server import run_proxy_server
-from proxy.simengine.server import create_sim_app
 from proxy.harness.sim_server import run_sim_server
 from proxy.harness.uvicorn_thread import serve_in_thread
+from proxy.simengine.server import create_sim_app
 
 from .conftest import MODEL, agent_prompts, chat, proxy_settings, sim_config
 

@@ -22,22 +22,35 @@ import time
 import httpx
 import pytest
 
-from proxy.harness.proxy_server import run_proxy_server
 from proxy.cachemodel.cost_model import CostModel
+from proxy.harness.proxy_server import run_proxy_server
 from proxy.harness.sim_server import run_sim_server
 
 from .conftest import ADMIN, MODEL, agent_prompts, chat, proxy_settings, sim_config
 
 pytestmark = pytest.mark.sockets
 
-SLOW = CostModel(prefill_token_s=1.0 / 4000)       # a 500-token prefill takes ~125 ms
-WINDOWS = {"switchback": "auto", "switchback_window_min_s": 1.0, "switchback_window_max_s": 2.0,
-           "switchback_burn_in_min_s": 0.3, "switchback_decision_windows": 6, "switchback_min_window_requests": 2,
-           "switchback_retry_s": 600.0, "switchback_seed": 11}
+SLOW = CostModel(prefill_token_s=1.0 / 4000)  # a 500-token prefill takes ~125 ms
+WINDOWS = {
+    "switchback": "auto",
+    "switchback_window_min_s": 1.0,
+    "switchback_window_max_s": 2.0,
+    "switchback_burn_in_min_s": 0.3,
+    "switchback_decision_windows": 6,
+    "switchback_min_window_requests": 2,
+    "switchback_retry_s": 600.0,
+    "switchback_seed": 11,
+}
 # budgets out of the way (the sim's timings are what these tests are about); the gate opens after 6
 # learned transitions (not 20) so the experiment starts within seconds
-FAST = {"cooldown_s": 0.0, "action_ttl_s": 5.0, "warmup_tokens_per_s": 1e6, "warm_max_waiting": 100,
-        "warm_lifetime_share": 0.0, "r_min_transitions": 6}
+FAST = {
+    "cooldown_s": 0.0,
+    "action_ttl_s": 5.0,
+    "warmup_tokens_per_s": 1e6,
+    "warm_max_waiting": 100,
+    "warm_lifetime_share": 0.0,
+    "r_min_transitions": 6,
+}
 PROMPTS = agent_prompts(3, 150)
 
 
@@ -82,8 +95,9 @@ def evicting_warms(px, engine_url: str, junk_words: int = 440, rounds: int = 2) 
         for _ in range(rounds):
             count[0] += 1
             junk = f"{count[0]} " + " ".join(f"junk{count[0]}x{k}" for k in range(junk_words))
-            await adapter.client.post(engine_url + "/v1/completions", json={"model": MODEL, "prompt": junk,
-                                                                            "max_tokens": 1})
+            await adapter.client.post(
+                engine_url + "/v1/completions", json={"model": MODEL, "prompt": junk, "max_tokens": 1}
+            )
         return result
 
     adapter.warm = warm_then_evict
@@ -113,9 +127,14 @@ def test_harmful_actions_end_observe_only_within_bounded_windows(http, caplog):
         # one engine scrape (at start: the cache size), none after: the planner's economics would otherwise
         # see the engine busy with the junk (scraped prefill utilisation) and stop warming — right, but then
         # there is no harm left for the switchback to find, which is what this test is about
-        st = proxy_settings(sim.url, policy_overrides=FAST, yield_throttle=False, switchback_start_after_s=3.0,
-                            scrape_interval=1000.0,
-                            **dict(WINDOWS, switchback_window_min_s=1.5, switchback_window_max_s=2.5))
+        st = proxy_settings(
+            sim.url,
+            policy_overrides=FAST,
+            yield_throttle=False,
+            switchback_start_after_s=3.0,
+            scrape_interval=1000.0,
+            **dict(WINDOWS, switchback_window_min_s=1.5, switchback_window_max_s=2.5),
+        )
         with run_proxy_server(st) as px:
             px.call(lambda: evicting_warms(px, sim.url))
             stop, threads = start_traffic(harmful_traffic, 1, px.url, time.monotonic() + 52)
@@ -141,8 +160,11 @@ def test_harmful_actions_end_observe_only_within_bounded_windows(http, caplog):
                 assert low == pytest.approx(ttft["low"])
                 said = [r.getMessage() for r in caplog.records if r.name == "cachescout.switchback"]
                 assert any("switchback decision: harmful; TTFT effect +" in m for m in said), said
-                assert any("observe-only for 600 s" in m and r.levelname == "WARNING"
-                           for r in caplog.records for m in [r.getMessage()])
+                assert any(
+                    "observe-only for 600 s" in m and r.levelname == "WARNING"
+                    for r in caplog.records
+                    for m in [r.getMessage()]
+                )
                 # observe-only: still learning, no more actions
                 emitted = sum(px.live.policy.planner.emitted.values())
                 learned = px.live.policy.requests
@@ -161,7 +183,7 @@ def helpful_workflow(http: httpx.Client, px, stop: threading.Event, deadline: fl
         hist = [{"role": "user", "content": f"task {s}: " + " ".join(f"w{s}x{k}" for k in range(30))}]
         for step in range(6):
             px.call(lambda: px.live.settle(5.0))
-            time.sleep(0.25)                            # the agent's pause between turns: the warm runs in it
+            time.sleep(0.25)  # the agent's pause between turns: the warm runs in it
             agent = "ABC"[step % 3]
             j = chat(http, px.url, PROMPTS[agent], hist, f"h{s}")
             hist.append({"role": "user", "content": f"{agent}: {j['choices'][0]['message']['content']}"})
@@ -170,12 +192,17 @@ def helpful_workflow(http: httpx.Client, px, stop: threading.Event, deadline: fl
 
 def test_helpful_actions_stay_on_and_the_effect_is_exported(http):
     with run_sim_server(sim_config(capacity_blocks=64, speed=1.0, cost=SLOW)) as sim:
-        st = proxy_settings(sim.url, policy_overrides=FAST, switchback_start_after_s=3.0,
-                            **dict(WINDOWS, switchback_window_min_s=2.0, switchback_window_max_s=3.0))
+        st = proxy_settings(
+            sim.url,
+            policy_overrides=FAST,
+            switchback_start_after_s=3.0,
+            **dict(WINDOWS, switchback_window_min_s=2.0, switchback_window_max_s=3.0),
+        )
         with run_proxy_server(st) as px:
             stop = threading.Event()
-            t = threading.Thread(target=helpful_workflow, args=(httpx.Client(timeout=20), px, stop,
-                                                               time.monotonic() + 50), daemon=True)
+            t = threading.Thread(
+                target=helpful_workflow, args=(httpx.Client(timeout=20), px, stop, time.monotonic() + 50), daemon=True
+            )
             t.start()
             try:
                 d = run_until(px, lambda d: sum(d["switchback"]["decisions"].values()) >= 1, 45.0)
@@ -191,8 +218,9 @@ def test_helpful_actions_stay_on_and_the_effect_is_exported(http):
             assert ttft["low"] <= ttft["effect"] <= ttft["high"] and ttft["effect"] < 0
             text = http.get(px.url + "/metrics").text
             assert metric(text, "cachescout_switchback_observe_only") == 0
-            assert metric(text, "cachescout_switchback_ttft_effect_ratio", source="decision",
-                          bound="estimate") == pytest.approx(ttft["relative"])
+            assert metric(
+                text, "cachescout_switchback_ttft_effect_ratio", source="decision", bound="estimate"
+            ) == pytest.approx(ttft["relative"])
             assert metric(text, "cachescout_switchback_hit_ratio", source="decision", arm="on") == est["hit_ratio_on"]
             # the signals paid: transition saved more than it spent and was never throttled
             sigs = debug_state(http, px)["signals"]
@@ -203,8 +231,13 @@ def test_helpful_actions_stay_on_and_the_effect_is_exported(http):
 
 def test_negative_yield_throttles_the_signal(http):
     with run_sim_server(sim_config(capacity_blocks=64, speed=1.0, cost=SLOW)) as sim:
-        st = proxy_settings(sim.url, policy_overrides=FAST, switchback="on", yield_min_evidence_tokens=600,
-                            yield_explore_interval_s=30.0)
+        st = proxy_settings(
+            sim.url,
+            policy_overrides=FAST,
+            switchback="on",
+            yield_min_evidence_tokens=600,
+            yield_explore_interval_s=30.0,
+        )
         with run_proxy_server(st) as px:
             px.call(lambda: evicting_warms(px, sim.url))
             stop, threads = start_traffic(harmful_traffic, 1, px.url, time.monotonic() + 34)
@@ -223,8 +256,8 @@ def test_negative_yield_throttles_the_signal(http):
             se = px.live.selfeval
             answers = px.call(lambda: [se.gate(reason, "warm", px.live.clock()) for _ in range(3)])
             assert answers.count(True) <= 1 and answers[-1] is False
-            assert px.call(lambda: se.gate(reason, "retain", px.live.clock()))      # costs nothing: never held
-            for _ in range(40):                                  # the yield gauges are published once a second
+            assert px.call(lambda: se.gate(reason, "retain", px.live.clock()))  # costs nothing: never held
+            for _ in range(40):  # the yield gauges are published once a second
                 text = http.get(px.url + "/metrics").text
                 if metric(text, "cachescout_signal_throttled", reason=reason) == 1:
                     break

@@ -16,16 +16,30 @@ from proxy.harness.sim_server import run_sim_server
 from .conftest import MODEL, agent_prompts, chat, proxy_settings, sim_config
 
 pytestmark = pytest.mark.sockets
-CAPACITY = 64            # blocks of 16: the paused context plus the other traffic do not fit
+CAPACITY = 64  # blocks of 16: the paused context plus the other traffic do not fit
 
-TOOLS = [{"type": "function", "function": {"name": "search", "description": "search the web",
-                                           "parameters": {"type": "object", "properties": {"q": {"type": "string"}},
-                                                          "required": ["q"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "search the web",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+        },
+    }
+]
 
 
 def stream_chat(http: httpx.Client, url: str, messages: list[dict]) -> dict:
-    body = {"model": MODEL, "messages": messages, "tools": TOOLS, "max_tokens": 64, "stream": True,
-            "stream_options": {"include_usage": True}, "user": "sess-1"}
+    body = {
+        "model": MODEL,
+        "messages": messages,
+        "tools": TOOLS,
+        "max_tokens": 64,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "user": "sess-1",
+    }
     calls: dict[int, dict] = {}
     out = {"finish": None, "usage": None}
     with http.stream("POST", url + "/v1/chat/completions", json=body) as r:
@@ -37,8 +51,9 @@ def stream_chat(http: httpx.Client, url: str, messages: list[dict]) -> dict:
             out["usage"] = obj.get("usage") or out["usage"]
             for ch in obj.get("choices") or ():
                 for tc in (ch.get("delta") or {}).get("tool_calls") or ():
-                    slot = calls.setdefault(tc.get("index", 0), {"id": None, "type": "function",
-                                                                  "function": {"name": "", "arguments": ""}})
+                    slot = calls.setdefault(
+                        tc.get("index", 0), {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+                    )
                     slot["id"] = tc.get("id") or slot["id"]
                     slot["function"]["name"] += (tc.get("function") or {}).get("name") or ""
                     slot["function"]["arguments"] += (tc.get("function") or {}).get("arguments") or ""
@@ -56,7 +71,7 @@ def resume_run(http: httpx.Client, url: str, px=None, sent: list | None = None) 
     assert first["finish"] == "tool_calls" and first["tool_calls"]
     for i, name in enumerate("BC"):
         chat(http, url, prompts[name], [{"role": "user", "content": f"other work {i}"}], "sess-2")
-    time.sleep(1.3)                                          # the tool runs; the planner sweeps paused sessions
+    time.sleep(1.3)  # the tool runs; the planner sweeps paused sessions
     recent: list = []
     if px is not None:
         px.call(lambda: px.live.settle(5.0))
@@ -92,10 +107,10 @@ def test_tool_calls_pause_the_session_and_its_context_is_warmed(http):
     tokenize = [b for b in sent if b["path"] == "/tokenize"]
     assert tokenize, sent
     warmed_msgs = tokenize[-1]["messages"]
-    assert warmed_msgs[:2] == messages                                   # the session's prompt...
-    assert warmed_msgs[-1]["tool_calls"][0]["function"] == first["tool_calls"][0]["function"]   # ...+ its turn
+    assert warmed_msgs[:2] == messages  # the session's prompt...
+    assert warmed_msgs[-1]["tool_calls"][0]["function"] == first["tool_calls"][0]["function"]  # ...+ its turn
     warm = [b for b in sent if b["path"] == "/v1/completions"][-1]
     block = 16
     got = resumed["usage"]["prompt_tokens_details"]["cached_tokens"]
-    assert got >= (len(warm["prompt"]) // block) * block              # the warmed context is a real hit
-    assert direct["usage"]["prompt_tokens_details"]["cached_tokens"] < got / 2   # without the proxy: evicted
+    assert got >= (len(warm["prompt"]) // block) * block  # the warmed context is a real hit
+    assert direct["usage"]["prompt_tokens_details"]["cached_tokens"] < got / 2  # without the proxy: evicted

@@ -18,10 +18,12 @@ def trace_path(name: str) -> Path:
 @pytest.fixture(scope="session")
 def mooncake_conversation():
     from proxy.replay.traces import load_trace
+
     return load_trace(trace_path("conversation_trace.jsonl"))
 
 
 @pytest.fixture(scope="session")
 def mooncake_synthetic():
     from proxy.replay.traces import load_trace
+
     return load_trace(trace_path("synthetic_trace.jsonl"))

@@ -16,9 +16,27 @@ def _args(*argv):
 
 def test_workload_replay_writes_report_json_md_and_plots(tmp_path, capsys):
     out = tmp_path / "rep"
-    rc = replay_cli.run(_args("--workload", "pipeline", "--sessions", "12", "--capacity", "150,300",
-                              "--policies", "lru,history,scout-proxy", "--out", str(out), "--no-progress",
-                              "--scout-set", "cooldown_s=1.0", "--engines", "2", "--retention-seconds", "60"))
+    rc = replay_cli.run(
+        _args(
+            "--workload",
+            "pipeline",
+            "--sessions",
+            "12",
+            "--capacity",
+            "150,300",
+            "--policies",
+            "lru,history,scout-proxy",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--scout-set",
+            "cooldown_s=1.0",
+            "--engines",
+            "2",
+            "--retention-seconds",
+            "60",
+        )
+    )
     assert rc == 0
     doc = json.loads((out / "report.json").read_text())
     caps = doc["results"]["capacities"]
@@ -41,13 +59,34 @@ def test_workload_replay_writes_report_json_md_and_plots(tmp_path, capsys):
 
 def test_trace_replay_reports_malformed_lines(tmp_path, capsys):
     trace = tmp_path / "t.jsonl"
-    lines = [json.dumps({"timestamp": 100 * i, "input_length": 2048, "output_length": 10,
-                         "hash_ids": [0, 1 + i % 5, 100 + i, 200 + i]}) for i in range(40)]
+    lines = [
+        json.dumps(
+            {
+                "timestamp": 100 * i,
+                "input_length": 2048,
+                "output_length": 10,
+                "hash_ids": [0, 1 + i % 5, 100 + i, 200 + i],
+            }
+        )
+        for i in range(40)
+    ]
     lines.insert(3, "garbage")
     trace.write_text("\n".join(lines) + "\n")
     out = tmp_path / "rep"
-    rc = replay_cli.run(_args("--trace", str(trace), "--capacity", "8", "--policies", "lru,ttl",
-                              "--out", str(out), "--no-plots", "--no-progress"))
+    rc = replay_cli.run(
+        _args(
+            "--trace",
+            str(trace),
+            "--capacity",
+            "8",
+            "--policies",
+            "lru,ttl",
+            "--out",
+            str(out),
+            "--no-plots",
+            "--no-progress",
+        )
+    )
     assert rc == 0
     doc = json.loads((out / "report.json").read_text())
     assert doc["meta"]["source"]["format"] == "mooncake"
@@ -57,12 +96,15 @@ def test_trace_replay_reports_malformed_lines(tmp_path, capsys):
     assert "malformed" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [
-    ("--workload", "selector", "--policies", "lru,nope"),
-    ("--workload", "selector", "--scout-set", "no_such_knob=1"),
-    ("--workload", "selector", "--scout-set", "novalue"),
-    ("--trace", "/nonexistent/trace.jsonl"),
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("--workload", "selector", "--policies", "lru,nope"),
+        ("--workload", "selector", "--scout-set", "no_such_knob=1"),
+        ("--workload", "selector", "--scout-set", "novalue"),
+        ("--trace", "/nonexistent/trace.jsonl"),
+    ],
+)
 def test_bad_input_exits_2_with_a_message(tmp_path, capsys, argv):
     assert replay_cli.run(_args(*argv, "--out", str(tmp_path / "x"), "--no-progress")) == 2
     assert "cachescout replay:" in capsys.readouterr().err
@@ -74,8 +116,24 @@ def test_parse_overrides_types_values():
 
 def test_cachescout_entry_point_dispatches_replay(tmp_path):
     from proxy.cli import main
-    rc = main(["replay", "--workload", "debate", "--sessions", "6", "--capacity", "200", "--policies", "lru",
-               "--out", str(tmp_path / "r"), "--no-plots", "--no-progress"])
+
+    rc = main(
+        [
+            "replay",
+            "--workload",
+            "debate",
+            "--sessions",
+            "6",
+            "--capacity",
+            "200",
+            "--policies",
+            "lru",
+            "--out",
+            str(tmp_path / "r"),
+            "--no-plots",
+            "--no-progress",
+        ]
+    )
     assert rc == 0 and (tmp_path / "r" / "report.md").exists()
 
 

@@ -32,7 +32,7 @@ def test_a_warm_that_serves_a_hit_converts_with_its_lead_time():
 def test_a_warm_evicted_before_use_does_not_convert():
     rec, pool = _rec(), BlockPool(3)
     execute_on_pool(pool, rec, COST, 0.0, "warm", "fanout", (1, 2), (16, 16))
-    pool.access((7, 8, 9), 1.0)                          # flushes the warmed blocks
+    pool.access((7, 8, 9), 1.0)  # flushes the warmed blocks
     rec.request(0, 1.0, (7, 8, 9), (16, 16, 16), 0)
     hit = pool.access((1, 2), 2.0)
     rec.request(1, 2.0, (1, 2), (16, 16), hit)
@@ -46,12 +46,12 @@ def test_a_touch_on_resident_blocks_costs_one_token_and_rewarming_voids_stale_ma
     execute_on_pool(pool, rec, COST, 0.5, "touch", "hint", (1, 2), (16, 16))
     s = rec.signals["hint"]
     assert s.warm_tokens == 0 and s.cost_s == pytest.approx(COST.chunk_s(32, 1) + COST.decode_seq_s)
-    pool.access((5, 6, 7, 8), 1.0)                       # evicts 1, 2 without a request naming them
+    pool.access((5, 6, 7, 8), 1.0)  # evicts 1, 2 without a request naming them
     execute_on_pool(pool, rec, COST, 2.0, "warm", "transition", (1, 2), (16, 16))
     hit = pool.access((1, 2), 3.0)
     rec.request(0, 3.0, (1, 2), (16, 16), hit)
     sig = rec.signal_summary(0.0)
-    assert sig["hint"]["converted_tokens"] == 0          # its blocks were evicted in between
+    assert sig["hint"]["converted_tokens"] == 0  # its blocks were evicted in between
     assert sig["transition"]["converted_tokens"] == 32
 
 
@@ -63,7 +63,7 @@ def test_retain_is_unsupported_on_an_lru_engine_and_honoured_on_a_priority_one()
     pool.access((1,), 0.0)
     assert execute_on_pool(pool, rec, COST, 0.1, "retain", "hint", (1,), (16,), priority=50, honours_priority=True)
     pool.access((2,), 0.2)
-    pool.access((3,), 0.3)                              # evicts 2, not the retained 1
+    pool.access((3,), 0.3)  # evicts 2, not the retained 1
     assert pool.match_prefix((1,)) == 1 and pool.match_prefix((2,)) == 0
 
 
@@ -82,7 +82,7 @@ def test_pollution_is_lost_hits_against_lru_shared_by_acted_tokens():
 def test_ttft_queue_and_throughput_at_budget():
     rec = _rec(3)
     for i in range(3):
-        rec.request(i, 0.0, (i,), (1000,), 0)           # three cold prefills arriving together
+        rec.request(i, 0.0, (i,), (1000,), 0)  # three cold prefills arriving together
     _, ttft = rec._queue()
     one = COST.prefill_s(1000)
     assert ttft == pytest.approx([one, 2 * one, 3 * one])
@@ -100,7 +100,7 @@ def test_grouped_cache_evicts_the_lowest_scored_group_head_deepest_first():
     cache = GroupedCache(4, lambda g, last, now: score[g])
     cache.access((1, 2), ["keep", "keep"], 0.0)
     cache.access((3, 4), ["drop", "drop"], 1.0)
-    cache.access((5,), ["keep"], 2.0)                    # evicts 4 (the deeper "drop" block)
+    cache.access((5,), ["keep"], 2.0)  # evicts 4 (the deeper "drop" block)
     assert cache.match_prefix((3, 4)) == 1 and cache.match_prefix((1, 2)) == 2
     assert cache.access((3, 4, 6), ["drop"] * 3, 3.0) == 1
     assert len(cache) == 4
@@ -108,10 +108,10 @@ def test_grouped_cache_evicts_the_lowest_scored_group_head_deepest_first():
 
 def test_early_share_compares_lead_time_with_the_actions_prefill_time():
     rec, pool = _rec(), BlockPool(256)
-    chain, toks = tuple(range(1, 101)), (16,) * 100         # 1600 tokens: ~0.11 s to prefill
+    chain, toks = tuple(range(1, 101)), (16,) * 100  # 1600 tokens: ~0.11 s to prefill
     need = COST.chunk_s(0, 1600)
     execute_on_pool(pool, rec, COST, 0.0, "warm", "transition", chain, toks)
-    rec.request(0, need / 2, chain, toks, pool.access(chain, need / 2))       # too soon to have helped
+    rec.request(0, need / 2, chain, toks, pool.access(chain, need / 2))  # too soon to have helped
     execute_on_pool(pool, rec, COST, 10.0, "touch", "hint", chain, toks)
     rec.request(1, 10.0 + 2 * need, chain, toks, pool.access(chain, 10.0 + 2 * need))
     sig = rec.signal_summary(0.0)
@@ -130,10 +130,10 @@ def test_parallel_engines_share_the_queue():
 def test_grouped_cache_never_evicts_a_prefix_from_under_its_tail():
     score = {"low": 0.0, "high": 10.0}
     cache = GroupedCache(4, lambda g, last, now: score[g])
-    cache.access((1, 2, 3), ["low", "high", "high"], 0.0)   # the lowest-scored block is the root
+    cache.access((1, 2, 3), ["low", "high", "high"], 0.0)  # the lowest-scored block is the root
     cache.access((9,), ["high"], 1.0)
-    cache.access((7,), ["high"], 2.0)                        # needs a victim: a leaf, so 3
+    cache.access((7,), ["high"], 2.0)  # needs a victim: a leaf, so 3
     assert cache.match_prefix((1, 2, 3)) == 2 and cache.match_prefix((9,)) == 1
-    cache.access((8,), ["high"], 3.0)                        # then 2, and only then the root
+    cache.access((8,), ["high"], 3.0)  # then 2, and only then the root
     cache.access((6,), ["high"], 4.0)
     assert cache.match_prefix((1,)) == 0 and len(cache) == 4

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from proxy.core.config import PolicyConfig
+from proxy.replay.scout import build_config
 from proxy.runtime.policy_config import executor_limits, policy_config
 from proxy.settings import Settings
-from proxy.replay.scout import build_config
 
 
 def test_live_and_replay_build_identical_configs():
-    s = Settings(policy_overrides={"cooldown_s": 2, "top_k": 1, "retain_sessions": 1}, action_ttl=3.0,
-                 action_concurrency=3, action_max_waiting=5, policy_r_min=0.4)
+    s = Settings(
+        policy_overrides={"cooldown_s": 2, "top_k": 1, "retain_sessions": 1},
+        action_ttl=3.0,
+        action_concurrency=3,
+        action_max_waiting=5,
+        policy_r_min=0.4,
+    )
     live = policy_config(s, capacity_tokens=640 * 16, prefill_tokens_per_s=15_000.0, retain=False)
     replay = build_config(640, 16, s, retain=False, prefill_tokens_per_s=15_000.0)
     assert live == replay

@@ -46,7 +46,7 @@ def test_r_gate_keeps_scout_proxy_within_half_a_point_of_lru_on_random(topo, sha
     rec = run_policy(pol, reqs, cap, COST)
     scout = rec.hit_tokens.sum() / rec.prompt_tokens.sum()
     assert abs(scout - lru) <= 0.005
-    assert pol.sp.stats().predictability < pol.sp.config.r_min      # it is the gate, not luck
+    assert pol.sp.stats().predictability < pol.sp.config.r_min  # it is the gate, not luck
 
 
 def test_scout_proxy_runs_the_live_planner_and_its_knobs_matter(topo):
@@ -55,12 +55,13 @@ def test_scout_proxy_runs_the_live_planner_and_its_knobs_matter(topo):
     pol = make_policy("scout-proxy", ReplaySettings())
     run_policy(pol, reqs, cap, COST)
     from proxy.core.policy import ScoutPolicy
+
     assert isinstance(pol.sp, ScoutPolicy)
     st = pol.sp.stats()
     assert st.agents == 6 and st.top1_accuracy > 0.6 and st.actions_emitted
     off, _ = _hit_rate("scout-proxy", reqs, cap, scout_overrides={"r_min": 1.01})
     lru, _ = _hit_rate("lru", reqs, cap)
-    assert off == pytest.approx(lru)                                    # gate shut: exactly LRU
+    assert off == pytest.approx(lru)  # gate shut: exactly LRU
 
 
 def test_scout_engine_and_priority_proxy_beat_lru_on_selector(topo):
@@ -82,19 +83,19 @@ def test_history_learns_which_category_is_reused():
             reqs.append(_req(t, [1000 + 10 * i + j for j in range(4)], category="one"))
     lru, _ = _hit_rate("lru", reqs, 8)
     hist, _ = _hit_rate("history", reqs, 8)
-    assert lru == 0.0                      # two one-offs between reuses flush an 8-block LRU
+    assert lru == 0.0  # two one-offs between reuses flush an 8-block LRU
     assert hist > 0.25
 
 
 def test_ttl_pins_a_tool_calling_session_until_it_resumes():
     reqs = [_req(0.0, [1, 2, 3], session_id="s", finish_reason="tool_calls", output_tokens=1)]
-    reqs += [_req(1.0 + 0.1 * i, [100 + i, 200 + i]) for i in range(20)]           # flood
+    reqs += [_req(1.0 + 0.1 * i, [100 + i, 200 + i]) for i in range(20)]  # flood
     reqs.append(_req(4.0, [1, 2, 3, 4], session_id="s"))
     lru, _ = _hit_rate("lru", reqs, 6)
     ttl, rec = _hit_rate("ttl", reqs, 6, ttl_s=10.0)
     short, _ = _hit_rate("ttl", reqs, 6, ttl_s=0.5)
     assert rec.hit_blocks[-1] == 3 and ttl > lru
-    assert short == pytest.approx(lru)     # the pin expired before the resume
+    assert short == pytest.approx(lru)  # the pin expired before the resume
     assert rec.signal_summary(0.0)["tool_resume"]["conversion"] == 1.0
 
 
@@ -121,15 +122,16 @@ def test_capacity_accepts_shares_percentages_and_blocks(topo):
 
 def test_engine_queue_counts_jobs_waiting_to_start():
     from proxy.replay.engine_side import EngineQueue
+
     q = EngineQueue(1)
-    q.push(0.0, 1.0)                      # runs 0-1
-    q.push(0.1, 1.0)                      # waits until 1
-    q.push(0.2, 1.0)                      # waits until 2
+    q.push(0.0, 1.0)  # runs 0-1
+    q.push(0.1, 1.0)  # waits until 1
+    q.push(0.2, 1.0)  # waits until 2
     assert q.waiting(0.5) == 2
     assert q.waiting(1.5) == 1
     assert q.waiting(2.5) == 0
     two = EngineQueue(2)
     two.push(0.0, 1.0)
-    two.push(0.0, 1.0)                    # second server
+    two.push(0.0, 1.0)  # second server
     two.push(0.1, 1.0)
     assert two.waiting(0.5) == 1

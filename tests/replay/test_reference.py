@@ -4,18 +4,27 @@ and Belady is a bound on small random streams."""
 import random
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.cachemodel.block_pool import BlockPool
 from proxy.replay.belady import INF, belady_hits, next_uses
 
-from .conftest import trace_path
-
 # (share of unique blocks, LRU, Belady) from ../shared/traces/README.md
-CONVERSATION = [(0.01, 0.052, 0.246), (0.05, 0.196, 0.366), (0.10, 0.279, 0.366), (0.25, 0.353, 0.366),
-                (None, 0.366, 0.366)]
-SYNTHETIC = [(0.01, 0.038, 0.185), (0.05, 0.157, 0.396), (0.10, 0.262, 0.506), (0.25, 0.444, 0.626),
-             (None, 0.640, 0.640)]
+CONVERSATION = [
+    (0.01, 0.052, 0.246),
+    (0.05, 0.196, 0.366),
+    (0.10, 0.279, 0.366),
+    (0.25, 0.353, 0.366),
+    (None, 0.366, 0.366),
+]
+SYNTHETIC = [
+    (0.01, 0.038, 0.185),
+    (0.05, 0.157, 0.396),
+    (0.10, 0.262, 0.506),
+    (0.25, 0.444, 0.626),
+    (None, 0.640, 0.640),
+]
 
 
 def _rates(res, share):
@@ -70,7 +79,7 @@ def _chains(rng, n_req, n_roots):
         depth = rng.randint(1, 6)
         chain = []
         for d in range(depth):
-            key = (root, d, rng.random() < 0.15 and d > 0)    # sometimes a branch
+            key = (root, d, rng.random() < 0.15 and d > 0)  # sometimes a branch
             chain.append(ids.setdefault((tuple(chain), key), len(ids)))
         reqs.append(tuple(chain))
     return reqs

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
+from proxy.replay.cli import add_arguments, run
 from proxy.replay.fleet_report import split_for_bootstrap
 from proxy.replay.replicas import learned_snapshot, replay_fleet, route, scale_table
 from proxy.replay.runner import ReplaySettings, replay, resolve_capacity
-from proxy.replay.cli import add_arguments, run
 from proxy.replay.workloads import generate, preset
 
 

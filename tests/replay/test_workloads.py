@@ -1,5 +1,6 @@
 """Workload generators: seeded, shaped like the paper's workloads, append-only per (agent, session)."""
 
+import itertools
 from dataclasses import replace
 
 import pytest
@@ -28,7 +29,7 @@ def test_anchor_share_is_in_the_papers_range(streams, name):
 
 def test_stream_is_time_ordered_and_every_request_names_its_agent(streams):
     for reqs in streams.values():
-        assert all(a.t <= b.t for a, b in zip(reqs, reqs[1:]))
+        assert all(a.t <= b.t for a, b in itertools.pairwise(reqs))
         assert all(r.agent and r.session_id and 0 < r.anchor_blocks < len(r.block_hashes) for r in reqs)
 
 
@@ -61,6 +62,7 @@ def test_pipeline_follows_the_fixed_order_and_random_does_not():
                 seen.setdefault(prev, set()).add(r.agent)
             order[r.session_id] = r.agent
         return seen
+
     pipe = successors(generate(preset("pipeline", sessions=12)))
     assert all(len(v) == 1 for v in pipe.values())
     rnd = successors(generate(preset("random", sessions=12)))
@@ -74,7 +76,7 @@ def test_tool_presets_pause_on_tool_calls_and_resume_after_the_tool(streams):
         by_session.setdefault(r.session_id, []).append(r)
     pauses = 0
     for sess in by_session.values():
-        for a, b in zip(sess, sess[1:]):
+        for a, b in itertools.pairwise(sess):
             if a.finish_reason == "tool_calls":
                 pauses += 1
                 assert b.agent == a.agent and b.t - a.t >= a.tool_seconds
@@ -115,7 +117,7 @@ def test_fanout_preset_forks_turns_into_concurrent_branches_on_one_parent(stream
     for rs in by_session.values():
         rs.sort(key=lambda r: r.t)
         for k in range(0, len(rs) - spec.fanout + 1, spec.fanout):
-            g = rs[k:k + spec.fanout]
+            g = rs[k : k + spec.fanout]
             # siblings start within the stagger window, share anchor + history, differ at the end
             assert g[-1].t - g[0].t <= spec.fanout_stagger_s * (spec.fanout - 1) + 1e-6
             n = min(len(r.block_hashes) for r in g)

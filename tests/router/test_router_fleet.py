@@ -102,7 +102,7 @@ def test_round_robin_sends_the_next_request_elsewhere():
     the router gives to the other replica."""
     res = run("round_robin", "sidecar", need_warmups=False, baseline=False)
     land = res["landing"]
-    if land["warmups"] >= 10:          # a share of a handful of warmups says nothing
+    if land["warmups"] >= 10:  # a share of a handful of warmups says nothing
         assert land["wrong_replica_share"] >= 0.2, land
     if "consistent_hash" in RESULTS:
         assert mean_r(res) < mean_r(RESULTS["consistent_hash"]), (res["proxies"], RESULTS["consistent_hash"]["proxies"])

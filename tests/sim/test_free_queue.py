@@ -6,8 +6,11 @@ from hypothesis import strategies as st
 from proxy.cachemodel.block_pool import BlockPool
 from proxy.cachemodel.free_queue import PriorityFreeQueue
 
-OPS = st.lists(st.tuples(st.sampled_from(["push", "push", "remove", "pop"]), st.integers(-2, 6),
-                         st.floats(0, 3)), min_size=1, max_size=120)
+OPS = st.lists(
+    st.tuples(st.sampled_from(["push", "push", "remove", "pop"]), st.integers(-2, 6), st.floats(0, 3)),
+    min_size=1,
+    max_size=120,
+)
 
 
 @given(OPS, st.booleans())
@@ -38,6 +41,6 @@ def test_many_priorities_priority_mode_pool_matches_sorted_order():
     for t, (ids, prio) in enumerate([([1, 2], 50), ([3], 7), ([4, 5], 99), ([6], 0)]):
         p.access(ids, float(t), priority=prio)
     assert p.eviction_order(3.0) == [6, 3, 2, 1, 5, 4]
-    assert p.eviction_order(10.5) == [2, 1, 6, 3, 5, 4]   # 1,2 idle 10.5 s: decayed to 0, oldest first
-    p.access([7, 8], 10.5)                                  # evicts 2 then 1
+    assert p.eviction_order(10.5) == [2, 1, 6, 3, 5, 4]  # 1,2 idle 10.5 s: decayed to 0, oldest first
+    p.access([7, 8], 10.5)  # evicts 2 then 1
     assert not p.contains(1) and not p.contains(2) and p.contains(3)

@@ -2,11 +2,11 @@
 
 import pytest
 
-from proxy.engines.lmcache import LmcacheClient
 from proxy.cachemodel.block_hash import chain_hashes
 from proxy.cachemodel.cost_model import CostModel
-from proxy.simengine.engine import EngineConfig, EngineRequest, SimEngine
 from proxy.cachemodel.host_tier import HostTier
+from proxy.engines.lmcache import LmcacheClient
+from proxy.simengine.engine import EngineConfig, EngineRequest, SimEngine
 
 from .conftest import make_client
 

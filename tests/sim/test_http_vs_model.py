@@ -5,11 +5,11 @@ import random
 import httpx
 import pytest
 
+from proxy.harness.sim_server import run_sim_server
 from proxy.simengine.chat_template import render_chat
 from proxy.simengine.engine import EngineRequest, SimEngine
 from proxy.simengine.generation import plan_output
 from proxy.simengine.service import SimConfig
-from proxy.harness.sim_server import run_sim_server
 from proxy.simengine.tokenizer import SimTokenizer
 
 pytestmark = pytest.mark.sockets
@@ -19,14 +19,18 @@ MODEL = SimConfig().model
 def workload(seed=7, n=60):
     """Sequential multi-agent chat traffic: 4 agents with long system prompts, 6 sessions, salts."""
     rng = random.Random(seed)
-    agents = [f"You are agent {a}. " + ("Rules for agent %d. " % a) * 30 for a in range(4)]
+    agents = [f"You are agent {a}. " + (f"Rules for agent {a}. ") * 30 for a in range(4)]
     histories = {s: [] for s in range(6)}
     for _ in range(n):
         a, s = rng.randrange(4), rng.randrange(6)
         histories[s].append({"role": "user", "content": f"turn {len(histories[s])} " + "detail " * rng.randint(5, 60)})
         msgs = [{"role": "system", "content": agents[a]}] + histories[s][-6:]
-        yield {"model": MODEL, "messages": msgs, "max_tokens": rng.choice([1, 8, 30]),
-               **({"cache_salt": "tenant-1"} if s == 5 else {})}
+        yield {
+            "model": MODEL,
+            "messages": msgs,
+            "max_tokens": rng.choice([1, 8, 30]),
+            **({"cache_salt": "tenant-1"} if s == 5 else {}),
+        }
 
 
 @pytest.mark.parametrize("eviction", ["lru", "priority"])
@@ -41,15 +45,21 @@ def test_http_engine_matches_in_process_model(eviction):
             assert r.status_code == 200, r.text
             http_cached.append(r.json()["usage"]["prompt_tokens_details"]["cached_tokens"])
             ids = tok.encode(render_chat(body["messages"]))
-            out = plan_output(tok, ids, body["max_tokens"], output_tokens=cfg.output_tokens,
-                              output_jitter=cfg.output_jitter, seed=cfg.seed)
+            out = plan_output(
+                tok,
+                ids,
+                body["max_tokens"],
+                output_tokens=cfg.output_tokens,
+                output_jitter=cfg.output_jitter,
+                seed=cfg.seed,
+            )
             req = model.submit(EngineRequest(i, ids, out.ids, salt=body.get("cache_salt")), now)
             now = model.run_until_idle(now)
             model_cached.append(req.cached_tokens)
         m = client.get("/metrics").text
         live = sim.service.engine.pool.stats()
     assert http_cached == model_cached
-    assert sum(model_cached) > 0 and model.pool.stats().evictions > 0     # the sequence exercises both
+    assert sum(model_cached) > 0 and model.pool.stats().evictions > 0  # the sequence exercises both
     assert live.hits == model.pool.stats().hits and live.evictions == model.pool.stats().evictions
     assert f'vllm:prefix_cache_hits_total{{engine="0",model_name="{MODEL}"}} {float(sum(http_cached))}' in m
 
@@ -66,8 +76,14 @@ def test_http_engine_with_host_tier_matches_in_process_model():
             assert r.status_code == 200, r.text
             http_cached.append(r.json()["usage"]["prompt_tokens_details"]["cached_tokens"])
             ids = tok.encode(render_chat(body["messages"]))
-            out = plan_output(tok, ids, body["max_tokens"], output_tokens=cfg.output_tokens,
-                              output_jitter=cfg.output_jitter, seed=cfg.seed)
+            out = plan_output(
+                tok,
+                ids,
+                body["max_tokens"],
+                output_tokens=cfg.output_tokens,
+                output_jitter=cfg.output_jitter,
+                seed=cfg.seed,
+            )
             req = model.submit(EngineRequest(i, ids, out.ids, salt=body.get("cache_salt")), now)
             now = model.run_until_idle(now)
             model_cached.append(req.cached_tokens)
@@ -77,5 +93,6 @@ def test_http_engine_with_host_tier_matches_in_process_model():
     assert model.external_hit > 0 and model.host.stats().evictions > 0 and model.pool.stats().evictions > 0
     assert live.external_hit == model.external_hit and live.host.stats() == model.host.stats()
     assert live.offload["CPU_to_GPU"][0] == model.offload["CPU_to_GPU"][0]
-    assert (f'vllm:external_prefix_cache_hits_total{{engine="0",model_name="{MODEL}"}} '
-            f'{float(model.external_hit)}') in m
+    assert (
+        f'vllm:external_prefix_cache_hits_total{{engine="0",model_name="{MODEL}"}} {float(model.external_hit)}'
+    ) in m

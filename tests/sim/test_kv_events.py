@@ -7,9 +7,9 @@ import pytest
 
 from proxy.cachemodel.block_hash import chain_hashes
 from proxy.cachemodel.cost_model import CostModel
+from proxy.harness.sim_server import run_sim_server
 from proxy.simengine.engine import EngineConfig, EngineRequest, SimEngine
 from proxy.simengine.service import SimConfig
-from proxy.harness.sim_server import run_sim_server
 
 COST = CostModel(step_base_s=0.01, prefill_token_s=0.001, attn_token2_s=0.0, decode_seq_s=0.0)
 
@@ -17,13 +17,13 @@ COST = CostModel(step_base_s=0.01, prefill_token_s=0.001, attn_token2_s=0.0, dec
 def test_engine_records_stored_removed_cleared():
     e = SimEngine(EngineConfig(block_size=4, capacity_blocks=6, cost=COST))
     e.enable_kv_events()
-    a = e.submit(EngineRequest(1, list(range(10, 22)), [7, 8, 9, 5, 6]), 0.0)   # 3 prompt blocks
+    a = e.submit(EngineRequest(1, list(range(10, 22)), [7, 8, 9, 5, 6]), 0.0)  # 3 prompt blocks
     t = e.run_until_idle(0.0)
     ev = e.drain_kv_events()
     assert ev[0] == ("BlockStored", a.hashes, None, list(range(10, 22)), 4, None, "GPU")
-    tail = ev[1]                                            # the generated block, stored at finish
+    tail = ev[1]  # the generated block, stored at finish
     assert tail[0] == "BlockStored" and tail[2] == a.hashes[-1] and tail[3] == [7, 8, 9, 5]
-    e.submit(EngineRequest(2, list(range(50, 66)), [1]), t)     # 4 new blocks: evicts 2 cached ones
+    e.submit(EngineRequest(2, list(range(50, 66)), [1]), t)  # 4 new blocks: evicts 2 cached ones
     e.run_until_idle(t)
     kinds = [x[0] for x in e.drain_kv_events()]
     assert kinds[0] == "BlockRemoved" and "BlockStored" in kinds
@@ -45,16 +45,19 @@ def test_zmq_stream_reproduces_residency():
         sub.setsockopt(zmq.LINGER, 0)
         sub.connect(sim.service.kv_publisher.endpoint)
         sub.setsockopt_string(zmq.SUBSCRIBE, "")
-        time.sleep(0.3)                                     # ZMQ slow joiner
+        time.sleep(0.3)  # ZMQ slow joiner
         res, seqs = KvResidency(), []
         with httpx.Client(base_url=sim.url, timeout=30) as c:
             for p in prompts:
-                assert c.post("/v1/completions", json={"model": cfg.model, "prompt": p, "max_tokens": 3}).status_code == 200
+                assert (
+                    c.post("/v1/completions", json={"model": cfg.model, "prompt": p, "max_tokens": 3}).status_code
+                    == 200
+                )
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline:
                 if not sub.poll(200):
                     break
-                topic, seq, payload = sub.recv_multipart()
+                _topic, seq, payload = sub.recv_multipart()
                 seqs.append(int.from_bytes(seq, "big"))
                 for ev in decode_batch(payload):
                     res.apply(ev)
@@ -64,6 +67,6 @@ def test_zmq_stream_reproduces_residency():
     assert seqs == list(range(len(seqs))) and seqs
     assert pool.stats().evictions > 0 and res.counts["removed"] == pool.stats().evictions
     assert len(res.resident) == pool.stats().cached
-    for p in prompts:                                       # the subscriber's view equals ground truth
+    for p in prompts:  # the subscriber's view equals ground truth
         assert res.resident_prefix_blocks(p, 16) == pool.match_prefix(chain_hashes(p, 16))
     assert len(token_chain_hashes(prompts[0], 16)) == 6

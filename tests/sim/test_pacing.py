@@ -7,8 +7,8 @@ import httpx
 import pytest
 
 from proxy.cachemodel.cost_model import CostModel
-from proxy.simengine.service import SimConfig
 from proxy.harness.sim_server import run_sim_server
+from proxy.simengine.service import SimConfig
 
 pytestmark = pytest.mark.sockets
 MODEL = SimConfig().model
@@ -25,10 +25,13 @@ def test_speed_scales_wall_time_and_warm_is_faster():
         t0 = time.perf_counter()
         assert c.post("/v1/completions", json=body).json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 1984
         warm = time.perf_counter() - t0
-        ttft = [line for line in c.get("/metrics").text.splitlines()
-                if line.startswith("vllm:time_to_first_token_seconds_sum")][0]
+        ttft = next(
+            line
+            for line in c.get("/metrics").text.splitlines()
+            if line.startswith("vllm:time_to_first_token_seconds_sum")
+        )
     assert cold >= 0.39 and warm < cold / 3, (cold, warm)
-    assert 2.0 < float(ttft.split()[-1]) < 2.5            # virtual seconds: 2.006 cold + 0.022 warm (+ loop lag)
+    assert 2.0 < float(ttft.split()[-1]) < 2.5  # virtual seconds: 2.006 cold + 0.022 warm (+ loop lag)
 
 
 def test_concurrent_requests_all_finish_and_gauges_return_to_zero():
@@ -36,9 +39,17 @@ def test_concurrent_requests_all_finish_and_gauges_return_to_zero():
 
     async def drive(url):
         async with httpx.AsyncClient(base_url=url, timeout=30) as c:
-            bodies = [{"model": MODEL, "messages": [{"role": "system", "content": f"agent {i % 3} " * 100},
-                                                    {"role": "user", "content": f"q{i}"}],
-                       "stream": i % 2 == 0} for i in range(24)]
+            bodies = [
+                {
+                    "model": MODEL,
+                    "messages": [
+                        {"role": "system", "content": f"agent {i % 3} " * 100},
+                        {"role": "user", "content": f"q{i}"},
+                    ],
+                    "stream": i % 2 == 0,
+                }
+                for i in range(24)
+            ]
             rs = await asyncio.gather(*(c.post("/v1/chat/completions", json=b) for b in bodies))
             return [r.status_code for r in rs], (await c.get("/metrics")).text
 
@@ -55,11 +66,14 @@ def test_client_disconnect_mid_stream_frees_blocks():
     cfg = SimConfig(speed=1, capacity_blocks=300, output_tokens=2000, output_jitter=0.0)
     with run_sim_server(cfg) as sim:
         with httpx.Client(base_url=sim.url, timeout=30) as c:
-            with c.stream("POST", "/v1/completions", json={"model": MODEL, "prompt": "tell me", "max_tokens": 2000,
-                                                           "stream": True}) as r:
+            with c.stream(
+                "POST",
+                "/v1/completions",
+                json={"model": MODEL, "prompt": "tell me", "max_tokens": 2000, "stream": True},
+            ) as r:
                 for line in r.iter_lines():
                     if line.startswith("data: ") and '"text":"' in line:
-                        break                              # got a token; hang up
+                        break  # got a token; hang up
             deadline = time.monotonic() + 5
             while sim.service.engine.has_work and time.monotonic() < deadline:
                 time.sleep(0.02)
@@ -75,5 +89,7 @@ def test_virtual_timings_are_the_cost_model_even_at_high_speed():
         for p in prompts:
             assert c.post("/v1/completions", json={"model": MODEL, "prompt": p, "max_tokens": 1}).status_code == 200
         text = c.get("/metrics").text
-    total = float([x for x in text.splitlines() if x.startswith("vllm:time_to_first_token_seconds_sum")][0].split()[-1])
+    total = float(
+        next(x for x in text.splitlines() if x.startswith("vllm:time_to_first_token_seconds_sum")).split()[-1]
+    )
     assert total == pytest.approx(3 * cfg.cost.prefill_s(2000), rel=1e-9)

@@ -10,8 +10,20 @@ from proxy.simengine.chat_template import GENERATION_PROMPT, render_chat, render
 from proxy.simengine.generation import plan_output
 from proxy.simengine.tokenizer import IM_END, IM_START, SimTokenizer
 
-TOOLS = [{"type": "function", "function": {"name": "search", "description": "web search", "parameters": {
-    "type": "object", "properties": {"q": {"type": "string"}, "k": {"type": "integer"}}, "required": ["q", "k"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "web search",
+            "parameters": {
+                "type": "object",
+                "properties": {"q": {"type": "string"}, "k": {"type": "integer"}},
+                "required": ["q", "k"],
+            },
+        },
+    }
+]
 
 
 def test_ids_are_stable_across_instances_and_specials_fixed():
@@ -27,7 +39,7 @@ def test_ids_are_stable_across_instances_and_specials_fixed():
 def test_pieces_shape():
     t = SimTokenizer()
     assert t.pieces("Hi  there!\nok") == ["Hi", "  there", "!", "\n", "ok"]
-    assert t.pieces("abcdefghijkl") == ["abcdefgh", "ijkl"]   # long words cut in 8-char pieces
+    assert t.pieces("abcdefghijkl") == ["abcdefgh", "ijkl"]  # long words cut in 8-char pieces
 
 
 @given(st.text(max_size=60), st.text(max_size=60))
@@ -53,10 +65,20 @@ def test_equal_message_prefixes_give_equal_token_prefixes():
 
 
 def test_template_layout():
-    text = render_chat([{"role": "user", "content": [{"type": "text", "text": "hi"}]},
-                        {"role": "assistant", "content": None, "tool_calls": [
-                            {"id": "x", "type": "function", "function": {"name": "search", "arguments": "{\"q\": \"a\"}"}}]},
-                        {"role": "tool", "tool_call_id": "x", "content": "result"}], TOOLS)
+    text = render_chat(
+        [
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "x", "type": "function", "function": {"name": "search", "arguments": '{"q": "a"}'}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "x", "content": "result"},
+        ],
+        TOOLS,
+    )
     assert text.startswith(f"{IM_START}system\nYou are a helpful assistant.\n\n# Tools")
     assert json.dumps(TOOLS[0]) in text
     assert f"{IM_START}user\nhi{IM_END}\n" in text
@@ -78,8 +100,11 @@ def test_generated_answer_rerenders_to_the_same_tokens():
             assistant = {"role": "assistant", "content": out.text}
         else:
             name, args = out.tool_call
-            assistant = {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": name, "arguments": args}}]}
+            assistant = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": name, "arguments": args}}],
+            }
         nxt = t.encode(render_chat(msgs + [assistant, {"role": "user", "content": "next"}], TOOLS))
         assert nxt[: len(prompt) + len(out.ids)] == prompt + list(out.ids)
 
@@ -99,10 +124,12 @@ def test_generation_is_deterministic_and_respects_max_tokens():
 
 def test_tool_call_share_is_roughly_honoured():
     t = SimTokenizer()
-    calls = sum(plan_output(t, [i, i + 1], 300, tools=TOOLS, tool_call_share=0.3).finish_reason == "tool_calls"
-                for i in range(400))
+    calls = sum(
+        plan_output(t, [i, i + 1], 300, tools=TOOLS, tool_call_share=0.3).finish_reason == "tool_calls"
+        for i in range(400)
+    )
     assert 80 <= calls <= 160
     assert plan_output(t, [1], 300, tools=TOOLS, tool_choice="none", tool_call_share=1.0).tool_call is None
     forced = plan_output(t, [1], 300, tools=TOOLS, tool_choice="required", tool_call_share=0.0)
     assert forced.tool_call[0] == "search" and set(json.loads(forced.tool_call[1])) == {"q", "k"}
-    assert render_tool_call("f", "{\"a\": 1}") == render_tool_call("f", {"a": 1})
+    assert render_tool_call("f", '{"a": 1}') == render_tool_call("f", {"a": 1})
