@@ -559,7 +559,7 @@ def test_overflow_is_a_regime_observe_only_for_a_cache_lifetime_after_it(workloa
     res = w.policy.residency
     w.step(0, "live", now + 1)
     assert w.policy.plan(now + 1.1, EngineLoad(running_tokens=cap)) == []   # overflowing now
-    life = cap / res.insert_rate
+    life = cap / res.rates.insert_rate
     assert 0 < life < w.policy.config.continuation_horizon_s
     w.step(0, "live", now + 1.1 + 0.2 * life)
     assert w.policy.plan(now + 1.1 + 0.3 * life, EngineLoad(running_tokens=0)) == []   # the dip
