@@ -546,3 +546,24 @@ def test_n_above_one_marks_the_prompt_as_a_fanout_parent(workload):
     assert [(x.kind, x.reason, x.block_hashes) for x in acts] == [("retain", REASON_FANOUT, tuple(ids))]
     assert run()[1] == []  # resident and safe, no engine priority for one session's parent
     assert run(retain_sessions=True, fanout_enabled=False)[1] == []
+
+
+def test_overflow_is_a_regime_observe_only_for_a_cache_lifetime_after_it(workload):
+    """The running set alone overflowing the cache stops all actions, and keeps them stopped for one
+    cache lifetime (capacity / insert rate) after it: a dip between two requests (a tool pause) is
+    not slack, the next overflow evicts whatever is warmed in it."""
+    cap = 16 * 60
+    w = workload(residency_capacity_tokens=cap)
+    now = fresh(w, learn(w, PIPE))
+    w.junk(16 * 80, now)                                   # flush everything
+    res = w.policy.residency
+    w.step(0, "live", now + 1)
+    assert w.policy.plan(now + 1.1, EngineLoad(running_tokens=cap)) == []   # overflowing now
+    life = cap / res.rates.insert_rate
+    assert 0 < life < w.policy.config.continuation_horizon_s
+    w.step(0, "live", now + 1.1 + 0.2 * life)
+    assert w.policy.plan(now + 1.1 + 0.3 * life, EngineLoad(running_tokens=0)) == []   # the dip
+    assert w.policy.planner.overflow_ticks == 2
+    w.step(0, "live", now + 1.1 + 1.5 * life)
+    warm = [a for a in w.policy.plan(now + 1.1 + 1.6 * life) if a.reason == REASON_TRANSITION]
+    assert len(warm) == 1 and warm[0].kind == "warm"       # a lifetime later: acts again
