@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from proxy.demo.workload import DemoSpec, WorkloadResult, expected_requests, run_workload
-from proxy.harness.child_process import child_process, free_port
+from proxy.harness.child_process import child_process, free_port, sim_proxy_command
 
 PHASES = ("direct", "via proxy")
 # Policy settings of the demo's proxy (each one and why: docs/live.md). Everything else is the
@@ -387,27 +387,7 @@ def run(args: argparse.Namespace) -> int:
         ]
 
     def proxy_cmd(port: int, upstream: str) -> list[str]:
-        cmd = [
-            py,
-            "-m",
-            "proxy.cli",
-            "serve",
-            "--upstream",
-            upstream,
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            "--set",
-            "engine=sim",
-            "--set",
-            "scrape_interval=0.5",
-            "--set",
-            "policy_plan_interval=0.1",
-        ]
-        for item in [*DEMO_PROXY_SETTINGS, *args.proxy_set]:
-            cmd += ["--set", item]
-        return cmd
+        return sim_proxy_command(py, port, upstream, (*DEMO_PROXY_SETTINGS, *args.proxy_set))
 
     proxy_env = {
         "CACHESCOUT_ADMIN_TOKEN": admin,

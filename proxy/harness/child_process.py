@@ -92,3 +92,14 @@ def child_process(
             yield proc
         finally:
             stop(proc)
+
+
+def sim_proxy_command(python: str, port: int, upstream: str, sets: tuple[str, ...] = ()) -> list[str]:
+    """`cachescout serve` in front of a simulated engine, as the demo and the router fleet start it:
+    the sim adapter, scrapes every 0.5 s and plans every 0.1 s (short runs), plus ``--set`` items."""
+    cmd = [python, "-m", "proxy.cli", "serve", "--upstream", upstream, "--port", str(port)]
+    cmd += ["--log-level", "warning", "--set", "engine=sim", "--set", "scrape_interval=0.5"]
+    cmd += ["--set", "policy_plan_interval=0.1"]
+    for item in sets:
+        cmd += ["--set", item]
+    return cmd

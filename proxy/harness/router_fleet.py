@@ -42,7 +42,7 @@ from typing import Any
 import httpx
 
 from proxy.demo.workload import DemoSpec, WorkloadResult, run_workload
-from proxy.harness.child_process import child_process, free_port
+from proxy.harness.child_process import child_process, free_port, sim_proxy_command
 
 MODEL = "sim-llama-3.1-8b"
 ROUTER_POLICIES = ("round_robin", "consistent_hash", "sticky_least_loaded", "cache_aware", "kv_aware")
@@ -119,24 +119,7 @@ def _engine_cmd(cfg: FleetConfig, port: int, zmq_port: int | None) -> list[str]:
 
 
 def _proxy_cmd(port: int, upstream: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "proxy.cli",
-        "serve",
-        "--upstream",
-        upstream,
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-        "--set",
-        "engine=sim",
-        "--set",
-        "scrape_interval=0.5",
-        "--set",
-        "policy_plan_interval=0.1",
-    ]
+    return sim_proxy_command(sys.executable, port, upstream)
 
 
 def router_cmd(
