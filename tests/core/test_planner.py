@@ -555,15 +555,15 @@ def test_overflow_is_a_regime_observe_only_for_a_cache_lifetime_after_it(workloa
     cap = 16 * 60
     w = workload(residency_capacity_tokens=cap)
     now = fresh(w, learn(w, PIPE))
-    w.junk(16 * 80, now)                                   # flush everything
+    w.junk(16 * 80, now)  # flush everything
     res = w.policy.residency
     w.step(0, "live", now + 1)
-    assert w.policy.plan(now + 1.1, EngineLoad(running_tokens=cap)) == []   # overflowing now
+    assert w.policy.plan(now + 1.1, EngineLoad(running_tokens=cap)) == []  # overflowing now
     life = cap / res.rates.insert_rate
     assert 0 < life < w.policy.config.continuation_horizon_s
     w.step(0, "live", now + 1.1 + 0.2 * life)
-    assert w.policy.plan(now + 1.1 + 0.3 * life, EngineLoad(running_tokens=0)) == []   # the dip
+    assert w.policy.plan(now + 1.1 + 0.3 * life, EngineLoad(running_tokens=0)) == []  # the dip
     assert w.policy.planner.overflow_ticks == 2
     w.step(0, "live", now + 1.1 + 1.5 * life)
     warm = [a for a in w.policy.plan(now + 1.1 + 1.6 * life) if a.reason == REASON_TRANSITION]
-    assert len(warm) == 1 and warm[0].kind == "warm"       # a lifetime later: acts again
+    assert len(warm) == 1 and warm[0].kind == "warm"  # a lifetime later: acts again
