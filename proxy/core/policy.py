@@ -228,6 +228,16 @@ class ScoutPolicy:
             if self.host_residency is not None:
                 self.host_residency.touch(action.block_hashes, block_tokens, anchor)
 
+    def engine_truth(self, **measured: float) -> PolicyConfig:
+        """Engine facts measured at run time (prefill rate, host-tier price and size, ...) replace
+        the matching PolicyConfig fields in the policy and its planner at once (the config is frozen:
+        a changed copy is swapped in; the planner re-reads it at every refill). Returns the new one."""
+        cfg = self.config.with_overrides(**measured)
+        self.config = self.planner.cfg = cfg
+        if "host_tier_tokens" in measured:
+            self.set_host_tier(cfg.host_tier_tokens)
+        return cfg
+
     def set_host_tier(self, tokens: int) -> None:
         """The engine turned out to keep evicted KV in host memory (or its size changed): model it."""
         cfg = self.config

@@ -265,11 +265,7 @@ class LiveRuntime:
                 changed["host_tier_tokens"] = tokens
         if not changed:
             return
-        cfg = cfg.with_overrides(**changed)
-        self.policy.config = cfg
-        self.policy.planner.cfg = cfg
-        if "host_tier_tokens" in changed:
-            self.policy.set_host_tier(cfg.host_tier_tokens)
+        cfg = self.policy.engine_truth(**changed)
         log.info(
             "engine host tier: reload %.0f tokens/s, %d tokens modelled", cfg.reload_tokens_per_s, cfg.host_tier_tokens
         )
@@ -296,9 +292,7 @@ class LiveRuntime:
         rate = self.prefill.tokens_per_s()
         cfg = self.policy.config
         if rate is not None and abs(rate - cfg.prefill_tokens_per_s) > 0.1 * cfg.prefill_tokens_per_s:
-            cfg = cfg.with_overrides(prefill_tokens_per_s=rate)
-            self.policy.config = cfg
-            self.policy.planner.cfg = cfg
+            cfg = self.policy.engine_truth(prefill_tokens_per_s=rate)
             log.info(
                 "engine prefill rate %.0f tokens/s (%s): warmup budget %.0f tokens/s, burst %.0f",
                 rate,

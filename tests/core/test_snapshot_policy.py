@@ -134,3 +134,14 @@ def test_config_overrides_reject_typos():
     assert PolicyConfig().with_overrides(r_min=0.5).r_min == 0.5
     with pytest.raises(TypeError):
         PolicyConfig().with_overrides(rmin=0.5)
+
+
+def test_engine_truth_swaps_one_config_into_policy_and_planner():
+    """Measured engine facts replace config fields in the facade and the planner at once (no
+    caller pokes planner.cfg), and a host tier appears when its size is given."""
+    pol = ScoutPolicy()
+    cfg = pol.engine_truth(prefill_tokens_per_s=1234.0)
+    assert pol.config is cfg and pol.planner.cfg is cfg and cfg.prefill_tokens_per_s == 1234.0
+    assert pol.host_residency is None
+    pol.engine_truth(host_tier_tokens=4096, reload_tokens_per_s=50_000.0)
+    assert pol.host_residency is not None and pol.planner.cfg.host_tier_tokens == 4096
