@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .action_payload import ActionPayload
 from .actions import REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, REASON_TRANSITION, WARM
 from .agents import agent_id_for
 from .hint_checks import CheckBook, Watch
@@ -317,7 +318,7 @@ class HintDriver:
             if plan.expected_at is not None and plan.expected_at > now:
                 lead = plan.expected_at - now
             reason = REASON_FANOUT if plan.kind == FANOUT else REASON_TOOL_RESUME
-            payload = {"context": s.context_payload, "assistant": s.assistant_payload}
+            payload = ActionPayload(s.context_payload, s.assistant_payload)
             aid = agent_id_for(key[0], s.hashes[-1])
             self._anchor_plan[aid] = plan
             out.append(
@@ -367,7 +368,7 @@ class HintDriver:
                     continue
                 tenant, aid, hashes, toks = slot[1][0], agent_id_for(slot[1][0], s.hashes[-1]), s.hashes, s.block_tokens
                 # an operator order: retained like an anchor (engine priority), not as a session context
-                payload, ctx = {"context": s.context_payload, "assistant": s.assistant_payload}, False
+                payload, ctx = ActionPayload(s.context_payload, s.assistant_payload), False
             tokens = float(sum(toks))
             if cap and used + tokens > cap:
                 continue  # over the operator's cache share

@@ -11,6 +11,7 @@ from collections import OrderedDict
 from typing import Any
 
 from . import snapshot as _snapshot
+from .action_payload import ActionPayload
 from .actions import Action, ObservedRequest, PolicyStats
 from .agents import Agent, AgentRegistry
 from .config import PolicyConfig
@@ -169,12 +170,7 @@ class ScoutPolicy:
                 return
             self._fanout_bytes += cost
             self.fanouts += 1
-            self.planner.fanout[session.key] = (
-                agent,
-                hashes[:k],
-                view.block_tokens[:k],
-                {"context": ctx_payload, "assistant": None},
-            )
+            self.planner.fanout[session.key] = (agent, hashes[:k], view.block_tokens[:k], ActionPayload(ctx_payload))
 
     def _conversion(self, agent: Agent | None, session: Session, now: float) -> tuple[str, int, int] | None:
         """The executed action (if any) that prepared this request: its context, else its anchor."""
