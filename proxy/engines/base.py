@@ -271,6 +271,10 @@ class HttpEngineAdapter:
     async def probe(self) -> None:
         return None
 
+    async def warm(self, action: Action) -> WarmResult:
+        """Subclasses carry actions; the shared plumbing alone has no lever to pull."""
+        return WarmResult(ok=False, unsupported=True, error=f"engine={self.name}: no warm lever")
+
 
 def usage_tokens(data: Any) -> tuple[int, int]:
     """(prompt_tokens, cached_tokens) from an OpenAI-style response body; zeros when absent."""
