@@ -52,6 +52,7 @@ from .hints import (
 __all__ = ["Hint", "HintCandidate", "HintDriver"]
 
 MAX_ACTIVE = 512  # sessions with a hint-driven plan at once
+MAX_OFFERED = 4 * MAX_ACTIVE  # anchors remembered for attribution: a few per active plan
 MAX_NAMES = 1024  # runtime agent names bound to fingerprinted agents
 PIN_REFRESH_S = 1.0  # a pin is offered to the planner at most this often
 
@@ -265,7 +266,7 @@ class HintDriver:
         for c in out:
             offered[c.anchor_id] = (c.kind, c.source)
             offered.move_to_end(c.anchor_id)
-        while len(offered) > 4 * MAX_ACTIVE:
+        while len(offered) > MAX_OFFERED:
             offered.popitem(last=False)
         return out
 

@@ -64,12 +64,16 @@ def policy_config(
 
 
 def executor_limits(settings: Settings) -> ExecutorLimits:
-    """The live executor's rules (queue bound, workers, yield-to-traffic thresholds)."""
+    """The live executor's rules (queue bound, workers, yield-to-traffic thresholds).
+
+    Its waiting-queue limit is the planner's `max_engine_waiting` of the same settings (one value:
+    `action_max_waiting`, or a `policy_overrides` entry for `max_engine_waiting` where an operator
+    set one), so the two can never disagree."""
     return ExecutorLimits(
         queue_size=settings.action_queue_size,
         concurrency=settings.action_concurrency,
         max_inflight=settings.action_max_inflight,
-        max_waiting=settings.action_max_waiting,
+        max_waiting=policy_config(settings).max_engine_waiting,
     )
 
 
