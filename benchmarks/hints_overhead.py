@@ -26,11 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from prometheus_client import CollectorRegistry
 
+from proxy.contracts import RequestContext
 from proxy.core.hint_actions import Hint
 from proxy.core.policy import ScoutPolicy
 from proxy.core.view import ResponseOutcome
 from proxy.demo.workload import DemoSpec, build_agents
-from proxy.http.observer import RequestContext
 from proxy.observability.metrics import ProxyMetrics
 from proxy.runtime.hint_inputs import build_hint_service
 from proxy.runtime.live_policy import LivePolicyObserver

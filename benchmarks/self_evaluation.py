@@ -39,12 +39,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from prometheus_client import CollectorRegistry
 
+from proxy.contracts import RequestContext
 from proxy.core import PolicyConfig, ScoutPolicy
 from proxy.core.switchback import SwitchbackConfig
 from proxy.core.yield_ledger import YieldConfig
 from proxy.demo.workload import DemoSpec, build_agents
 from proxy.engines.base import WarmResult
-from proxy.http.observer import RequestContext
 from proxy.observability.metrics import ProxyMetrics
 from proxy.runtime.live_policy import LivePolicyObserver
 from proxy.runtime.switchback import SelfEvaluation

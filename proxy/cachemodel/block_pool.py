@@ -26,6 +26,8 @@ these into token counters for its `/metrics`.
 ("removed", [hash]) when one is evicted and ("cleared", []) on reset: the raw material of vLLM's
 KV events. `enable_block_times()` records vLLM's `--kv-cache-metrics` samples (idle before evict,
 lifetime, reuse gap) in `time_samples`. With either set, `access()` takes the general (slower) path.
+
+The free-slot order of both modes (which free block goes first, priority decay) is `free_slots.py`.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from proxy.cachemodel.free_queue import PriorityFreeQueue
+from proxy.cachemodel.free_slots import FreeSlots
 
 EVICTION_MODES = ("lru", "priority")
 
@@ -61,7 +64,7 @@ class PoolStats:
         return self.held / self.capacity if self.capacity else 0.0
 
 
-class BlockPool:
+class BlockPool(FreeSlots):
     """Fixed-capacity block pool with vLLM's free-queue order (or SGLang-style priority eviction)."""
 
     def __init__(self, capacity_blocks: int, eviction: str = "lru", retention_seconds: float = 300.0):
@@ -332,9 +335,6 @@ class BlockPool:
             ref[h] = 0
         return hit
 
-    def _free_len(self) -> int:
-        return len(self._free) if self._pq is None else len(self._pq)
-
     def _take_slot(self, now: float) -> None:
         if self._empty > 0:
             self._empty -= 1
@@ -369,39 +369,3 @@ class BlockPool:
         if stored and self.listener is not None:
             self.listener("stored", stored)
         return out
-
-    # lru / priority strategy ------------------------------------------------
-    def _effective(self, prio: int, last: float, now: float) -> int:
-        if prio != 0 and now - last >= self.retention_seconds:
-            return 0
-        return prio
-
-    def _bump(self, key: Hashable, priority: int, now: float, new: bool = False) -> None:
-        if self.eviction == "lru":
-            return
-        if new or key not in self._meta:
-            self._meta[key] = (priority, now)
-            return
-        prio, last = self._meta[key]
-        self._meta[key] = (max(self._effective(prio, last, now), priority), now)
-
-    def _push_free(self, key: Hashable, now: float) -> None:
-        if self._pq is None:
-            self._free[key] = None
-            return
-        prio, last = self._meta.get(key, (0, now))
-        if prio != 0 and now - last >= self.retention_seconds:
-            prio = 0
-        self._meta[key] = (prio, now)  # finishing counts as an access (SGLang insert)
-        self._pq.push(key, prio, now)
-
-    def _remove_free(self, key: Hashable) -> None:
-        if self._pq is None:
-            del self._free[key]
-        else:
-            self._pq.remove(key, self._meta[key][0])
-
-    def _pop_victim(self, now: float) -> Hashable:
-        if self._pq is None:
-            return self._free.popitem(last=False)[0]
-        return self._pq.pop_victim(now)

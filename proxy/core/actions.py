@@ -7,7 +7,8 @@ neither has to call back into the policy; anchor_id is a short hex id that is sa
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from .action_payload import ActionPayload
 
 TOUCH = "touch"  # anchor cached but near eviction: cheap max_tokens=1 refresh
 WARM = "warm"  # anchor evicted and predicted soon: re-prefill off the critical path
@@ -29,7 +30,7 @@ class Action:
     anchor_id: str  # short hex id (safe to log; never prompt text)
     block_hashes: tuple[int, ...]
     tokens: int
-    payload: Any  # anchor_payload (or session context payload for tool_resume)
+    payload: ActionPayload  # what rebuilds the prefix: an anchor, or a session's context (+ its assistant turn)
     priority: int  # retention priority for engines that honour one (higher = keep)
     created: float
     deadline: float  # executor drops the action if not started by then

@@ -26,6 +26,7 @@ from typing import Any, cast
 
 import xxhash
 
+from .action_payload import ActionPayload
 from .config import PolicyConfig
 from .fingerprint import truncate_payload
 from .prefix_index import PrefixIndex
@@ -43,7 +44,7 @@ class Agent:
     anchor_hashes: tuple[int, ...] = ()
     anchor_block_tokens: tuple[int, ...] = ()
     tokens: int = 0
-    payload: Any = None
+    payload: ActionPayload | None = None  # rebuilds the anchor (None: not replayable)
     uses: int = 0
     last_seen: float = 0.0
     gaps: deque[float] = field(default_factory=deque)  # response end -> next request (other finishes)
@@ -165,7 +166,8 @@ class AgentRegistry:
             if agent.tokens > ts.max_anchor_tokens:
                 ts.max_anchor_tokens = agent.tokens
         if view.anchor_payload is not None and (agent.payload is None or agent.uses % 16 == 0):
-            agent.payload = truncate_payload(view.anchor_payload, n)  # refreshed now and then
+            kept = truncate_payload(view.anchor_payload, n)  # refreshed now and then
+            agent.payload = ActionPayload(kept) if kept is not None else None
         if repeat:
             agent.repeats += 1
             self.repeats += 1

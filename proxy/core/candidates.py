@@ -10,8 +10,8 @@ economics and budgets. A mixin keeps the hot loops as methods on the planner's o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from .action_payload import ActionPayload
 from .actions import REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, REASON_TRANSITION
 from .agents import AgentRegistry, agent_id_for
 from .config import PolicyConfig
@@ -28,7 +28,7 @@ class Candidate:
     anchor_id: str
     hashes: tuple[int, ...]
     block_tokens: tuple[int, ...]
-    payload: Any
+    payload: ActionPayload
     prob: float
     lead: float | None  # seconds until the predicted demand; None = unknown (not imminent)
     warm_ok: bool = True  # False: only touch (planned while the session's request still runs)
@@ -76,7 +76,7 @@ class CandidateSources:
                     cfg.continuation_min_samples,
                 )
                 if p >= cfg.tool_resume_min_p and (not cfg.tool_resume_gated or self._gate(agent.tenant, gates)):
-                    payload = {"context": s.context_payload, "assistant": s.assistant_payload}
+                    payload = ActionPayload(s.context_payload, s.assistant_payload)
                     out.append(
                         Candidate(
                             p * sum(s.block_tokens),
@@ -205,7 +205,7 @@ class CandidateSources:
             med = agent.tool_gap_median if tool else agent.gap_median
             elapsed = now - s.last_end
             lead = med - elapsed if med is not None and elapsed < med else None
-            payload = {"context": s.context_payload, "assistant": s.assistant_payload}
+            payload = ActionPayload(s.context_payload, s.assistant_payload)
             scored.append(
                 Candidate(
                     p * sum(s.block_tokens),

@@ -9,6 +9,22 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+# Bounds of the core's bookkeeping maps, as multiples of the caps below (max_agents, max_sessions),
+# named so that every module uses one figure and the figure says why:
+PENDING_PER_SESSION = 4  # requests awaiting their response, per live session on average: parallel
+# tool calls and fan-out siblings rarely exceed it; beyond it the oldest are dropped (not learned from)
+PRUNE_SLACK = 4  # maps keyed by agent/anchor (last-acted times, safe-anchor memos, action
+# attributions) are pruned of expired entries only once they hold this many times their cap: one
+# O(n) prune per O(n) inserts keeps them amortised O(1) and their memory a constant multiple of the cap
+
+# The engine's waiting queue gates actions at three points, from strictest to loosest:
+#   warm_max_waiting (planner: no Warm above it; 0 = a warm never queues in front of a request),
+#   max_engine_waiting (planner: no action at all above it),
+#   the executor's limit (runtime/executor.ExecutorLimits.max_waiting: an action already planned
+#   waits, and is dropped at its deadline, while the queue is above it).
+# The live proxy sets the last two from one setting (CACHESCOUT_ACTION_MAX_WAITING, see
+# runtime/policy_config.py), so the planner never emits what the executor would hold back.
+
 
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
@@ -61,7 +77,8 @@ class PolicyConfig:
     touch_cost_tokens: int = 16  # budget charged for a touch (one recomputed block + decode)
     max_concurrent: int = 2  # actions emitted but not yet reported back
     max_actions_per_tick: int = 4  # actions per plan() call
-    max_engine_waiting: int = 2  # no actions while the engine queue is longer than this
+    max_engine_waiting: int = 2  # no actions while the engine queue is longer than this (live:
+    # CACHESCOUT_ACTION_MAX_WAITING, also the executor's limit; see the note above the class)
     warm_max_waiting: int = 0  # no Warm while the engine queue is longer than this (a warm
     # is prefill work queued in front of real requests)
     warm_top_k: int = 1  # only the top this-many successors may be warmed; the rest

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .action_payload import ActionPayload
 from .actions import REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, REASON_TRANSITION, WARM
 from .agents import agent_id_for
 from .hint_checks import CheckBook, Watch
@@ -51,6 +52,7 @@ from .hints import (
 __all__ = ["Hint", "HintCandidate", "HintDriver"]
 
 MAX_ACTIVE = 512  # sessions with a hint-driven plan at once
+MAX_OFFERED = 4 * MAX_ACTIVE  # anchors remembered for attribution: a few per active plan
 MAX_NAMES = 1024  # runtime agent names bound to fingerprinted agents
 PIN_REFRESH_S = 1.0  # a pin is offered to the planner at most this often
 
@@ -264,7 +266,7 @@ class HintDriver:
         for c in out:
             offered[c.anchor_id] = (c.kind, c.source)
             offered.move_to_end(c.anchor_id)
-        while len(offered) > 4 * MAX_ACTIVE:
+        while len(offered) > MAX_OFFERED:
             offered.popitem(last=False)
         return out
 
@@ -317,7 +319,7 @@ class HintDriver:
             if plan.expected_at is not None and plan.expected_at > now:
                 lead = plan.expected_at - now
             reason = REASON_FANOUT if plan.kind == FANOUT else REASON_TOOL_RESUME
-            payload = {"context": s.context_payload, "assistant": s.assistant_payload}
+            payload = ActionPayload(s.context_payload, s.assistant_payload)
             aid = agent_id_for(key[0], s.hashes[-1])
             self._anchor_plan[aid] = plan
             out.append(
@@ -367,7 +369,7 @@ class HintDriver:
                     continue
                 tenant, aid, hashes, toks = slot[1][0], agent_id_for(slot[1][0], s.hashes[-1]), s.hashes, s.block_tokens
                 # an operator order: retained like an anchor (engine priority), not as a session context
-                payload, ctx = {"context": s.context_payload, "assistant": s.assistant_payload}, False
+                payload, ctx = ActionPayload(s.context_payload, s.assistant_payload), False
             tokens = float(sum(toks))
             if cap and used + tokens > cap:
                 continue  # over the operator's cache share

@@ -41,6 +41,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from .action_payload import ActionPayload
+
 TOOL_STARTED = "tool_started"
 TOOL_FINISHED = "tool_finished"
 FANOUT = "fanout"
@@ -105,7 +107,7 @@ class HintCandidate:
     anchor_id: str
     hashes: tuple[int, ...]
     block_tokens: tuple[int, ...]
-    payload: Any
+    payload: ActionPayload
     prob: float
     lead: float | None
     warm_ok: bool

@@ -11,9 +11,10 @@ from collections import OrderedDict
 from typing import Any
 
 from . import snapshot as _snapshot
+from .action_payload import ActionPayload
 from .actions import Action, ObservedRequest, PolicyStats
 from .agents import Agent, AgentRegistry
-from .config import PolicyConfig
+from .config import PENDING_PER_SESSION, PRUNE_SLACK, PolicyConfig
 from .planner import Planner
 from .residency import ResidencyShadow
 from .sessions import Session, SessionTracker, session_bytes
@@ -119,7 +120,7 @@ class ScoutPolicy:
             self._detect_fanout(view, session, agent, floor, now, ctx_payload)
         self.sessions.record_request(session, view, agent, now, floor, ctx_payload)
         self._pending[rid] = session
-        while len(self._pending) > 4 * self.config.max_sessions:
+        while len(self._pending) > PENDING_PER_SESSION * self.config.max_sessions:
             self._pending.popitem(last=False)
         trigger = self.config.plan_trigger
         if trigger == "auto" and agent is not None and agent.gap_median is not None:
@@ -169,18 +170,13 @@ class ScoutPolicy:
                 return
             self._fanout_bytes += cost
             self.fanouts += 1
-            self.planner.fanout[session.key] = (
-                agent,
-                hashes[:k],
-                view.block_tokens[:k],
-                {"context": ctx_payload, "assistant": None},
-            )
+            self.planner.fanout[session.key] = (agent, hashes[:k], view.block_tokens[:k], ActionPayload(ctx_payload))
 
     def _conversion(self, agent: Agent | None, session: Session, now: float) -> tuple[str, int, int] | None:
         """The executed action (if any) that prepared this request: its context, else its anchor."""
         acted = self._acted
         horizon = now - self.config.conversion_window_s
-        if len(acted) > 4 * self.config.max_agents:
+        if len(acted) > PRUNE_SLACK * self.config.max_agents:
             for k in [k for k, v in acted.items() if v[2] < horizon]:
                 del acted[k]
         keys = []

@@ -8,6 +8,8 @@ starts knowing nothing. The headline figure is the hit rate of the workload's *o
 the proxy's warmups; both are printed, with what the warmups cost.
 
 Engine and proxy are child processes bound to 127.0.0.1 on free ports, stopped by PID at the end.
+This module runs the phases; `progress.py` draws the progress lines, `report.py` computes the
+figures and formats the table, `workload.py` is the workload itself.
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ import asyncio
 import contextlib
 import json
 import secrets
-import statistics
 import sys
 import time
 from typing import Any
 
 import httpx
 
+from proxy.demo.progress import DualProgress, Progress
+from proxy.demo.report import engine_counters, format_table, summarise
 from proxy.demo.workload import DemoSpec, WorkloadResult, expected_requests, run_workload
 from proxy.harness.child_process import child_process, free_port, sim_proxy_command
 
@@ -119,210 +122,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-class Progress:
-    """A `\\r` progress bar on a terminal; on a pipe or log file (not a TTY), one line per 10%."""
-
-    def __init__(self, label: str, total: int, enabled: bool, tty: bool | None = None) -> None:
-        self.label, self.total, self.n, self.enabled = label, max(1, total), 0, enabled
-        self.tty = sys.stderr.isatty() if tty is None else tty
-        self.t0 = time.perf_counter()
-        self._last = 0.0
-        self._decile = 0
-
-    def tick(self) -> None:
-        self.n += 1
-        now = time.perf_counter()
-        if not self.enabled:
-            return
-        if not self.tty:
-            self._decile = _line_if_decile(self.label, self.n, self.total, self._decile, now - self.t0)
-        elif now - self._last > 0.1 or self.n >= self.total:
-            self._last = now
-            done = min(1.0, self.n / self.total)
-            bar = "#" * int(30 * done) + "." * (30 - int(30 * done))
-            sys.stderr.write(f"\r  {self.label:<10} [{bar}] {self.n:4d} requests  {now - self.t0:5.1f}s")
-            sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled and self.tty:
-            sys.stderr.write(
-                f"\r  {self.label:<10} [{'#' * 30}] {self.n:4d} requests  {time.perf_counter() - self.t0:5.1f}s\n"
-            )
-            sys.stderr.flush()
-
-
-def _line_if_decile(label: str, n: int, total: int, printed: int, elapsed: float) -> int:
-    """Print `label 30% (48/160 requests) 12.3s` when n crosses the next 10% step; returns the step."""
-    decile = min(10, 10 * n // max(1, total))
-    if decile > printed:
-        sys.stderr.write(f"  {label:<10} {10 * decile:3d}% ({n}/{total} requests) {elapsed:5.1f}s\n")
-        sys.stderr.flush()
-        return decile
-    return printed
-
-
-class DualProgress:
-    """One line for two phases running at once (a TTY); otherwise a line per phase per 10%."""
-
-    def __init__(self, bars: dict[str, Progress], enabled: bool, tty: bool | None = None) -> None:
-        self.bars = bars
-        self.counts = dict.fromkeys(bars, 0)
-        self.deciles = dict.fromkeys(bars, 0)
-        self.total = next(iter(bars.values())).total
-        self.enabled = enabled
-        self.tty = sys.stderr.isatty() if tty is None else tty
-        self.t0 = time.perf_counter()
-        self._last = 0.0
-
-    def tick(self, name: str) -> None:
-        self.counts[name] += 1
-        self.bars[name].tick()  # sequential mode: the per-phase bar draws
-        now = time.perf_counter()
-        if not self.enabled:
-            return
-        if not self.tty:
-            self.deciles[name] = _line_if_decile(name, self.counts[name], self.total, self.deciles[name], now - self.t0)
-        elif now - self._last > 0.1:
-            self._last = now
-            self._draw(now)
-
-    def _draw(self, now: float) -> None:
-        parts = []
-        for name, n in self.counts.items():
-            done = min(1.0, n / self.total)
-            parts.append(f"{name} [{'#' * int(20 * done)}{'.' * (20 - int(20 * done))}] {n:4d}")
-        sys.stderr.write("\r  " + "   ".join(parts) + f"   {now - self.t0:5.1f}s")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled and self.tty:
-            self._draw(time.perf_counter())
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-
-
-def _engine_counters(url: str) -> dict[str, float]:
-    text = httpx.get(url + "/metrics", timeout=10).text
-    out = {"queries": 0.0, "hits": 0.0, "loaded": 0.0}
-    for line in text.splitlines():
-        if line.startswith("vllm:external_prefix_cache_hits_total"):
-            out["loaded"] += float(line.rsplit(" ", 1)[1])
-        elif line.startswith("vllm:prefix_cache_queries_total"):
-            out["queries"] += float(line.rsplit(" ", 1)[1])
-        elif line.startswith("vllm:prefix_cache_hits_total"):
-            out["hits"] += float(line.rsplit(" ", 1)[1])
-    return out
-
-
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    vs = sorted(values)
-    return vs[min(len(vs) - 1, max(0, round(q * (len(vs) - 1))))]
-
-
-def summarise(res: WorkloadResult, before: dict, after: dict, warm: dict | None) -> dict[str, Any]:
-    prompt = sum(r.prompt_tokens for r in res.records)
-    cached = sum(r.cached_tokens for r in res.records)
-    ttfts = [r.ttft_s for r in res.records if r.ttft_s is not None]
-    dq = after["queries"] - before["queries"]
-    out = {
-        "requests": len(res.records),
-        "errors": res.errors,
-        "tool_resumes": sum(r.resumed for r in res.records),
-        "prompt_tokens": prompt,
-        "cached_tokens": cached,
-        "workload_hit_rate": cached / prompt if prompt else 0.0,
-        "engine_hit_rate": (after["hits"] - before["hits"]) / dq if dq else 0.0,
-        "engine_prompt_tokens": dq,
-        "engine_loaded_tokens": after.get("loaded", 0.0) - before.get("loaded", 0.0),
-        "ttft_mean_s": statistics.fmean(ttfts) if ttfts else float("nan"),
-        "ttft_p50_s": _pct(ttfts, 0.5),
-        "ttft_p99_s": _pct(ttfts, 0.99),
-        "turn_mean_s": statistics.fmean(res.turn_latencies) if res.turn_latencies else float("nan"),
-        "wall_s": res.wall_s,
-        "warm_requests": 0,
-        "warm_prompt_tokens": 0,
-        "warm_computed_tokens": 0,
-    }
-    if warm is not None:
-        out.update(warm)
-    return out
-
-
-def format_table(d: dict, p: dict) -> str:
-    def pct(x: float) -> str:
-        return f"{100 * x:5.1f}%"
-
-    def ms(x: float) -> str:
-        return f"{1000 * x:7.1f} ms"
-
-    def change(a: float, b: float) -> str:
-        return f"{100 * (b - a) / a:+.1f}%" if a else "-"
-
-    rows = [
-        (
-            "workload prefix hit rate (usage)",
-            pct(d["workload_hit_rate"]),
-            pct(p["workload_hit_rate"]),
-            f"{100 * (p['workload_hit_rate'] - d['workload_hit_rate']):+.1f} pp",
-        ),
-        (
-            "engine prefix hit rate (counters, incl. warmups)",
-            pct(d["engine_hit_rate"]),
-            pct(p["engine_hit_rate"]),
-            f"{100 * (p['engine_hit_rate'] - d['engine_hit_rate']):+.1f} pp",
-        ),
-        ("mean TTFT", ms(d["ttft_mean_s"]), ms(p["ttft_mean_s"]), change(d["ttft_mean_s"], p["ttft_mean_s"])),
-        ("p50 TTFT", ms(d["ttft_p50_s"]), ms(p["ttft_p50_s"]), change(d["ttft_p50_s"], p["ttft_p50_s"])),
-        ("p99 TTFT", ms(d["ttft_p99_s"]), ms(p["ttft_p99_s"]), change(d["ttft_p99_s"], p["ttft_p99_s"])),
-        (
-            "mean per-turn latency",
-            ms(d["turn_mean_s"]),
-            ms(p["turn_mean_s"]),
-            change(d["turn_mean_s"], p["turn_mean_s"]),
-        ),
-        *(
-            [
-                (
-                    "host-tier tokens loaded (engine)",
-                    f"{d.get('engine_loaded_tokens', 0):,.0f}",
-                    f"{p.get('engine_loaded_tokens', 0):,.0f}",
-                    "",
-                )
-            ]
-            if d.get("engine_loaded_tokens") or p.get("engine_loaded_tokens")
-            else []
-        ),
-        (
-            "client requests (tool resumes)",
-            f"{d['requests']} ({d['tool_resumes']})",
-            f"{p['requests']} ({p['tool_resumes']})",
-            "",
-        ),
-        ("client prompt tokens", f"{d['prompt_tokens']:,}", f"{p['prompt_tokens']:,}", ""),
-        ("warmup/touch requests", "0", f"{p['warm_requests']:,}", ""),
-        (
-            "warmup prompt tokens sent",
-            "0",
-            f"{p['warm_prompt_tokens']:,}",
-            f"{100 * p['warm_prompt_tokens'] / max(1, p['prompt_tokens']):.1f}% of client",
-        ),
-        (
-            "warmup tokens prefilled (cost)",
-            "0",
-            f"{p['warm_computed_tokens']:,}",
-            f"{100 * p['warm_computed_tokens'] / max(1, p['prompt_tokens']):.1f}% of client",
-        ),
-        ("errors", str(d["errors"]), str(p["errors"]), ""),
-        ("wall time", f"{d['wall_s']:.1f} s", f"{p['wall_s']:.1f} s", ""),
-    ]
-    w0 = max(len(r[0]) for r in rows)
-    lines = [f"{'':<{w0}}  {'direct':>14}  {'via proxy':>14}  change", "-" * (w0 + 46)]
-    lines += [f"{a:<{w0}}  {b:>14}  {c:>14}  {e}" for a, b, c, e in rows]
-    return "\n".join(lines)
-
-
 def run(args: argparse.Namespace) -> int:
     """Engine and proxy run as child processes (each its own interpreter, as in production); the
     workload runs here. An in-thread proxy would share this process's GIL with the load generator and
@@ -408,9 +207,9 @@ def run(args: argparse.Namespace) -> int:
         both = DualProgress(bars, show and not args.sequential)
 
         async def phase(name: str, url: str, engine: str) -> tuple[WorkloadResult, dict, dict]:
-            before = _engine_counters(engine)
+            before = engine_counters(engine)
             res = await run_workload(url, spec, model=model, tick=lambda: both.tick(name))
-            return res, before, _engine_counters(engine)
+            return res, before, engine_counters(engine)
 
         if args.sequential:
             direct = asyncio.run(phase(PHASES[0], url1, url1))

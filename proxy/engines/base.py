@@ -23,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 
 from proxy.core import WARMUP_HEADER
+from proxy.core.actions import Action
 
 log = logging.getLogger("cachescout.engines")
 
@@ -86,7 +87,7 @@ class EngineAdapter(Protocol):
     def capabilities(self) -> frozenset[str]: ...
 
     async def probe(self) -> None: ...
-    async def warm(self, action: Any) -> WarmResult: ...
+    async def warm(self, action: Action) -> WarmResult: ...
     async def scrape(self) -> EngineSnapshot | None: ...
     async def reset_prefix_cache(self) -> bool: ...
     def request_extras(self, survival: float | None) -> dict[str, Any]: ...
@@ -108,49 +109,53 @@ class WarmSpec:
     continue_final: bool = False  # the anchor ends inside its last message: render it open
 
 
-def warm_spec(action: Any) -> WarmSpec | None:
-    """Decode an Action's payload (see `proxy.runtime.payload`) into a WarmSpec.
+def warm_spec(action: Action) -> WarmSpec | None:
+    """Decode an Action's payload (`proxy.core.action_payload.ActionPayload`) into a WarmSpec.
 
-    Accepts the proxy's own `AnchorPayload`-like mapping: {"model", "messages", "tools",
-    "prompt", "token_ids", "cache_salt"}; for tool-resume a {"messages": full context} mapping.
-    Returns None when the payload carries nothing an engine could replay.
+    The payload's request is the proxy's own anchor or context mapping: {"model", "messages",
+    "tools", "prompt", "token_ids", "cache_salt", chat template fields}; a tool-resume payload adds
+    the assistant tool-call turn, appended to the messages. Returns None when the payload carries
+    nothing an engine could replay.
     """
-    payload = getattr(action, "payload", None)
-    if payload is None:
+    payload = action.payload
+    request = payload.request()
+    if request is None:
         return None
-    if hasattr(payload, "to_warm_dict"):
-        payload = payload.to_warm_dict()
-    if not isinstance(payload, dict):
-        return None
-    assistant = payload.get("assistant")  # tool_resume: the assistant tool-call turn
-    if hasattr(payload.get("context"), "to_warm_dict"):  # a compact context (runtime/payload.py)
-        payload = {**payload, "context": payload["context"].to_warm_dict()}
-    if isinstance(payload.get("context"), dict):  # tool_resume: {"context": full prompt, "assistant": turn}
-        payload = payload["context"]
-    messages = list(payload.get("messages") or ())
-    if messages and isinstance(assistant, dict):
+    assistant = payload.assistant if isinstance(payload.assistant, dict) else None
+    raw_messages = request.get("messages")
+    messages = [m for m in raw_messages if isinstance(m, dict)] if isinstance(raw_messages, list | tuple) else []
+    if messages and assistant is not None:
         messages.append(assistant)
-    prompt = payload.get("prompt")
-    token_ids = payload.get("token_ids")
+    prompt = request.get("prompt")
+    token_ids = _ints(request.get("token_ids"))
     if isinstance(prompt, list):  # /v1/completions traffic with token-id prompts
-        token_ids, prompt = (prompt if prompt and all(isinstance(t, int) for t in prompt) else None), None
-    if not messages and prompt is None and not token_ids:
+        token_ids, prompt = _ints(prompt), None
+    text = prompt if isinstance(prompt, str) else None
+    if not messages and text is None and not token_ids:
         return None
-    tenant = getattr(action, "tenant", "") or ""
-    hashes = getattr(action, "block_hashes", ()) or ()
-    key_tail = f"{hashes[-1]:x}" if hashes else getattr(action, "anchor_id", "")
-    tools = payload.get("tools")
+    tenant = action.tenant
+    hashes = action.block_hashes
+    key_tail = f"{hashes[-1]:x}" if hashes else action.anchor_id
+    tools = request.get("tools")
+    salt = request.get("cache_salt")
     return WarmSpec(
-        model=str(payload.get("model") or ""),
+        model=str(request.get("model") or ""),
         messages=tuple(messages),
-        tools=tuple(tools) if tools else None,
-        prompt=prompt,
-        token_ids=tuple(token_ids) if token_ids else None,
-        cache_salt=payload.get("cache_salt") or (tenant or None),
+        tools=tuple(t for t in tools if isinstance(t, dict)) if isinstance(tools, list | tuple) and tools else None,
+        prompt=text,
+        token_ids=token_ids,
+        cache_salt=(salt if isinstance(salt, str) and salt else None) or (tenant or None),
         key=f"{tenant}|{len(hashes)}|{key_tail}",
-        template={k: payload[k] for k in TEMPLATE_FIELDS if payload.get(k) is not None},
-        continue_final=bool(payload.get("continue_final_message")) and not isinstance(assistant, dict),
+        template={k: request[k] for k in TEMPLATE_FIELDS if request.get(k) is not None},
+        continue_final=bool(request.get("continue_final_message")) and assistant is None,
     )
+
+
+def _ints(value: object) -> tuple[int, ...] | None:
+    """Token ids: a non-empty list of ints, else None."""
+    if isinstance(value, list | tuple) and value and all(isinstance(t, int) for t in value):
+        return tuple(value)
+    return None
 
 
 class TokenCache:
@@ -265,6 +270,10 @@ class HttpEngineAdapter:
 
     async def probe(self) -> None:
         return None
+
+    async def warm(self, action: Action) -> WarmResult:
+        """Subclasses carry actions; the shared plumbing alone has no lever to pull."""
+        return WarmResult(ok=False, unsupported=True, error=f"engine={self.name}: no warm lever")
 
 
 def usage_tokens(data: Any) -> tuple[int, int]:

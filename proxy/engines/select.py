@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from proxy.core.actions import Action
 from proxy.engines.base import EngineSnapshot, HttpEngineAdapter, WarmResult
 from proxy.engines.sglang import SglangAdapter
 from proxy.engines.sim import SimAdapter
@@ -29,7 +30,7 @@ class NoEngineAdapter(HttpEngineAdapter):
 
     name = "none"
 
-    async def warm(self, action: Any) -> WarmResult:
+    async def warm(self, action: Action) -> WarmResult:
         return WarmResult(ok=False, unsupported=True, error="engine=none")
 
     async def scrape(self) -> EngineSnapshot | None:

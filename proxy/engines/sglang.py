@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from proxy.core.actions import Action
 from proxy.engines.base import (
     CAP_METRICS,
     CAP_PRIORITY,
@@ -69,12 +70,12 @@ class SglangAdapter(VllmAdapter):
         # SGLang has no /tokenize in every version: exact tokens only when the payload carries ids.
         self.disable(CAP_WARM_TOKENS, "uses /generate only when token ids are known")
 
-    def warm_fields(self, action: Any) -> dict[str, Any]:
+    def warm_fields(self, action: Action) -> dict[str, Any]:
         if CAP_PRIORITY in self.capabilities:
-            return {"priority": int(getattr(action, "priority", 0))}
+            return {"priority": int(action.priority)}
         return {}
 
-    async def _warm(self, spec: WarmSpec, action: Any) -> WarmResult:
+    async def _warm(self, spec: WarmSpec, action: Action) -> WarmResult:
         extra = self.warm_fields(action)
         if spec.token_ids:
             body = {

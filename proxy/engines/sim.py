@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from proxy.core.actions import Action
 from proxy.engines.base import CAP_PRIORITY
 from proxy.engines.promtext import info_labels
 from proxy.engines.vllm import VllmAdapter
@@ -51,9 +52,9 @@ class SimAdapter(VllmAdapter):
         else:
             self.disable(CAP_PRIORITY, f"sim eviction={mode} (priority only orders eviction in 'priority' mode)")
 
-    def warm_fields(self, action: Any) -> dict[str, Any]:
+    def warm_fields(self, action: Action) -> dict[str, Any]:
         if CAP_PRIORITY in self.capabilities:
-            return {"priority": int(getattr(action, "priority", 0))}
+            return {"priority": int(action.priority)}
         return {}
 
     def request_extras(self, survival: float | None) -> dict[str, Any]:

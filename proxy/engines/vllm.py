@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from proxy.core.actions import Action
 from proxy.engines.base import (
     CAP_KV_HINTS,
     CAP_METRICS,
@@ -106,7 +107,7 @@ class VllmAdapter(HttpEngineAdapter):
         name = model or self.default_model
         return {"model": name, **body} if name else body
 
-    def warm_fields(self, action: Any) -> dict[str, Any]:
+    def warm_fields(self, action: Action) -> dict[str, Any]:
         """Extra body fields for a warmup (the sim adapter adds retention priority)."""
         return {}
 
@@ -140,7 +141,7 @@ class VllmAdapter(HttpEngineAdapter):
         self.tokens.put(spec.key, ids)
         return ids
 
-    async def warm(self, action: Any) -> WarmResult:
+    async def warm(self, action: Action) -> WarmResult:
         spec = warm_spec(action)
         if spec is None:
             return WarmResult(ok=False, unsupported=True, error="payload carries no prompt")
@@ -151,7 +152,7 @@ class VllmAdapter(HttpEngineAdapter):
         self._after(result)
         return result
 
-    async def _warm(self, spec: WarmSpec, action: Any) -> WarmResult:
+    async def _warm(self, spec: WarmSpec, action: Action) -> WarmResult:
         extra = self.warm_fields(action)
         if spec.cache_salt:
             extra["cache_salt"] = spec.cache_salt

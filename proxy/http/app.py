@@ -25,9 +25,10 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from starlette.types import Receive, Scope, Send
 
+from proxy.contracts import RequestObserver
 from proxy.http.forwarder import Forwarder
 from proxy.http.health import ReadinessProbe
-from proxy.http.observer import NullObserver, RequestObserver
+from proxy.http.observer import NullObserver
 from proxy.http.routes import OWN_PATHS, add_forwarded_routes, add_own_routes
 from proxy.http.upstream import build_client, build_transport, client_timeout
 from proxy.observability.metrics import ProxyMetrics

@@ -30,8 +30,9 @@ from typing import Any
 import httpx
 from starlette.types import Scope
 
+from proxy.contracts import BodyRewriter, RequestContext, RequestObserver
 from proxy.http.errors import UPSTREAM_FAILURES, classify_upstream_error, describe_upstream_error, send_error
-from proxy.http.observer import NullObserver, RequestContext, RequestObserver
+from proxy.http.observer import NullObserver
 from proxy.observability.metrics import ProxyMetrics, route_label
 
 log = logging.getLogger("cachescout.forwarder")
@@ -99,7 +100,8 @@ class Forwarder:
         self.transport: httpx.AsyncBaseTransport | None = None  # the client's transport, set by the lifespan
         # A hand-built httpx.Request does not inherit the client's timeouts: pass them explicitly.
         self.timeout_ext: dict = httpx.Timeout(5.0, read=600.0).as_dict()
-        self.observer: RequestObserver = NullObserver()  # replaced by the lifespan when a policy runs
+        self._observer: RequestObserver = NullObserver()  # replaced by the lifespan when a policy runs
+        self._rewriter: BodyRewriter | None = None  # the observer, when it also rewrites bodies
         self._ids = itertools.count(1)
         self._logged_observer_error = False
         # Bodies larger than this are not parsed here, on the event loop: the observer decides
@@ -114,6 +116,17 @@ class Forwarder:
         self._urls: dict[tuple[bytes, bytes], httpx.URL] = {}
 
     # --- observer plumbing -----------------------------------------------------------------
+    @property
+    def observer(self) -> RequestObserver:
+        return self._observer
+
+    @observer.setter
+    def observer(self, observer: RequestObserver) -> None:
+        """Set once by the lifespan; whether it rewrites bodies is checked here, not per request
+        (a runtime Protocol check costs microseconds)."""
+        self._observer = observer
+        self._rewriter = observer if isinstance(observer, BodyRewriter) else None
+
     def _observer_failed(self, hook: str) -> None:
         self.metrics.policy_errors_total.inc()
         if not self._logged_observer_error:  # once at error level; a broken policy must not flood logs
@@ -201,7 +214,7 @@ class Forwarder:
                 observer.on_request(ctx)
             except Exception:  # noqa: BLE001 - the policy never affects the client
                 self._observer_failed("on_request")
-            body = self._maybe_rewrite(observer, ctx, body)
+            body = self._maybe_rewrite(ctx, body)
 
         # Watch for the client going away while we wait on the engine or stream its answer.
         task = asyncio.current_task()
@@ -309,16 +322,16 @@ class Forwarder:
             await response.aclose()
 
     def _maybe_rewrite(
-        self, observer: RequestObserver, ctx: RequestContext | None, body: bytes | bytearray | _ChunkedBody
+        self, ctx: RequestContext | None, body: bytes | bytearray | _ChunkedBody
     ) -> bytes | bytearray | _ChunkedBody:
-        """Opt-in exception to byte-exactness: an observer that defines `rewrite_body(ctx) -> bytes | None`
-        may replace the forwarded body (e.g. engine cache hints the operator enabled). None, an
-        absent method, or any failure forwards the original bytes."""
-        rewrite = getattr(observer, "rewrite_body", None)
-        if rewrite is None or ctx is None:
+        """Opt-in exception to byte-exactness: an observer that is a `BodyRewriter` may replace the
+        forwarded body (e.g. engine cache hints the operator enabled). None, no such hook, or any
+        failure forwards the original bytes."""
+        rewriter = self._rewriter
+        if rewriter is None or ctx is None:
             return body
         try:
-            new = rewrite(ctx)
+            new = rewriter.rewrite_body(ctx)
         except Exception:  # noqa: BLE001
             self._observer_failed("rewrite_body")
             return body

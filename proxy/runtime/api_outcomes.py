@@ -11,8 +11,6 @@ A streamed Responses body ends with a `response.completed` (or `.incomplete`) ev
 
 from __future__ import annotations
 
-from typing import Any
-
 _ANTHROPIC_STOP = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
 
 
@@ -27,7 +25,7 @@ def as_chat(obj: dict) -> dict | None:
     return None
 
 
-def _usage(u: Any, cached_key: str) -> dict | None:
+def _usage(u: object, cached_key: str) -> dict | None:
     if not isinstance(u, dict):
         return None
     details = u.get("input_tokens_details")

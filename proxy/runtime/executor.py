@@ -19,12 +19,13 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from proxy.engines.base import WarmResult
 
 if TYPE_CHECKING:
     from proxy.core.actions import Action
+    from proxy.engines.base import EngineAdapter
     from proxy.observability.metrics import ProxyMetrics
     from proxy.runtime.prefill import PrefillRate
 
@@ -41,8 +42,11 @@ class ExecutorLimits:
     max_waiting: int = 4  # engine's waiting queue (from the scraper)
 
 
-def action_key(action: Action) -> tuple:
-    hashes = getattr(action, "block_hashes", ()) or ()
+ActionKey = tuple[str, str, int, int | None]  # (tenant, anchor, prefix blocks, last block hash)
+
+
+def action_key(action: Action) -> ActionKey:
+    hashes = action.block_hashes
     return (action.tenant, action.anchor_id, len(hashes), hashes[-1] if hashes else None)
 
 
@@ -51,7 +55,7 @@ class ActionExecutor:
 
     def __init__(
         self,
-        adapter: Any,
+        adapter: EngineAdapter,
         metrics: ProxyMetrics | None,
         clock: Callable[[], float],
         limits: ExecutorLimits = ExecutorLimits(),
@@ -64,11 +68,11 @@ class ActionExecutor:
         self.limits = limits
         self.load = load
         self.on_result = on_result
-        self._queue: asyncio.Queue | None = None
-        self._workers: list[asyncio.Task] = []
-        self._pending: dict[tuple, Any] = {}
-        self._running: dict[tuple, Any] = {}
-        self.recent: deque[dict] = deque(maxlen=64)
+        self._queue: asyncio.Queue[Action] | None = None
+        self._workers: list[asyncio.Task[None]] = []
+        self._pending: dict[ActionKey, Action] = {}
+        self._running: dict[ActionKey, Action] = {}
+        self.recent: deque[dict[str, object]] = deque(maxlen=64)
         self.paused = False
         self.sending = 0  # actions inside adapter.warm (the engine may already count them)
         self.prefill: PrefillRate | None = None  # PrefillRate: ok warmups' computed tokens / duration
@@ -135,7 +139,7 @@ class ActionExecutor:
         self._depth()
         return queued
 
-    def pending(self) -> list[dict]:
+    def pending(self) -> list[dict[str, object]]:
         now = self.clock()
         items = list(self._running.values()) + list(self._pending.values())
         return [

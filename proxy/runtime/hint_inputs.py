@@ -36,7 +36,7 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from proxy.core.hint_actions import Hint, HintDriver
 from proxy.core.hints import ACCEPTED, FACT, HINT_KINDS, PREDICTION, REFUSED, SESSION_ENDED, HintConfig, source_id
@@ -44,6 +44,7 @@ from proxy.core.hints import ACCEPTED, FACT, HINT_KINDS, PREDICTION, REFUSED, SE
 if TYPE_CHECKING:
     from proxy.core.policy import ScoutPolicy
     from proxy.observability.metrics import ProxyMetrics
+    from proxy.settings import Settings
 
 HINTS_PATH = "/v1/cachescout/hints"
 SOURCE_HEADER = "x-cachescout-source"
@@ -62,7 +63,7 @@ class HintError(ValueError):
         self.param = param
 
 
-def _str(v: Any, name: str, required: bool = False) -> str | None:
+def _str(v: object, name: str, required: bool = False) -> str | None:
     if v is None:
         if required:
             raise HintError(f"'{name}' is required", name)
@@ -72,7 +73,7 @@ def _str(v: Any, name: str, required: bool = False) -> str | None:
     return v
 
 
-def _num(v: Any, name: str, lo: float = 0.0, hi: float = 1e7) -> float | None:
+def _num(v: object, name: str, lo: float = 0.0, hi: float = 1e7) -> float | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
@@ -80,7 +81,7 @@ def _num(v: Any, name: str, lo: float = 0.0, hi: float = 1e7) -> float | None:
     return float(v)
 
 
-def parse_ttl(v: Any, name: str = "ttl") -> float | None:
+def parse_ttl(v: object, name: str = "ttl") -> float | None:
     """Seconds from a number or Dynamo/Anthropic shorthand ("300", "5m", "1h")."""
     if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)):
         return _num(v, name, 0.0, 86_400.0)
@@ -93,7 +94,7 @@ def parse_ttl(v: Any, name: str = "ttl") -> float | None:
     raise HintError(f"'{name}' must be seconds or a shorthand like '5m' / '1h'", name)
 
 
-def parse_hint(obj: Any, where: str = "hint") -> Hint:
+def parse_hint(obj: object, where: str = "hint") -> Hint:
     if not isinstance(obj, Mapping):
         raise HintError(f"{where} must be an object", where)
     kind = next((obj[k] for k in _KIND_ALIASES if k in obj), None)
@@ -121,7 +122,7 @@ def parse_hint(obj: Any, where: str = "hint") -> Hint:
     return Hint(kind, sid, expected, int(branches or 0), branch_ids, agent, 1.0 if p is None else p, ttl)  # type: ignore[arg-type]
 
 
-def parse_batch(data: Any) -> list[Hint]:
+def parse_batch(data: object) -> list[Hint]:
     items = data.get("hints") if isinstance(data, Mapping) and "hints" in data else data
     if isinstance(items, Mapping):
         items = [items]
@@ -218,15 +219,9 @@ def strip_fields(body: Mapping) -> dict | None:
     return out
 
 
-def hint_config(settings: Any) -> HintConfig:
-    sources = getattr(settings, "hints_directive_sources", None) or ()
-    if isinstance(sources, str):
-        sources = [s.strip() for s in sources.split(",") if s.strip()]
-    share = getattr(settings, "hints_directive_cache_share", None)
-    kw: dict[str, Any] = {"directive_sources": frozenset(sources)}
-    if share is not None:
-        kw["directive_cache_share"] = float(share)
-    return HintConfig(**kw)
+def hint_config(settings: Settings) -> HintConfig:
+    sources = [s.strip() for s in settings.hints_directive_sources.split(",") if s.strip()]
+    return HintConfig(directive_sources=frozenset(sources), directive_cache_share=settings.hints_directive_cache_share)
 
 
 class HintService:
@@ -376,11 +371,13 @@ __all__ = [
 ]
 
 
-def build_hint_service(settings: Any, policy: ScoutPolicy, metrics: ProxyMetrics | None = None) -> HintService | None:
+def build_hint_service(
+    settings: Settings, policy: ScoutPolicy, metrics: ProxyMetrics | None = None
+) -> HintService | None:
     """The live proxy's hint service (None when ``hints_enabled`` is off). The driver attaches
     itself to the planner only when the first hint arrives, so a proxy that never receives one
     plans exactly as before."""
-    if not getattr(settings, "hints_enabled", True):
+    if not settings.hints_enabled:
         return None
     driver = HintDriver(policy, hint_config(settings))
-    return HintService(driver, metrics, int(getattr(settings, "hints_max_body_bytes", 65536)))
+    return HintService(driver, metrics, settings.hints_max_body_bytes)

@@ -11,21 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import httpx
 
 from proxy.core.config import PolicyConfig
 from proxy.core.policy import ScoutPolicy
-from proxy.engines.base import EngineSnapshot, WarmResult, warm_spec
+from proxy.engines.base import EngineSnapshot, HttpEngineAdapter, WarmResult, warm_spec
 from proxy.engines.lmcache import LmcacheClient
 from proxy.engines.select import NoEngineAdapter, build_adapter
 from proxy.runtime.executor import ActionExecutor
 from proxy.runtime.hint_inputs import build_hint_service
+from proxy.runtime.introspection import describe_policy, plain_data
 from proxy.runtime.kv_events import KvEvent, KvEventSubscriber
 from proxy.runtime.live_policy import LivePolicyObserver
 from proxy.runtime.policy_config import executor_limits, policy_config
@@ -38,6 +38,7 @@ from proxy.runtime.switchback import SelfEvaluation, switchback_config, yield_co
 
 if TYPE_CHECKING:
     from proxy.core.actions import Action
+    from proxy.observability.metrics import ProxyMetrics
     from proxy.settings import Settings
 
 log = logging.getLogger("cachescout.live")
@@ -48,7 +49,7 @@ class LiveRuntime:
         self,
         settings: Settings,
         client: httpx.AsyncClient,
-        metrics: Any,
+        metrics: ProxyMetrics | None,
         clock: Callable[[], float],
         config: PolicyConfig | None = None,
     ) -> None:
@@ -69,10 +70,10 @@ class LiveRuntime:
         self.observer.hints = self.hints
         if self.hints is not None:
             self.hints.after_submit = lambda: self.observer.plan(self.clock())
-        self.observer.strip_hint_fields = bool(getattr(settings, "hints_strip_fields", False))
+        self.observer.strip_hint_fields = settings.hints_strip_fields
         key = settings.engine_api_key.get_secret_value() if settings.engine_api_key is not None else None
         self._api_key = key
-        self.adapter: Any = NoEngineAdapter(client, settings.upstream_url, key)
+        self.adapter: HttpEngineAdapter = NoEngineAdapter(client, settings.upstream_url, key)
         self.executor = ActionExecutor(
             self.adapter,
             metrics,
@@ -88,10 +89,10 @@ class LiveRuntime:
         self._tick: asyncio.Task | None = None
         self._capacity: int | None = None
         self.prefill = PrefillRate()
-        self.reload = ReloadPrice(int(getattr(settings, "host_tier_tokens", 0) or 0))
+        self.reload = ReloadPrice(settings.host_tier_tokens)
         self.observer.prefill = self.prefill
         self.executor.prefill = self.prefill
-        self.budget: dict[str, Any] = {"source": "core default prefill_tokens_per_s"}
+        self.budget: dict[str, str | float] = {"source": "core default prefill_tokens_per_s"}
         self._prev_queries: float | None = None
         self._prev_prefill: tuple[float, float] | None = None
         self.state_loaded: str | None = None
@@ -212,7 +213,7 @@ class LiveRuntime:
         """Each scrape (the first runs at start): engine capacity -> the residency shadow; counters
         that went backwards (engine restarted) -> the shadow is cleared; prefill time -> the rate
         the warmup budget follows. The waiting queue reaches the core through `observer.load()`."""
-        kwargs: dict[str, Any] = {}
+        new_capacity: int | None = None
         capacity = snap.capacity_tokens or (
             snap.capacity_blocks * snap.block_size if snap.capacity_blocks and snap.block_size else None
         )
@@ -222,19 +223,17 @@ class LiveRuntime:
             ratio = self.observer.token_ratio or 1.0
             capacity = int(capacity / max(0.05, ratio))
             if self._capacity is None or abs(capacity - self._capacity) > 0.05 * self._capacity:
-                self._capacity = capacity
-                kwargs["capacity_tokens"] = capacity
+                self._capacity = new_capacity = capacity
         usage = self._kv_events_usage(snap)
         if usage is None:
             usage = snap.kv_usage
-        if usage is not None:
-            kwargs["usage_ratio"] = usage
+        cleared = False
         if snap.prefix_queries is not None:
             if self._prev_queries is not None and snap.prefix_queries < self._prev_queries:
-                kwargs["cleared"] = True  # counters restarted: so did the engine's cache
+                cleared = True  # counters restarted: so did the engine's cache
             self._prev_queries = snap.prefix_queries
-        if kwargs:
-            self.policy.residency.on_engine_truth(**kwargs)
+        if new_capacity is not None or usage is not None or cleared:
+            self.policy.residency.on_engine_truth(capacity_tokens=new_capacity, usage_ratio=usage, cleared=cleared)
         if snap.prefill_seconds is not None and snap.prompt_tokens is not None:
             self.prefill.add_engine_totals(snap.prompt_tokens - (snap.prefix_hits or 0.0), snap.prefill_seconds)
         if snap.prefill_seconds is not None:
@@ -254,7 +253,7 @@ class LiveRuntime:
         self.reload.add(snap)
         over = self.reload.overrides()
         cfg = self.policy.config
-        changed: dict[str, Any] = {}
+        changed: dict[str, float] = {}
         rate = over.get("reload_tokens_per_s")
         if rate and abs(rate - cfg.reload_tokens_per_s) > 0.1 * max(cfg.reload_tokens_per_s, 1.0):
             changed["reload_tokens_per_s"] = rate
@@ -342,7 +341,7 @@ class LiveRuntime:
             log.warning("could not save state to %s: %s", path, exc)
 
     # -- introspection ----------------------------------------------------------------------------------
-    def engine_info(self) -> dict:
+    def engine_info(self) -> dict[str, object]:
         info = self.adapter.info()
         info["scrape"] = self.scraper.info() if self.scraper is not None else None
         info["kv_events"] = self.kv_events.info() if self.kv_events is not None else None
@@ -353,10 +352,12 @@ class LiveRuntime:
         info["shadow_capacity_tokens"] = self._capacity
         return info
 
-    def debug_state(self) -> dict:
+    def debug_state(self) -> dict[str, object]:
         stats = self.policy.stats()
-        out: dict[str, Any] = {"stats": _plain(stats)}
-        out["stats"]["predictability_by_tenant"] = {tenant_tag(k): v for k, v in stats.predictability_by_tenant.items()}
+        plain = plain_data(stats)
+        assert isinstance(plain, dict), "PolicyStats is a dataclass"
+        plain["predictability_by_tenant"] = {tenant_tag(k): v for k, v in stats.predictability_by_tenant.items()}
+        out: dict[str, object] = {"stats": plain}
         out.update(describe_policy(self.policy, self.clock()))
         out["pending_actions"] = self.executor.pending()
         out["recent_actions"] = list(self.executor.recent)[-20:]
@@ -368,59 +369,10 @@ class LiveRuntime:
         return out
 
 
-def describe_policy(policy: ScoutPolicy, now: float, top: int = 20) -> dict:
-    """Agents (short id, tokens, uses, last seen) and top transitions per tenant; no prompt text."""
-    agents: list[dict] = []
-    transitions: list[dict] = []
-    for tenant, ts in getattr(policy.agents, "tenants", {}).items():
-        tenant_tag = "" if not tenant else f"salt:{len(tenant)}c"  # never the salt itself
-        for a in ts.agents.values():
-            agents.append(
-                {
-                    "id": a.agent_id,
-                    "tenant": tenant_tag,
-                    "tokens": a.tokens,
-                    "uses": a.uses,
-                    "last_seen_s_ago": round(now - a.last_seen, 3),
-                }
-            )
-        learner = ts.learner
-        for i, src in ts.by_slot.items():
-            for j, p in learner.successors(i, 3, 0.0):
-                dst = ts.by_slot.get(j)
-                if dst is not None:
-                    transitions.append(
-                        {
-                            "from": src.agent_id,
-                            "to": dst.agent_id,
-                            "p": round(p, 3),
-                            "count": round(learner.count(i, j), 2),
-                        }
-                    )
-    agents.sort(key=lambda a: -a["uses"])
-    transitions.sort(key=lambda t: -t["count"])
-    sessions = getattr(policy, "sessions", None)
-    return {
-        "agents": agents[:100],
-        "top_transitions": transitions[:top],
-        "sessions": len(sessions) if sessions is not None else 0,
-    }
-
-
-def _plain(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    return obj
-
-
 def build_live(
-    settings: Settings, client: httpx.AsyncClient, metrics: Any, clock: Callable[[], float]
+    settings: Settings, client: httpx.AsyncClient, metrics: ProxyMetrics | None, clock: Callable[[], float]
 ) -> LiveRuntime | None:
     """The live policy for `create_app`; None when the policy is switched off."""
-    if not getattr(settings, "policy_enabled", True):
+    if not settings.policy_enabled:
         return None
     return LiveRuntime(settings, client, metrics, clock)

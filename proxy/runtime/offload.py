@@ -15,10 +15,18 @@ at the cap holds it for one C call, which is why the cap exists).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
+
+from proxy.core.fingerprint import view_from_openai
+
+if TYPE_CHECKING:
+    from proxy.core.view import RequestView
+    from proxy.settings import Settings
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,12 +38,11 @@ class ObserveLimits:
     offload_queue: int = 8  # large bodies waiting for the worker; more are skipped
 
     @classmethod
-    def from_settings(cls, settings: Any) -> ObserveLimits:
-        d = cls()
+    def from_settings(cls, settings: Settings) -> ObserveLimits:
         return cls(
-            int(getattr(settings, "policy_inline_parse_bytes", d.inline_parse_bytes)),
-            int(getattr(settings, "policy_max_body_bytes", d.max_body_bytes)),
-            int(getattr(settings, "policy_offload_queue", d.offload_queue)),
+            int(settings.policy_inline_parse_bytes),
+            int(settings.policy_max_body_bytes),
+            int(settings.policy_offload_queue),
         )
 
 
@@ -47,7 +54,7 @@ class ParseOffload:
         self.pending = 0
         self._pool: ThreadPoolExecutor | None = None
 
-    def submit(self, fn: Callable[..., Any], args: tuple, done: Callable[[asyncio.Future], None]) -> bool:
+    def submit(self, fn: Callable[..., T], args: tuple[object, ...], done: Callable[[asyncio.Future[T]], None]) -> bool:
         """Run ``fn(*args)`` on the worker, then ``done(future)`` on the loop. False (nothing
         scheduled) when the queue is full or there is no running loop."""
         if self.pending >= self.max_pending:
@@ -61,7 +68,7 @@ class ParseOffload:
         self.pending += 1
         fut = loop.run_in_executor(self._pool, fn, *args)
 
-        def finished(f: asyncio.Future) -> None:
+        def finished(f: asyncio.Future[T]) -> None:
             self.pending -= 1
             done(f)
 
@@ -72,3 +79,10 @@ class ParseOffload:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+
+
+def view_from_openai_bytes(
+    path: str, body: bytes, headers: Mapping[str, str], block_chars: int, chars_per_token: float
+) -> RequestView | None:
+    """The worker thread's job: parse a large body and build its view (None when not a chat/completions body)."""
+    return view_from_openai(path, body, headers, block_chars=block_chars, chars_per_token=chars_per_token)

@@ -4,18 +4,19 @@ Why: a session (and a parked fan-out parent) keeps its latest prompt so that a t
 fan-out touch can rebuild it. Kept as the parsed JSON it cost several times the body (a dict and a
 str per message, ~2.2x the prompt measured with the hash chain); kept as the body it costs the body
 once — the same bytes object the forwarder already holds, not a copy. The rare action that needs the
-prompt (`engines.base.warm_spec`) calls `to_warm_dict`, which rebuilds exactly the dict the canonical
-view would have carried (same function, same body).
+prompt (`engines.base.warm_spec`, through `ActionPayload.request`) calls `to_warm_dict`, which
+rebuilds exactly the dict the canonical view would have carried (same function, same body).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
+from proxy.core.action_payload import KeptPrompt
 from proxy.core.fingerprint import view_from_openai
 
 
-class BodyPayload:
+class BodyPayload(KeptPrompt):
     """The context payload of one chat/completions request, as its body bytes."""
 
     __slots__ = ("body", "path")
@@ -29,6 +30,7 @@ class BodyPayload:
         """Bytes held (the core's session byte budget reads this)."""
         return len(self.body)
 
-    def to_warm_dict(self) -> dict[str, Any] | None:
+    def to_warm_dict(self) -> Mapping[str, object] | None:
         view = view_from_openai(self.path, self.body)
-        return view.context_payload if view is not None else None
+        payload = view.context_payload if view is not None else None
+        return payload if isinstance(payload, Mapping) else None

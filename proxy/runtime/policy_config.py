@@ -9,13 +9,15 @@ simulated engine's values where the live proxy would measure them.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from proxy.core.config import PolicyConfig
 from proxy.runtime.executor import ExecutorLimits
 
 if TYPE_CHECKING:
     from proxy.settings import Settings
+
+Scalar = bool | int | float | str  # a PolicyConfig field's value
 
 
 def policy_config(
@@ -32,20 +34,20 @@ def policy_config(
     `max_concurrent` (actions the planner may have unanswered) is twice the executor's workers so a
     worker never idles waiting for the planner's next tick; `action_ttl_s` and `max_engine_waiting`
     are the executor's own limits, so the planner never emits what the executor would drop."""
-    overrides: dict[str, Any] = {
+    overrides: dict[str, Scalar] = {
         "action_ttl_s": float(settings.action_ttl),
         "max_concurrent": int(settings.action_concurrency) * 2,
         "max_engine_waiting": int(settings.action_max_waiting),
     }
     if settings.policy_r_min is not None:
         overrides["r_min"] = float(settings.policy_r_min)
-    if getattr(settings, "host_tier_tokens", 0):
+    if settings.host_tier_tokens:
         overrides["host_tier_tokens"] = int(settings.host_tier_tokens)
     if host_tier_tokens:
         overrides["host_tier_tokens"] = int(host_tier_tokens)
     if reload is not None:  # a host tier's load price: (tokens/s, latency s)
         overrides["reload_tokens_per_s"], overrides["reload_latency_s"] = float(reload[0]), float(reload[1])
-    share = getattr(settings, "warmup_prefill_share", None)
+    share = settings.warmup_prefill_share
     if share is not None:
         overrides["warmup_share"] = float(share)
     if capacity_tokens is not None:
@@ -54,7 +56,7 @@ def policy_config(
         overrides["prefill_tokens_per_s"] = float(prefill_tokens_per_s)
     if retain is not None:
         overrides["retain_enabled"] = bool(retain)
-    overrides.update(dict(getattr(settings, "policy_overrides", None) or {}))  # unknown names raise
+    overrides.update(settings.policy_overrides)  # unknown names raise
     cfg = PolicyConfig()
     known = {f.name for f in dataclasses.fields(PolicyConfig)}
     typed = {k: _cast(getattr(cfg, k), v) for k, v in overrides.items() if k in known}
@@ -62,18 +64,29 @@ def policy_config(
 
 
 def executor_limits(settings: Settings) -> ExecutorLimits:
-    """The live executor's rules (queue bound, workers, yield-to-traffic thresholds)."""
+    """The live executor's rules (queue bound, workers, yield-to-traffic thresholds).
+
+    Its waiting-queue limit is the planner's `max_engine_waiting` of the same settings (one value:
+    `action_max_waiting`, or a `policy_overrides` entry for `max_engine_waiting` where an operator
+    set one), so the two can never disagree."""
     return ExecutorLimits(
         queue_size=settings.action_queue_size,
         concurrency=settings.action_concurrency,
         max_inflight=settings.action_max_inflight,
-        max_waiting=settings.action_max_waiting,
+        max_waiting=policy_config(settings).max_engine_waiting,
     )
 
 
-def _cast(default: Any, value: Any) -> Any:
+def _cast(default: object, value: Scalar) -> Scalar:
+    """`value` as the type of the field's default (JSON/env overrides arrive as bool, float or str)."""
     if isinstance(default, bool):
         if isinstance(value, (bool, int, float)):
             return bool(value)
         return str(value).lower() in ("1", "true", "yes", "on")
-    return type(default)(value)
+    if isinstance(default, int):
+        return int(value)
+    if isinstance(default, float):
+        return float(value)
+    if isinstance(default, str):
+        return str(value)
+    return value

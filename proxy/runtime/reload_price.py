@@ -15,7 +15,10 @@ the rate is unknown and the planner keeps the recompute price (the safe side).
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from proxy.engines.base import EngineSnapshot
 
 MIN_TOKENS = 256  # loaded tokens timed before a rate is trusted
 WINDOW = 32  # scrape deltas kept
@@ -29,8 +32,8 @@ class ReloadPrice:
         self.gib: float | None = None
         self.seen_tier = False
 
-    def add(self, snap: Any) -> None:
-        """One scrape (an EngineSnapshot)."""
+    def add(self, snap: EngineSnapshot) -> None:
+        """One scrape."""
         if snap.host_tier_gib:
             self.gib = float(snap.host_tier_gib)
             self.seen_tier = True
@@ -64,9 +67,9 @@ class ReloadPrice:
             return int(self.gib * (1 << 30) / bpt)
         return 0
 
-    def overrides(self) -> dict[str, Any]:
+    def overrides(self) -> dict[str, float]:
         """PolicyConfig fields this engine's measurements set (empty until they are known)."""
-        out: dict[str, Any] = {}
+        out: dict[str, float] = {}
         rate = self.tokens_per_s()
         if rate:
             out["reload_tokens_per_s"] = float(rate)
@@ -75,7 +78,7 @@ class ReloadPrice:
             out["host_tier_tokens"] = int(tokens)
         return out
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> dict[str, object]:
         return {
             "seen_tier": self.seen_tier,
             "host_tier_gib": self.gib,

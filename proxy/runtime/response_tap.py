@@ -17,7 +17,6 @@ always. Malformed or absurdly nested JSON (RecursionError) is ignored, never log
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from proxy.http.sse import SSEParser
 from proxy.runtime.api_outcomes import as_chat
@@ -150,7 +149,7 @@ class ResponseTap:
         self.frames += 1
         self._apply(obj, now, stream=True)
 
-    def _apply(self, obj: Any, now: float | None, *, stream: bool) -> None:
+    def _apply(self, obj: object, now: float | None, *, stream: bool) -> None:
         if not isinstance(obj, dict):
             return
         if "choices" not in obj and (converted := as_chat(obj)) is not None:  # /v1/responses, /v1/messages
@@ -199,7 +198,7 @@ class ResponseTap:
         else:
             self._overflow = True
 
-    def _add_tool_delta(self, tc: Any) -> None:
+    def _add_tool_delta(self, tc: object) -> None:
         if not isinstance(tc, dict):
             return
         idx = tc.get("index", len(self._tool_calls))
@@ -234,7 +233,7 @@ class ResponseTap:
         return msg
 
 
-def _int(v: Any, default: int | None) -> int | None:
+def _int(v: object, default: int | None) -> int | None:
     if isinstance(v, bool):
         return default
     if isinstance(v, (int, float)):

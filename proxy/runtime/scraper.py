@@ -13,9 +13,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from proxy.engines.base import EngineSnapshot
+
+if TYPE_CHECKING:
+    from proxy.engines.base import EngineAdapter
+    from proxy.observability.metrics import ProxyMetrics
 
 log = logging.getLogger("cachescout.scraper")
 
@@ -23,8 +27,8 @@ log = logging.getLogger("cachescout.scraper")
 class EngineScraper:
     def __init__(
         self,
-        adapter: Any,
-        metrics: Any,
+        adapter: EngineAdapter,
+        metrics: ProxyMetrics | None,
         interval_s: float = 5.0,
         on_snapshot: Callable[[EngineSnapshot], None] | None = None,
     ) -> None:

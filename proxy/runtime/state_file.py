@@ -12,25 +12,33 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from proxy.core.snapshot import tenant_tag
 from proxy.runtime.offload import ObserveLimits, ParseOffload
 from proxy.runtime.response_tap import TapBudget
 
+if TYPE_CHECKING:
+    from proxy.runtime.live_policy import LivePolicyObserver
+    from proxy.settings import Settings
+
 __all__ = ["harden_observer", "read_state_file", "tenant_tag", "write_state_file"]
 
 
-def read_state_file(path: str, max_bytes: int) -> Any:
+def read_state_file(path: str, max_bytes: int) -> dict[str, object]:
     size = os.stat(path).st_size
     if size > max_bytes:
         raise ValueError(f"state file is {size} bytes, limit {max_bytes}")
     with open(path, "rb") as f:
-        return json.loads(f.read(max_bytes + 1))
+        doc = json.loads(f.read(max_bytes + 1))
+    if not isinstance(doc, dict):
+        raise ValueError("state file is not a JSON object")
+    return doc
 
 
-def write_state_file(path: str, doc: Any) -> None:
+def write_state_file(path: str, doc: Mapping[str, object]) -> None:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     data = json.dumps(doc, separators=(",", ":")).encode()
@@ -57,10 +65,10 @@ def write_state_file(path: str, doc: Any) -> None:
         os.close(dfd)
 
 
-def harden_observer(observer: Any, settings: Any) -> None:
+def harden_observer(observer: LivePolicyObserver, settings: Settings) -> None:
     """Apply the `policy_*` hardening settings to a LivePolicyObserver."""
     observer.limits = ObserveLimits.from_settings(settings)
     observer.offload = ParseOffload(observer.limits.offload_queue)
-    observer.tap_budget = TapBudget(int(getattr(settings, "policy_tap_max_bytes", TapBudget().max_bytes)))
-    hashes = getattr(settings, "policy_client_auth_sha256", ()) or ()
+    observer.tap_budget = TapBudget(settings.policy_tap_max_bytes)
+    hashes = settings.policy_client_auth_sha256
     observer.allowed_auth = frozenset(h.strip().lower() for h in hashes if h.strip())

@@ -14,13 +14,14 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from proxy.core.actions import REASONS
 from proxy.core.switchback import Switchback, SwitchbackConfig
 from proxy.core.yield_ledger import YieldConfig, YieldLedger
 
 if TYPE_CHECKING:
+    from proxy.observability.metrics import ProxyMetrics
     from proxy.settings import Settings
 
 log = logging.getLogger("cachescout.switchback")
@@ -61,7 +62,7 @@ class SelfEvaluation:
         self,
         switchback: SwitchbackConfig,
         yields: YieldConfig,
-        metrics: Any,
+        metrics: ProxyMetrics | None,
         clock: Callable[[], float],
         seed: int | None = None,
         turnover_s: Callable[[], float | None] = lambda: None,
@@ -206,7 +207,7 @@ class SelfEvaluation:
                 else:
                     log.info("signal %s no longer throttled: realised yield %+.0f tokens", reason, y.yield_tokens)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         now = self.clock()
         return {
             "switchback": self.experiment.describe(now),

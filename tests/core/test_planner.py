@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.core import EngineLoad, ResponseOutcome, ScoutPolicy
+from proxy.core.action_payload import ActionPayload
 from proxy.core.actions import REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, REASON_TRANSITION
 
 from .conftest import ANCHOR, BLOCK, Workload, quiet_config
@@ -50,7 +51,7 @@ def test_warm_for_an_evicted_predicted_anchor(workload):
     warm = [a for a in actions if a.reason == REASON_TRANSITION]
     assert len(warm) == 1
     a = warm[0]
-    assert a.kind == "warm" and a.payload == {"agent": 1} and a.tokens == ANCHOR_TOKENS
+    assert a.kind == "warm" and a.payload == ActionPayload({"agent": 1}) and a.tokens == ANCHOR_TOKENS
     assert a.block_hashes == tuple(w.anchor(1)) and a.tenant == ""
     assert a.created == now + 1.2 and a.deadline == now + 1.2 + w.policy.config.action_ttl_s
     assert a.anchor_id == w.policy.agents.tenant("").by_slot[1].agent_id != obs.agent_id
@@ -68,7 +69,9 @@ def test_touch_for_a_resident_anchor_near_the_lru_tail_and_nothing_when_safe(wor
     w.junk(16 * 75, now + 1)  # pushes it to the LRU tail
     w.step(0, "live", now + 2)
     actions = w.policy.plan(now + 2.1)
-    assert [(a.kind, a.reason, a.payload) for a in actions] == [("touch", REASON_TRANSITION, {"agent": 1})]
+    assert [(a.kind, a.reason, a.payload) for a in actions] == [
+        ("touch", REASON_TRANSITION, ActionPayload({"agent": 1}))
+    ]
     # right after a touch the anchor is fresh: the next prediction of it does nothing
     w.policy.record_action_result(actions[0], True, now + 2.2)
     w.policy.planner.last_acted.clear()
@@ -208,7 +211,7 @@ def test_tool_resume_keeps_a_paused_session_context_without_the_gate(workload):
     actions = w.policy.plan(6.0)  # ... but once it paused for 2 mean inter-arrivals
     assert [(a.kind, a.reason) for a in actions] == [("warm", REASON_TOOL_RESUME)]
     a = actions[0]
-    assert a.payload == {"context": {"session": "s"}, "assistant": None}
+    assert a.payload == ActionPayload({"session": "s"})
     assert a.block_hashes == tuple(w.anchor(0) + w.hist["s"])
     # a session that simply stopped gets nothing
     w2 = Workload(ScoutPolicy(quiet_config(residency_capacity_tokens=16 * 60, session_gated=False)))
@@ -228,7 +231,7 @@ def test_sweep_emits_retain_hints_with_survival_priority(workload):
     actions = w.policy.plan(now + 0.1)
     retains = [a for a in actions if a.kind == "retain"]
     assert retains and all(a.reason == REASON_HINT for a in retains)
-    by_payload = {a.payload["agent"]: a.priority for a in retains if "agent" in a.payload}
+    by_payload = {a.payload.prompt["agent"]: a.priority for a in retains if "agent" in a.payload.prompt}
     # sessions sit on agent 2 (their last step): 2 is E=0, 0 is one hop, 1 two hops
     assert by_payload[2] > by_payload[0] > by_payload[1]
     assert w.policy.stats().inflight_actions == 0  # hints are fire-and-forget
@@ -291,7 +294,9 @@ def test_planner_never_breaks_budgets(evs, per_tick, concurrent, r_min, session_
                 if not gate:  # a shut gate: session facts only (continuation if exempted;
                     # fan-out parents: siblings overlapping in time, here a request sent before the
                     # previous one's response ended)
-                    assert a.reason in (REASON_TOOL_RESUME, REASON_HINT, REASON_FANOUT) and "context" in a.payload
+                    assert (
+                        a.reason in (REASON_TOOL_RESUME, REASON_HINT, REASON_FANOUT) and "session" in a.payload.prompt
+                    )
                     assert a.reason in (REASON_TOOL_RESUME, REASON_FANOUT) or not session_gated
                 if a.kind != "retain":
                     open_actions.append(a)
@@ -363,7 +368,7 @@ def test_plan_trigger_decides_when_successors_are_planned():
         second = w.policy.plan(now + 1.51)
         # "both" plans while the request runs too, but only touches: the evicted anchor waits
         assert (len(first), len(second)) == (at_request, at_response), trigger
-        assert all(a.kind == "warm" and a.payload == {"agent": 1} for a in first + second)
+        assert all(a.kind == "warm" and a.payload == ActionPayload({"agent": 1}) for a in first + second)
 
 
 def test_auto_trigger_acts_at_the_response_only_when_the_pause_leaves_time():
@@ -418,7 +423,7 @@ def test_sweep_keeps_paused_sessions_that_usually_resume(workload):
     w.junk(16 * 47, end + 0.2)  # its context is now at the LRU tail
     acts = w.policy.plan(end + 1.0)  # paused 1 s of its usual 2 s
     assert [(a.kind, a.reason, a.block_hashes) for a in acts] == [("touch", REASON_HINT, ctx)]
-    assert acts[0].payload["context"] == {"session": "chat"}
+    assert acts[0].payload.prompt == {"session": "chat"}
     w.junk(16 * 200, end + 1.1)  # gone: a sweep does not re-prefill it
     assert w.policy.plan(end + 1.6) == []
     # overdue (paused longer than it ever was): probably gone, left alone
@@ -444,10 +449,10 @@ def test_retain_hints_cover_anchors_not_paused_session_contexts(workload):
 
     _w, acts = run()
     retains = [a for a in acts if a.kind == "retain"]
-    assert retains and all("agent" in a.payload for a in retains)
-    assert all(a.priority == 0 for a in acts if "context" in a.payload)
+    assert retains and all("agent" in a.payload.prompt for a in retains)
+    assert all(a.priority == 0 for a in acts if "session" in a.payload.prompt)
     _w, acts = run(retain_sessions=True)
-    assert any(a.kind == "retain" and "context" in a.payload and a.priority > 0 for a in acts)
+    assert any(a.kind == "retain" and "session" in a.payload.prompt and a.priority > 0 for a in acts)
 
 
 def test_auto_warm_budget_is_a_share_of_the_prefill_rate():

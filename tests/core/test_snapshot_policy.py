@@ -9,6 +9,7 @@ import random
 import pytest
 
 from proxy.core import PolicyConfig, ResponseOutcome, ScoutPolicy, view_from_blocks, view_from_openai
+from proxy.core.action_payload import ActionPayload
 
 from .conftest import Workload, quiet_config
 
@@ -64,7 +65,7 @@ def test_restored_policy_keeps_predicting_and_refills_anchors_on_sight():
     w2.junk(16 * 80, now + 11)
     w2.step(0, "y", now + 12)
     actions = q.plan(now + 12.1)
-    assert any(a.kind == "warm" and a.payload == {"agent": 1} for a in actions)
+    assert any(a.kind == "warm" and a.payload == ActionPayload({"agent": 1}) for a in actions)
 
 
 def test_restore_rejects_foreign_old_and_oversized_documents():

@@ -74,6 +74,7 @@ def _anchor_expectation(ctx, agent, messages: list[dict]) -> int:
 
 async def _adapter_warm(vllm: str, model: str, body: dict, tenant: str):
     """Warm `body`'s anchor exactly as the live proxy would: its view's anchor payload, VllmAdapter.warm."""
+    from proxy.core.action_payload import ActionPayload
     from proxy.core.actions import Action
     from proxy.core.fingerprint import view_from_openai
     from proxy.engines.vllm import VllmAdapter
@@ -89,7 +90,7 @@ async def _adapter_warm(vllm: str, model: str, body: dict, tenant: str):
         anchor_id="e2e",
         block_hashes=view.block_hashes[: view.anchor_blocks],
         tokens=sum(view.block_tokens[: view.anchor_blocks]),
-        payload=view.anchor_payload,
+        payload=ActionPayload(view.anchor_payload),
         priority=0,
         created=now,
         deadline=now + 30,

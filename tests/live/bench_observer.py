@@ -8,9 +8,9 @@ import time
 
 from prometheus_client import CollectorRegistry
 
+from proxy.contracts import RequestContext
 from proxy.core.policy import ScoutPolicy
 from proxy.demo.workload import DemoSpec, build_agents
-from proxy.http.observer import RequestContext
 from proxy.observability.metrics import ProxyMetrics
 from proxy.runtime.live_policy import LivePolicyObserver
 

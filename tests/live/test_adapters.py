@@ -5,6 +5,7 @@ import json
 import httpx
 import respx
 
+from proxy.core.action_payload import ActionPayload
 from proxy.core.actions import Action
 from proxy.engines.base import CAP_PRIORITY, CAP_WARM_TOKENS, WARMUP_HEADER, warm_spec
 from proxy.engines.sglang import SglangAdapter
@@ -21,7 +22,10 @@ PAYLOAD = {
 }
 
 
-def action(payload=PAYLOAD, h=7, reason="transition", priority=80):
+ANCHOR = ActionPayload(PAYLOAD)
+
+
+def action(payload=ANCHOR, h=7, reason="transition", priority=80):
     return Action("warm", reason, "tenantA", "abc", (5, h), 40, payload, priority, 0.0, 10.0)
 
 
@@ -75,9 +79,9 @@ async def test_repeated_failures_disable_warmups():
 
 def test_tool_resume_payload_appends_assistant_turn():
     asst = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]}
-    spec = warm_spec(action({"context": PAYLOAD, "assistant": asst}, reason="tool_resume"))
+    spec = warm_spec(action(ActionPayload(PAYLOAD, asst), reason="tool_resume"))
     assert spec.messages[-1] == asst and spec.messages[0] == PAYLOAD["messages"][0]
-    spec = warm_spec(action({"kind": "completion", "model": "m", "prompt": [4, 5, 6]}))
+    spec = warm_spec(action(ActionPayload({"kind": "completion", "model": "m", "prompt": [4, 5, 6]})))
     assert spec.token_ids == (4, 5, 6)
 
 

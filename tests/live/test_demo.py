@@ -44,7 +44,7 @@ def test_demo_runs_both_phases(tmp_path, capsys):
 
 
 def test_table_formatting():
-    from proxy.demo.cli import format_table
+    from proxy.demo.report import format_table
 
     base = {
         "workload_hit_rate": 0.5,
@@ -75,7 +75,7 @@ def test_table_formatting():
 
 
 def test_progress_without_a_tty_prints_a_line_per_ten_percent(capsys):
-    from proxy.demo.cli import DualProgress, Progress
+    from proxy.demo.progress import DualProgress, Progress
 
     bars = {name: Progress(name, 40, False, tty=False) for name in ("direct", "via proxy")}
     both = DualProgress(bars, True, tty=False)

@@ -4,6 +4,7 @@ import asyncio
 
 from prometheus_client import CollectorRegistry
 
+from proxy.core.action_payload import ActionPayload
 from proxy.core.actions import Action
 from proxy.engines.base import WarmResult
 from proxy.observability.metrics import ProxyMetrics
@@ -34,7 +35,16 @@ class FakeAdapter:
 
 def act(anchor="a1", deadline=200.0, h=1, reason="transition"):
     return Action(
-        "touch", reason, "", anchor, (h,), 100, {"messages": [{"role": "system", "content": "s"}]}, 0, 100.0, deadline
+        "touch",
+        reason,
+        "",
+        anchor,
+        (h,),
+        100,
+        ActionPayload({"messages": [{"role": "system", "content": "s"}]}),
+        0,
+        100.0,
+        deadline,
     )
 
 

@@ -8,6 +8,7 @@ import json
 
 import httpx
 
+from proxy.core.action_payload import ActionPayload
 from proxy.core.actions import Action
 from proxy.engines.base import WarmResult
 from proxy.http.app import create_app
@@ -56,7 +57,18 @@ async def run(metrics_text: str, **settings) -> tuple[list[bytes], bytes]:
             await __import__("asyncio").sleep(0.05)  # deferred observation
             agent = next(iter(live.policy.agents.by_id.values()))
             live.observer.on_action_result(
-                Action("touch", "transition", "", agent.agent_id, agent.anchor_hashes, 10, None, 80, 0.0, 99.0),
+                Action(
+                    "touch",
+                    "transition",
+                    "",
+                    agent.agent_id,
+                    agent.anchor_hashes,
+                    10,
+                    ActionPayload(None),
+                    80,
+                    0.0,
+                    99.0,
+                ),
                 WarmResult(ok=True, prompt_tokens=10),
                 live.clock(),
             )

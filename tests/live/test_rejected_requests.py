@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from proxy.contracts import RequestContext
 from proxy.core import PolicyConfig, ScoutPolicy
-from proxy.http.observer import RequestContext
 from proxy.runtime.live_policy import LivePolicyObserver
 
 SYSTEM = "You are the planner agent. " * 40

@@ -25,6 +25,16 @@ def test_live_and_replay_build_identical_configs():
     assert executor_limits(s).concurrency == 3 and executor_limits(s).max_waiting == 5
 
 
+def test_one_waiting_threshold_for_planner_and_executor():
+    """The planner's `max_engine_waiting` and the executor's waiting limit are one value: the
+    setting by default, and both follow a `policy_overrides` entry for it."""
+    s = Settings(action_max_waiting=7)
+    assert policy_config(s).max_engine_waiting == executor_limits(s).max_waiting == 7
+    s = Settings(action_max_waiting=7, policy_overrides={"max_engine_waiting": 3})
+    assert policy_config(s).max_engine_waiting == executor_limits(s).max_waiting == 3
+    assert executor_limits(Settings()).max_waiting == Settings().action_max_waiting == 4  # default kept
+
+
 def test_replay_defaults_are_the_live_defaults():
     """Without settings the replay uses Settings' defaults (not the core's): same as `cachescout serve`."""
     assert build_config(100, 16) == policy_config(Settings.model_construct(), capacity_tokens=1600)

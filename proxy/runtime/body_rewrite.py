@@ -1,0 +1,82 @@
+"""Opt-in engine hints on forwarded requests: the live observer's `rewrite_body` (`BodyRewriter`).
+
+Why apart from the observer's hooks: by default the forwarder relays the client's bytes exactly, and
+this is the one place that may change them — only when the operator enabled `kv_hints` /
+`request_priority` (the adapter's fields for the request's agent, from the survival the planner last
+gave its anchor) or `hints_strip_fields` (the body without the engines' hint-proposal fields). A
+mixin of `LivePolicyObserver`, so it reads the observer's own state.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from proxy.core.fingerprint import view_from_openai
+from proxy.runtime.hint_inputs import strip_fields
+from proxy.runtime.request_state import request_state
+
+if TYPE_CHECKING:
+    from proxy.contracts import RequestContext
+    from proxy.core.policy import ScoutPolicy
+    from proxy.runtime.switchback import SelfEvaluation
+
+HINT_TTL_S = 60.0  # an anchor's action priority is used for forwarded requests this long
+
+
+class BodyRewriting:
+    """`rewrite_body` for `LivePolicyObserver` (which owns these attributes)."""
+
+    policy: ScoutPolicy
+    clock: Callable[[], float]
+    block_chars: int
+    chars_per_token: float
+    counts: dict[str, int]
+    rewrite_enabled: bool
+    strip_hint_fields: bool
+    selfeval: SelfEvaluation | None
+    extras_for: Callable[[float | None], dict[str, object]]
+    _anchor_priority: OrderedDict[str, tuple[int, float]]  # anchor -> (priority, when), see on_action_result
+
+    def rewrite_body(self, ctx: RequestContext) -> bytes | None:
+        """Opt-in: the forwarded body plus the adapter's engine hints for this request's agent
+        (`priority` from the survival the planner last gave its anchor, or a `kv_hints` envelope).
+        None (forward the original bytes) when off, unparsed, unknown agent or nothing to add. Builds
+        the view now (the deferred observation reuses it), so enabling hints costs ~0.3 ms inline."""
+        if not self.rewrite_enabled or (self.selfeval is not None and not self.selfeval.active()):
+            # off, or observe-only (no engine hints from the policy): only hint-field stripping remains
+            return self._stripped(ctx) if self.strip_hint_fields else None
+        st = request_state(ctx)
+        if st is None or st.skip or st.parsing or not isinstance(ctx.json, dict):
+            return self._stripped(ctx) if self.strip_hint_fields else None
+        view = view_from_openai(
+            ctx.path, ctx.json, ctx.headers, block_chars=self.block_chars, chars_per_token=self.chars_per_token
+        )
+        st.view = view
+        if view is None or view.is_warmup or not view.block_hashes:
+            return None
+        agent = self.policy.agents.lookup(view)
+        if agent is None:
+            return None
+        hit = self._anchor_priority.get(agent.agent_id)
+        now = self.clock()
+        survival = hit[0] / 100.0 if hit is not None and now - hit[1] < HINT_TTL_S else None
+        extras = self.extras_for(survival)
+        if not extras:
+            return self._stripped(ctx) if self.strip_hint_fields else None
+        self.counts["rewritten"] += 1
+        body = (strip_fields(ctx.json) if self.strip_hint_fields else None) or ctx.json
+        return json.dumps({**body, **extras}, separators=(",", ":"), ensure_ascii=False).encode()
+
+    def _stripped(self, ctx: RequestContext) -> bytes | None:
+        """Opt-in (`hints_strip_fields`): the body without the engines' hint-proposal fields, for
+        engines that reject unknown fields; None (original bytes) when it carries none."""
+        if ctx.method != "POST" or not isinstance(ctx.json, dict):
+            return None
+        body = strip_fields(ctx.json)
+        if body is None:
+            return None
+        self.counts["stripped"] = self.counts.get("stripped", 0) + 1
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
