@@ -25,16 +25,23 @@ be exempted with ``session_gated=False``); with a shut gate the planner does not
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
+from .action_payload import ActionPayload
 from .actions import REASON_FANOUT, REASON_HINT, RETAIN, TOUCH, Action
-from .agents import AgentRegistry, TenantState, agent_id_for
+from .agents import Agent, AgentRegistry, TenantState, agent_id_for
 from .candidates import Candidate, CandidateSources
-from .config import PolicyConfig
+from .config import PRUNE_SLACK, PolicyConfig
 from .economics import NOTHING, WAIT, Market, Prospect, assess
 from .residency import ResidencyShadow
 from .sessions import SessionTracker
 from .view import EngineLoad
+
+if TYPE_CHECKING:
+    from .hint_actions import HintDriver
+
+TOUCH_EWMA = 0.2  # weight of one measured touch in the touch-prefill estimate (~5 touches of memory)
+DIRTY_SLACK = 2  # dirty sessions kept across busy ticks before dead ones are filtered out (x max_sessions)
 
 
 class Planner(CandidateSources):
@@ -47,7 +54,8 @@ class Planner(CandidateSources):
         self.residency = residency
         self.host_residency: ResidencyShadow | None = None  # the engine's host tier, when it has one
         self.dirty: dict[tuple[str, str], None] = {}
-        self.fanout: dict[tuple[str, str], tuple[Any, ...]] = {}  # session -> (agent, parent hashes, tokens, payload)
+        # session -> (agent, parent hashes, their block tokens, payload)
+        self.fanout: dict[tuple[str, str], tuple[Agent, tuple[int, ...], tuple[int, ...], ActionPayload]] = {}
         self.bucket = config.warm_budget()[1]
         self._refilled: float | None = None
         self.inflight: dict[tuple[str, float], tuple[float, tuple[int, ...]]] = {}
@@ -66,7 +74,7 @@ class Planner(CandidateSources):
         # the one outside veto (runtime wiring): (reason, kind, now) -> may this action be emitted?
         # Observe-only windows and throttled signals (core/yield_ledger.py) answer False.
         self.action_gate: Callable[[str, str, float], bool] | None = None
-        self.hints: Any = None  # runtime hints (core.hint_actions.HintDriver): extra candidates
+        self.hints: HintDriver | None = None  # runtime hints (core.hint_actions.HintDriver): extra candidates
 
     # --- gate ------------------------------------------------------------------------------------
     def gate_open(self, ts: TenantState, now: float | None = None) -> bool:
@@ -88,7 +96,7 @@ class Planner(CandidateSources):
             grace = self.cfg.action_ttl_s
             for key in [k for k, (deadline, _) in self.inflight.items() if deadline + grace < now]:
                 del self.inflight[key]  # never answered: stop counting it against concurrency
-        if len(self.last_acted) > 4 * self.cfg.max_agents + 4 * self.cfg.max_sessions:
+        if len(self.last_acted) > PRUNE_SLACK * (self.cfg.max_agents + self.cfg.max_sessions):
             horizon = now - self.cfg.cooldown_s
             self.last_acted = {k: t for k, t in self.last_acted.items() if t >= horizon}
 
@@ -98,7 +106,7 @@ class Planner(CandidateSources):
             self.failed += 1
         elif action.kind == TOUCH and computed_tokens is not None:
             # a touch of a prefix the shadow holds can still find its tail gone in the engine
-            self.touch_prefill = 0.8 * self.touch_prefill + 0.2 * max(0.0, float(computed_tokens))
+            self.touch_prefill += TOUCH_EWMA * (max(0.0, float(computed_tokens)) - self.touch_prefill)
         return entry[1] if entry else None
 
     # --- planning --------------------------------------------------------------------------------
@@ -111,7 +119,7 @@ class Planner(CandidateSources):
             # them): parked fan-out parents are only worth acting on now; dirty sessions are kept
             # for a calmer tick, minus those the tracker already dropped
             self.fanout.clear()
-            if len(self.dirty) > 2 * cfg.max_sessions:  # amortised O(1): refiltered rarely
+            if len(self.dirty) > DIRTY_SLACK * cfg.max_sessions:  # amortised O(1): refiltered rarely
                 live = self.sessions.sessions
                 self.dirty = {k: None for k in self.dirty if k in live}
             return []
@@ -279,7 +287,7 @@ class Planner(CandidateSources):
                     priced.append((float("inf"), 0.0, RETAIN, c))
                     seen.add(c.anchor_id)
                     continue
-                if len(self._safe) > 4 * cfg.max_agents + cfg.max_sessions:
+                if len(self._safe) > PRUNE_SLACK * cfg.max_agents + cfg.max_sessions:
                     self._safe.clear()
                 self._safe[c.anchor_id] = (res.epoch, res.safe_until())
                 continue
