@@ -22,7 +22,7 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
 import xxhash
 
@@ -30,6 +30,7 @@ from .action_payload import ActionPayload
 from .config import PolicyConfig
 from .fingerprint import truncate_payload
 from .prefix_index import PrefixIndex
+from .prefix_node import Node
 from .survival import median_gap
 from .transitions import TransitionLearner
 from .view import RequestView
@@ -52,7 +53,7 @@ class Agent:
     gap_median: float | None = None  # medians, kept current by record_gap
     tool_gap_median: float | None = None
     forgotten: bool = False  # evicted (sessions drop it lazily)
-    node: Any = None  # its prefix-index node (None: restored, not yet seen)
+    node: Node | None = None  # its prefix-index node (None: restored, not yet seen)
     repeats: int = 0  # requests that were whole-prompt repeats
     anchor_len: int = 0  # blocks in the anchor (known before its hashes on restore)
 
@@ -115,7 +116,7 @@ class AgentRegistry:
         found = self.index.lookup(view.tenant, view.block_hashes)
         return found if isinstance(found, Agent) and self.alive(found) else None
 
-    def identify(self, view: RequestView, now: float, source: Any = None) -> Agent | None:
+    def identify(self, view: RequestView, now: float, source: int | None = None) -> Agent | None:
         """The agent that sent ``view`` (None: no recurring prefix reached yet). ``source``: the
         request's session identity when explicit (None: inferred by the index)."""
         hashes = view.block_hashes

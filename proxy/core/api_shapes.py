@@ -29,7 +29,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
+
+
+class ChatBody(TypedDict):
+    """A chat-completions body {model, messages, tools} converted from another API's body."""
+
+    model: object
+    messages: list[dict[str, object]]
+    tools: list[dict[str, object]] | None
 
 
 class ShapeError(ValueError):
@@ -53,12 +61,12 @@ def _text_of(content: Any) -> str | None:
     return "\n".join(out)
 
 
-def responses_tools(tools: Any) -> list[dict[str, Any]] | None:
+def responses_tools(tools: object) -> list[dict[str, object]] | None:
     if tools is None:
         return None
     if not isinstance(tools, list):
         raise ShapeError("tools must be a list")
-    out = []
+    out: list[dict[str, object]] = []
     for t in tools:
         if not isinstance(t, Mapping):
             raise ShapeError("tool is not an object")
@@ -70,7 +78,7 @@ def responses_tools(tools: Any) -> list[dict[str, Any]] | None:
     return out or None
 
 
-def responses_to_chat(body: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+def responses_to_chat(body: Mapping[str, object]) -> tuple[ChatBody, bool]:
     """(chat body {model, messages, tools}, hidden_history)."""
     messages: list[dict[str, Any]] = []
     instructions = body.get("instructions")
@@ -124,7 +132,7 @@ def _response_item(item: Any, messages: list[dict[str, Any]]) -> None:
         raise ShapeError(f"unsupported input item {kind!r}")
 
 
-def messages_to_chat(body: Mapping[str, Any]) -> dict[str, Any]:
+def messages_to_chat(body: Mapping[str, object]) -> ChatBody:
     """An Anthropic /v1/messages body as a chat body {model, messages, tools}."""
     out: list[dict[str, Any]] = []
     system = body.get("system")
@@ -184,7 +192,7 @@ def messages_to_chat(body: Mapping[str, Any]) -> dict[str, Any]:
             continue
         out.append(msg)
     tools = body.get("tools")
-    chat_tools = None
+    chat_tools: list[dict[str, object]] | None = None
     if isinstance(tools, list) and tools:
         chat_tools = [
             {

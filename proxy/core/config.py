@@ -6,8 +6,8 @@ all build the same object; nothing in proxy/core reads the environment itself.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
-from typing import Any
 
 # Bounds of the core's bookkeeping maps, as multiples of the caps below (max_agents, max_sessions),
 # named so that every module uses one figure and the figure says why:
@@ -133,13 +133,15 @@ class PolicyConfig:
     # the least recently active sessions are dropped first
     fanout_max_bytes: int = 16 * 1024 * 1024  # parked fan-out parents between two plan ticks
 
-    def with_overrides(self, **overrides: Any) -> PolicyConfig:
+    def with_overrides(self, **overrides: object) -> PolicyConfig:
         """Copy with some fields replaced; unknown names raise (typos must not pass silently)."""
         names = {f.name for f in fields(self)}
         unknown = set(overrides) - names
         if unknown:
             raise TypeError(f"unknown PolicyConfig fields: {sorted(unknown)}")
-        return replace(self, **overrides)
+        # names are checked above; values pass through unchecked, as before (hence the untyped call)
+        copy: Callable[..., PolicyConfig] = replace
+        return copy(self, **overrides)
 
     def reload_s(self, tokens: float) -> float:
         """Seconds to bring `tokens` evicted tokens back: a load where the engine has a host tier,

@@ -150,7 +150,7 @@ def _session_id(body: Mapping[str, Any], headers: Mapping[str, str] | None) -> s
 
 def view_from_openai(
     path: str,
-    body: Any,
+    body: object,
     headers: Mapping[str, str] | None = None,
     *,
     block_chars: int = 64,
@@ -319,7 +319,7 @@ def _completion_view(
     )
 
 
-def truncate_payload(payload: Any, n_blocks: int) -> Any:
+def truncate_payload(payload: object, n_blocks: int) -> object:
     """The payload that rebuilds exactly the first n_blocks of a view (None: nothing replayable).
 
     Completion views: the prompt cut at the block. Chat views: the messages up to the block; an

@@ -24,10 +24,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .action_payload import ActionPayload
-from .actions import REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, REASON_TRANSITION, WARM
+from .actions import REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, REASON_TRANSITION, WARM, Action
 from .agents import agent_id_for
 from .hint_checks import CheckBook, Watch
 from .hints import (
@@ -48,6 +48,9 @@ from .hints import (
     TrustBook,
     hint_class,
 )
+
+if TYPE_CHECKING:
+    from .policy import ScoutPolicy
 
 __all__ = ["Hint", "HintCandidate", "HintDriver"]
 
@@ -70,7 +73,7 @@ class _Plan:
 
 
 class HintDriver:
-    def __init__(self, policy: Any, config: HintConfig | None = None) -> None:
+    def __init__(self, policy: ScoutPolicy, config: HintConfig | None = None) -> None:
         self.policy = policy
         self.cfg = config or HintConfig()
         self.trust = TrustBook(self.cfg)
@@ -270,7 +273,7 @@ class HintDriver:
             offered.popitem(last=False)
         return out
 
-    def note(self, actions: Sequence[Any]) -> None:
+    def note(self, actions: Sequence[Action]) -> None:
         """The planner's actions of this plan (its hook): a warm spends the hint's warm."""
         plans = self._anchor_plan
         for a in actions:
@@ -290,7 +293,7 @@ class HintDriver:
                 stale.append(key)
                 continue
             if plan.kind == NEXT_AGENT:
-                a = by_id.get(plan.agent_id)
+                a = by_id.get(plan.agent_id) if plan.agent_id is not None else None
                 if a is None or a.payload is None or not a.anchor_hashes:
                     stale.append(key)
                     continue
@@ -386,7 +389,7 @@ class HintDriver:
             self.pins.pop(slot, None)
 
     # --- introspection ----------------------------------------------------------------------------------
-    def report(self) -> dict[str, Any]:
+    def report(self) -> dict[str, object]:
         return {
             "sources": self.trust.report(),
             "active_plans": len(self.plans),

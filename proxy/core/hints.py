@@ -39,7 +39,6 @@ import hashlib
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
 
 from .action_payload import ActionPayload
 
@@ -170,7 +169,7 @@ class KindTally:
     lead_weighted: float = 0.0  # sum of lead seconds x confirmed tokens
     lead_weight: float = 0.0
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {
             "hints": self.hints,
             "acted": self.acted,
@@ -339,9 +338,9 @@ class TrustBook:
             return 1.0
         return max(0.0, 1.0 - (err - tol) / (2.0 * tol))
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> dict[str, dict[str, object]]:
         """Per source: standings, unchecked hints, and per-kind tallies (ids are hashes, safe to show)."""
-        out = {}
+        out: dict[str, dict[str, object]] = {}
         for sid, rec in self.sources.items():
             out[sid] = {
                 "fact_standing": round(rec.standing(FACT), 4),

@@ -8,7 +8,6 @@ explicit ``now`` so the replay can run in virtual time; nothing here blocks or d
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
 
 from . import snapshot as _snapshot
 from .action_payload import ActionPayload
@@ -67,7 +66,7 @@ class ScoutPolicy:
         self.fanout_dropped = 0  # fan-out parents not parked: over fanout_max_bytes
 
     # --- inputs ------------------------------------------------------------------------------------
-    def observe_request(self, view: RequestView, now: float, context_payload: Any = None) -> ObservedRequest:
+    def observe_request(self, view: RequestView, now: float, context_payload: object = None) -> ObservedRequest:
         """A request is being forwarded: feed the shadow; learn from it unless it is a warmup.
         ``context_payload`` (optional) replaces ``view.context_payload`` as what the session keeps
         (the live proxy passes the body bytes instead of the parsed copy, without rebuilding the view)."""
@@ -143,7 +142,13 @@ class ScoutPolicy:
         )
 
     def _detect_fanout(
-        self, view: RequestView, session: Session, agent: Agent | None, floor: int, now: float, ctx_payload: Any = None
+        self,
+        view: RequestView,
+        session: Session,
+        agent: Agent | None,
+        floor: int,
+        now: float,
+        ctx_payload: object = None,
     ) -> None:
         """Fan-out: a request of a session whose previous request is still running shares a parent
         prefix with it (parallel tool calls, map steps), or asks for n > 1 choices. The parent,
@@ -287,7 +292,7 @@ class ScoutPolicy:
         )
 
     # --- persistence ---------------------------------------------------------------------------------
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
         cfg = self.config
         return _snapshot.dump(self.agents, self._dormant, cfg.snapshot_max_bytes, cfg.age_lambda)
 
@@ -297,7 +302,7 @@ class ScoutPolicy:
         if saved is not None:
             _snapshot.apply_tenant(self.agents, tenant, saved)
 
-    def restore(self, data: dict[str, Any]) -> None:
+    def restore(self, data: object) -> None:
         """Load learned state (raises ValueError on a foreign/too-large/wrong-version document).
         Live sessions are dropped: they would point at agents that no longer exist."""
         self._dormant = _snapshot.load(self.agents, data, self.config)

@@ -63,9 +63,12 @@ child is merged into it, and empty tenant roots go. Agent nodes are never evicte
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .prefix_node import HASH_BYTES, MAX_SOURCES, NODE_BYTES, Node
+
+if TYPE_CHECKING:
+    from .agents import Agent
 
 
 class PrefixIndex:
@@ -123,13 +126,13 @@ class PrefixIndex:
 
     def _walk(
         self, tenant: str, hashes: tuple[int, ...], create: bool, cuts: tuple[int, ...] = ()
-    ) -> tuple[list[Node], Any]:
+    ) -> tuple[list[Node], int | None]:
         """Nodes on the chain from the root (the last one ends at len(hashes) when create), and the
         lineage of the request this one extends (None: none). ``cuts``: depths that must end a node
         (created by splitting when missing)."""
         node = self.roots.get(tenant)
         path: list[Node] = []
-        lineage: Any = None
+        lineage: int | None = None
         if node is None:
             if not create:
                 return path, None
@@ -199,12 +202,12 @@ class PrefixIndex:
         self,
         tenant: str,
         hashes: tuple[int, ...],
-        source: Any,
+        source: int | None,
         now: float,
         mark: int = 0,
         recut: bool = False,
         floor: int = 0,
-    ) -> tuple[Any, ...]:
+    ) -> tuple[Node | None, Node | None, tuple[Node, ...], bool, int]:
         """Insert one request's chain and apply the agent rules (module docstring). ``mark``: blocks
         the view marks as its fixed context (a system/developer message; a generator's anchor).
         ``recut``: the last block is partial and a follow-up will re-cut it (raw prompts, traces):
@@ -267,7 +270,7 @@ class PrefixIndex:
             self._evict(now)
         return agent_node, promoted, retired, repeat, shared  # an Observation's fields
 
-    def attach(self, node: Node, agent: Any) -> None:
+    def attach(self, node: Node, agent: Agent) -> None:
         """Name a promoted node (the registry calls this with the Agent it created)."""
         node.agent = agent
 
@@ -303,7 +306,7 @@ class PrefixIndex:
         path, _ = self._walk(tenant, hashes, True)
         return path[-1]
 
-    def lookup(self, tenant: str, hashes: tuple[int, ...]) -> Any:
+    def lookup(self, tenant: str, hashes: tuple[int, ...]) -> Agent | None:
         """The deepest agent on a chain, read-only (no counts, no promotion)."""
         path, _ = self._walk(tenant, hashes, False)
         found = None

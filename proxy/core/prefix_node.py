@@ -45,9 +45,9 @@ class Node:
         self.agent: Any = None  # the registry's Agent while this node is one
         self.tenant = ""  # roots only: whose tree this is
         self.agents_below = 0  # agent nodes strictly below
-        self.lineage: Any = 0  # source of the latest request that ended here
+        self.lineage: int | None = 0  # source of the latest request that ended here
         self.marked = False  # a view marked its end as the fixed context (system message)
-        self.recut: Any = None  # source of a request ending one (re-cut partial) block later
+        self.recut: int | None = None  # source of a request ending one (re-cut partial) block later
 
     @property
     def key(self) -> int:

@@ -19,8 +19,8 @@ sit on that agent: the sources of the survival BFS.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from .agents import Agent
 from .config import PolicyConfig
@@ -39,8 +39,8 @@ class Session:
     requests: int = 0
     hashes: tuple[int, ...] = ()  # latest prompt's chain
     block_tokens: tuple[int, ...] = ()
-    context_payload: Any = None
-    assistant_payload: Any = None
+    context_payload: object = None
+    assistant_payload: Mapping[str, object] | None = None
     inferred: bool = False
     index_keys: tuple[int, ...] = ()
     nbytes: int = 0  # estimated bytes held (chain + payloads), see session_bytes
@@ -56,7 +56,7 @@ HASH_BYTES = 48
 TOKEN_BYTES = 8
 
 
-def payload_bytes(payload: Any) -> int:
+def payload_bytes(payload: object) -> int:
     """Bytes a kept payload holds: its own ``nbytes`` (compact payloads declare it), the length of
     bytes/str, a dict's top-level strings, else 0 (an opaque object shared by many requests, e.g.
     the replay's). Estimated, not walked: this runs on every request."""
@@ -72,7 +72,7 @@ def payload_bytes(payload: Any) -> int:
     return 0
 
 
-def session_bytes(n_blocks: int, *payloads: Any) -> int:
+def session_bytes(n_blocks: int, *payloads: object) -> int:
     return n_blocks * (HASH_BYTES + TOKEN_BYTES) + sum(payload_bytes(p) for p in payloads)
 
 
@@ -171,7 +171,7 @@ class SessionTracker:
         agent: Agent | None,
         now: float,
         anchor_len: int = 0,
-        context_payload: Any = None,
+        context_payload: object = None,
     ) -> None:
         if agent is not s.agent:
             self._leave_agent(s)
@@ -202,7 +202,9 @@ class SessionTracker:
         s.index_keys = keys
         self._charge(s, session_bytes(len(h), s.context_payload))
 
-    def record_response(self, s: Session, finish: str | None, assistant_payload: Any, now: float) -> None:
+    def record_response(
+        self, s: Session, finish: str | None, assistant_payload: Mapping[str, object] | None, now: float
+    ) -> None:
         s.inflight = max(0, s.inflight - 1)
         s.last_end = now
         s.last_activity = now

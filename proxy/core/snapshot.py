@@ -143,12 +143,12 @@ def dump(
     dormant: dict[str, SavedTenant] | None = None,
     max_bytes: int | None = None,
     age_lambda: float = 0.005,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The document to save: live tenants plus restored-but-not-yet-seen ones, trimmed to the most
     valuable agents that fit ``max_bytes`` (None = no limit)."""
     tenants = {**(dormant or {}), **saved_tenants(registry)}
 
-    def doc() -> dict[str, Any]:
+    def doc() -> dict[str, object]:
         return {
             "kind": KIND,
             "version": VERSION,
@@ -277,7 +277,7 @@ def _parse_tenant(name: str, t: Any, cfg: PolicyConfig, fields: int = 9) -> Save
     )
 
 
-def parse(data: Any, cfg: PolicyConfig) -> dict[str, SavedTenant]:
+def parse(data: object, cfg: PolicyConfig) -> dict[str, SavedTenant]:
     """Validate a whole document; raises ValueError (nothing applied) on anything out of bounds."""
     if not isinstance(data, dict) or data.get("kind") != KIND:
         raise ValueError("not a cachescout policy snapshot")
@@ -328,7 +328,7 @@ def apply_tenant(registry: AgentRegistry, name: str, t: SavedTenant) -> None:
     ts.learner.hits = t.hits
 
 
-def load(registry: AgentRegistry, data: Any, cfg: PolicyConfig) -> dict[str, SavedTenant]:
+def load(registry: AgentRegistry, data: object, cfg: PolicyConfig) -> dict[str, SavedTenant]:
     """Replace the registry's learned state with ``data`` (all or nothing; ValueError if not ours
     or out of bounds). Returns the salted tenants, to be adopted when their traffic comes back."""
     parsed = parse(data, cfg)

@@ -35,9 +35,47 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from .window_stats import EffectEstimate, effect
+
+
+class EffectDict(TypedDict):
+    """An `EffectEstimate` as plain JSON (seconds; relative = share of the off-arm mean)."""
+
+    effect: float
+    low: float
+    high: float
+    se: float
+    df: int
+    relative: float
+    relative_low: float
+    relative_high: float
+    on_mean: float
+    off_mean: float
+    adjusted_for: list[str]
+
+
+class Estimate(TypedDict):
+    """What ``Switchback.estimate`` reports for a batch of windows."""
+
+    windows_on: int
+    windows_off: int
+    confidence: float
+    hit_ratio_on: float | None
+    hit_ratio_off: float | None
+    request_rate_on: float | None
+    request_rate_off: float | None
+    uncached_tokens_per_request_on: float | None
+    uncached_tokens_per_request_off: float | None
+    ttft: EffectDict | None
+    latency: EffectDict | None
+
+
+class Decision(TypedDict):
+    verdict: str  # "harmful" | "helpful" | "inconclusive"
+    estimate: Estimate | None
+
 
 MODES = ("auto", "on", "off")
 MIN_ARM_WINDOWS = 3  # a decision needs this many usable windows of each arm
@@ -74,7 +112,7 @@ class Window:
     cached: int = 0
     late: int = 0
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, object]:
         span = max(1e-9, self.end - self.burn_end)
         return {
             "index": self.index,
@@ -107,7 +145,7 @@ class Switchback:
         self.batch: list[Window] = []
         self.block: list[bool] = []
         self.retry_at: float | None = None
-        self.last_decision: dict[str, Any] | None = None
+        self.last_decision: Decision | None = None
         self.windows = {"on": 0, "off": 0, "discarded": 0}
         self.decisions = {"harmful": 0, "helpful": 0, "inconclusive": 0}
         self.dropped = 0  # outcomes that arrived after their window closed
@@ -122,9 +160,9 @@ class Switchback:
         return st in ("pinned_on", "starting")
 
     # --- time -------------------------------------------------------------------------------------
-    def tick(self, now: float, turnover_s: float | None = None) -> list[tuple[str, dict[str, Any]]]:
+    def tick(self, now: float, turnover_s: float | None = None) -> list[tuple[str, dict[str, object]]]:
         """Advance the schedule; returns events ("window", "decision", "observe_only", "resume")."""
-        events: list[tuple[str, dict[str, Any]]] = []
+        events: list[tuple[str, dict[str, object]]] = []
         cfg = self.config
         if self.state == "starting" and now - self.started >= cfg.start_after_s:
             self.state = "experiment"
@@ -168,7 +206,7 @@ class Switchback:
         self._next_index += 1
         return w
 
-    def _close(self, w: Window | None, now: float, events: list[tuple[str, dict[str, Any]]]) -> None:
+    def _close(self, w: Window | None, now: float, events: list[tuple[str, dict[str, object]]]) -> None:
         if w is None:
             return
         usable = w.n >= self.config.min_window_requests
@@ -201,7 +239,7 @@ class Switchback:
             self.dropped += 1
 
     # --- inference --------------------------------------------------------------------------------
-    def estimate(self, windows: list[Window] | None = None) -> dict[str, Any] | None:
+    def estimate(self, windows: list[Window] | None = None) -> Estimate | None:
         ws = self.batch if windows is None else windows
         if not ws:
             return None
@@ -214,7 +252,7 @@ class Switchback:
         conf = self.config.confidence
         ttft = effect([w.ttft / w.n for w in ws], on, cov, conf)
         lat = effect([w.latency / w.n for w in ws], on, cov, conf)
-        out: dict[str, Any] = {
+        return {
             "windows_on": sum(on),
             "windows_off": len(ws) - sum(on),
             "confidence": conf,
@@ -224,12 +262,11 @@ class Switchback:
             "request_rate_off": _rate(ws, False),
             "uncached_tokens_per_request_on": _uncached(ws, True),
             "uncached_tokens_per_request_off": _uncached(ws, False),
+            "ttft": _plain(ttft),
+            "latency": _plain(lat),
         }
-        out["ttft"] = _plain(ttft)
-        out["latency"] = _plain(lat)
-        return out
 
-    def _decide(self, now: float, events: list[tuple[str, dict[str, Any]]]) -> None:
+    def _decide(self, now: float, events: list[tuple[str, dict[str, object]]]) -> None:
         cfg = self.config
         est = self.estimate()
         self.batch = []
@@ -244,7 +281,7 @@ class Switchback:
             verdict = "inconclusive"
         self.decisions[verdict] += 1
         self.last_decision = {"verdict": verdict, "estimate": est}
-        events.append(("decision", self.last_decision))
+        events.append(("decision", dict(self.last_decision)))
         if verdict == "harmful":
             self.state = "observe_only"
             self.retry_at = now + cfg.retry_s
@@ -257,7 +294,7 @@ class Switchback:
             self.control_share = cfg.control_share
 
     # --- export -----------------------------------------------------------------------------------
-    def describe(self, now: float) -> dict[str, Any]:
+    def describe(self, now: float) -> dict[str, object]:
         cur = self.current
         return {
             "mode": self.config.mode,
@@ -299,7 +336,7 @@ def _uncached(ws: list[Window], on: bool) -> float | None:
     return round(sum(w.prompt - w.cached for w in ws if w.on == on) / n, 1) if n else None
 
 
-def _plain(e: EffectEstimate | None) -> dict[str, Any] | None:
+def _plain(e: EffectEstimate | None) -> EffectDict | None:
     if e is None:
         return None
     return {

@@ -6,9 +6,8 @@ frozen so a view can be shared between the policy, the residency shadow and an a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,8 +20,8 @@ class RequestView:
     session_id: str | None  # explicit id, if any
     max_tokens: int | None
     is_warmup: bool  # proxy warmup header, or max_tokens <= 1: never learned from
-    anchor_payload: Any = None  # opaque to the core: what an adapter needs to rebuild the anchor
-    context_payload: Any = None  # opaque: what an adapter needs to rebuild the whole prompt (tool_resume)
+    anchor_payload: object = None  # opaque to the core: what an adapter needs to rebuild the anchor
+    context_payload: object = None  # opaque: what an adapter needs to rebuild the whole prompt (tool_resume)
     n: int = 1  # choices requested (n > 1: the engine forks the prompt: fan-out)
     header_blocks: int = 0  # leading blocks that are only the envelope (model + tools): never an agent alone
 
@@ -37,7 +36,7 @@ class ResponseOutcome:
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     output_tokens: int | None = None
-    assistant_payload: Any = None  # opaque: the assistant turn (rebuilds a paused session's context)
+    assistant_payload: Mapping[str, object] | None = None  # the assistant turn (rebuilds a paused context)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +58,8 @@ def view_from_blocks(
     model: str = "",
     max_tokens: int | None = None,
     is_warmup: bool = False,
-    anchor_payload: Any = None,
-    context_payload: Any = None,
+    anchor_payload: object = None,
+    context_payload: object = None,
     n: int = 1,
     header_blocks: int = 0,
 ) -> RequestView:

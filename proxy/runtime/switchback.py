@@ -171,20 +171,19 @@ class SelfEvaluation:
         est = exp.last_decision["estimate"] if exp.last_decision else None
         cur = exp.estimate()
         for source, e in (("decision", est), ("running", cur)):
-            t = (e or {}).get("ttft")
-            if t is None:  # no estimate (yet, or the batch just started): NaN, not stale
+            t = e["ttft"] if e else None
+            if e is None or t is None:  # no estimate (yet, or the batch just started): NaN, not stale
                 for bound in BOUNDS:
                     m.switchback_ttft_effect_seconds.labels(source, bound).set(NAN)
                     m.switchback_ttft_effect_ratio.labels(source, bound).set(NAN)
                 for arm in ("on", "off"):
                     m.switchback_hit_ratio.labels(source, arm).set(NAN)
                 continue
-            for bound, key in zip(BOUNDS, ("effect", "low", "high"), strict=True):
-                m.switchback_ttft_effect_seconds.labels(source, bound).set(t[key])
-            for bound, key in zip(BOUNDS, ("relative", "relative_low", "relative_high"), strict=True):
-                m.switchback_ttft_effect_ratio.labels(source, bound).set(t[key])
-            for arm in ("on", "off"):
-                hit = (e or {}).get(f"hit_ratio_{arm}")
+            for bound, v in zip(BOUNDS, (t["effect"], t["low"], t["high"]), strict=True):
+                m.switchback_ttft_effect_seconds.labels(source, bound).set(v)
+            for bound, v in zip(BOUNDS, (t["relative"], t["relative_low"], t["relative_high"]), strict=True):
+                m.switchback_ttft_effect_ratio.labels(source, bound).set(v)
+            for arm, hit in (("on", e["hit_ratio_on"]), ("off", e["hit_ratio_off"])):
                 m.switchback_hit_ratio.labels(source, arm).set(NAN if hit is None else hit)
 
     def _publish_yields(self, now: float) -> None:

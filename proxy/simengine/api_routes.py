@@ -42,7 +42,7 @@ class ResponseStore:
             self._d.popitem(last=False)
 
 
-def _envelope(body: Mapping, chat: dict, max_key: str) -> dict:
+def _envelope(body: Mapping, chat: Mapping[str, object], max_key: str) -> dict:
     if body.get("stream"):
         raise ApiError("streaming is not supported on this route by the simulated engine", param="stream")
     out = {k: v for k, v in chat.items() if v is not None}
