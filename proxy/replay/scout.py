@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from proxy.cachemodel.block_pool import BlockPool
@@ -26,10 +27,12 @@ from proxy.core.economics import RunningSet
 from proxy.core.policy import ScoutPolicy
 from proxy.core.survival import reachable_agents
 from proxy.core.view import EngineLoad, ResponseOutcome, view_from_blocks
+from proxy.core.yield_book import YieldBook
 from proxy.replay.engine_side import EngineQueue, ReplayExecutor
 from proxy.replay.grouped_cache import GroupedCache
 from proxy.replay.policies import ReplayPolicy, execute_on_pool
 from proxy.runtime.policy_config import executor_limits, policy_config
+from proxy.runtime.switchback import SelfEvaluation, switchback_config, yield_config
 from proxy.settings import Settings
 
 SIM_PAYLOAD = "sim"
@@ -152,6 +155,19 @@ class ScoutProxyPolicy(_ScoutBase):
         self.pool = BlockPool(capacity_blocks, self.eviction, self.retention_s)
         self.queue = EngineQueue(engines)
         self.executor = ReplayExecutor(executor_limits(self.settings), self._execute, self.sp.record_action_result)
+        # the live yield ledger (throttles a signal whose realised yield is negative), fed by the same
+        # rule as live (core/yield_book.py); the switchback's control windows are live-only (the
+        # replay evaluates the policy itself), so the experiment is pinned on
+        self._now = 0.0
+        self.selfeval = SelfEvaluation(
+            dataclasses.replace(switchback_config(self.settings), mode="on"),
+            yield_config(self.settings),
+            None,
+            lambda: self._now,
+        )
+        self.sp.planner.action_gate = self.selfeval.gate
+        self.book = YieldBook()
+        self._last_request_at = float("-inf")
         self._rid: dict[int, int] = {}
         self._running = RunningSet()  # distinct tokens of the requests in flight
         self.inflight = 0
@@ -159,11 +175,24 @@ class ScoutProxyPolicy(_ScoutBase):
 
     def on_request(self, i, req, now):
         self._pump(now)
+        self._now = now
         obs = self.sp.observe_request(self._view(req), now)
         self._rid[i] = obs.request_id
         self.inflight += 1
+        self._last_request_at = now
         self._running.add(req.block_hashes, req.block_tokens)
         hit = self.pool.access(req.block_hashes, now)
+        if obs.acted_reason and obs.acted_hash is not None:
+            saved = self.book.credit(
+                req.tenant,
+                obs.acted_hash,
+                obs.acted_tokens,
+                req.prompt_tokens,
+                sum(req.block_tokens[:hit]),
+                self.sp.residency,
+            )
+            if saved is not None:
+                self.selfeval.record_saved(obs.acted_reason, saved, now)
         self.queue.push(now, self.cost.prefill_s(req.prompt_tokens, sum(req.block_tokens[:hit])))
         self._plan(now)
         return hit
@@ -214,6 +243,10 @@ class ScoutProxyPolicy(_ScoutBase):
         if len(self.rec.action_jobs) > jobs:
             end = self.queue.push(now, self.rec.action_jobs[-1][1], client=False)
         computed = sum(toks[before : self.pool.match_prefix(a.block_hashes)]) if ok and a.kind != "retain" else 0
+        if ok:  # yield: charged before the core's shadow marks the blocks fresh (at the report), as live
+            spent = self.book.charge(a, self.sp.residency, sum(toks), sum(toks[:before]), computed)
+            contended = self.inflight > 0 or self._last_request_at >= a.created
+            self.selfeval.record_spent(a.reason, spent, contended, now)
         return ok, end, computed
 
     def _tokens_of(self, a) -> tuple[int, ...]:
@@ -228,6 +261,7 @@ class ScoutProxyPolicy(_ScoutBase):
         out = super().extra()
         self.executor.flush()
         st = self.executor.stats
+        ledger = self.selfeval.ledger.snapshot(self._now)
         out.update(
             {
                 "executed": self.executed,
@@ -236,6 +270,8 @@ class ScoutProxyPolicy(_ScoutBase):
                 "deduped": st["deduped"],
                 "declined": self.sp.planner.declined,
                 "overflow_ticks": self.sp.planner.overflow_ticks,
+                "held_back": {r: y.held_back for r, y in ledger.items() if y.held_back},
+                "throttled": sorted(r for r, y in ledger.items() if y.throttled),
             }
         )
         return out

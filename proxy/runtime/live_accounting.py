@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from proxy.core.yield_ledger import counterfactual_cached, remaining_life
+from proxy.core.yield_book import CONVERSION_SHARE, YieldBook
 
 if TYPE_CHECKING:
     from proxy.core.actions import Action
@@ -27,8 +27,7 @@ if TYPE_CHECKING:
     from proxy.runtime.response_tap import TapBudget
     from proxy.runtime.switchback import SelfEvaluation
 
-CONVERSION_SHARE = 0.8  # cached >= 80% of the warmed prompt counts as converted
-MAX_ACTED = 4096  # executed actions remembered (anchor priorities, yield counterfactuals)
+MAX_ACTED = 4096  # executed actions whose anchor priority is remembered
 ANCHOR_REASONS = ("transition", "fanout", "hint")
 
 
@@ -45,7 +44,7 @@ class UsageAccounting:
     _inflight: dict[int, float]
     _last_request_at: float
     _anchor_priority: OrderedDict[str, tuple[int, float]]
-    _yield_info: OrderedDict[tuple[str, int], tuple[int, int, float | None, int]]
+    _yield_book: YieldBook
     _drops_seen: dict[str, int]
 
     def _count_usage(self, st: RequestState, prompt: int, cached: int) -> None:
@@ -83,53 +82,33 @@ class UsageAccounting:
     def note_action(self, action: Action, result: WarmResult, now: float) -> None:
         """An executed action, before the core marks its blocks fresh (LiveRuntime calls this just
         before `on_action_result`): charge its signal what the engine prefilled for it, and keep what
-        the yield counterfactual needs — what was already cached, and how long the shadow gave that
-        part to live."""
+        the yield counterfactual needs (core/yield_book.py)."""
         if self.selfeval is None or not result.ok or not action.block_hashes:
             return
-        res = self.policy.residency
-        resident, full, near = res.verdict(action.block_hashes)
-        if resident and not full:
-            near = res.near_eviction(action.block_hashes[:resident])
-        life = remaining_life(res.capacity_tokens, res.zone_tokens(), near)
         # no usage reported (some adapters): charge a warm its whole prefix, a touch nothing
         spent = result.computed_tokens if result.prompt_tokens else (action.tokens if action.kind == "warm" else 0)
+        spent = self._yield_book.charge(
+            action, self.policy.residency, int(result.prompt_tokens or 0), int(result.cached_tokens or 0), spent
+        )
         # contended: client requests in flight now, or one arrived since the action was planned
         contended = bool(self._inflight) or self._last_request_at >= action.created
         self.selfeval.record_spent(action.reason, spent, contended, now)
-        if action.kind == "retain":
-            return
-        key = (action.tenant, action.block_hashes[-1])
-        self._yield_info[key] = (
-            int(result.prompt_tokens or 0),
-            int(result.cached_tokens or 0),
-            life,
-            res.inserted_tokens,
-        )
-        self._yield_info.move_to_end(key)
-        while len(self._yield_info) > MAX_ACTED:
-            self._yield_info.popitem(last=False)
 
     def _credit_yield(self, st: RequestState, prompt: int, cached: int, now: float) -> None:
         """A client request the core attributed to an executed action (its context or anchor, within
         `conversion_window_s`): when the engine confirms the hit, credit the signal what the hit saved
-        beyond the no-action counterfactual (core/yield_ledger.py)."""
+        beyond the no-action counterfactual (core/yield_book.py)."""
         obs, view = st.observed, st.view
         if obs is None or view is None:
             return
         reason, h = obs.acted_reason, obs.acted_hash
-        if not reason or h is None or cached <= 0:
+        if not reason or h is None:
             return
-        info = self._yield_info.pop((view.tenant, h), None)
-        if info is None:
-            return
-        tokens, pre_cached, life, inserted_at = info
-        tokens = tokens or int(obs.acted_tokens * (self.token_ratio or 1.0))
-        if cached < CONVERSION_SHARE * min(tokens, prompt):
-            return
-        cf = counterfactual_cached(pre_cached, life, inserted_at, self.policy.residency.inserted_tokens)
-        assert self.selfeval is not None, "the only caller checks selfeval first"
-        self.selfeval.record_saved(reason, max(0, min(cached, tokens) - cf), now)
+        acted = int(obs.acted_tokens * (self.token_ratio or 1.0))
+        saved = self._yield_book.credit(view.tenant, h, acted, prompt, cached, self.policy.residency)
+        if saved is not None:
+            assert self.selfeval is not None, "the only caller checks selfeval first"
+            self.selfeval.record_saved(reason, saved, now)
 
     def update_gauges(self) -> None:
         if self.metrics is None:

@@ -37,6 +37,7 @@ from proxy.core.economics import RunningSet
 from proxy.core.fingerprint import view_from_openai
 from proxy.core.policy import ScoutPolicy
 from proxy.core.view import EngineLoad, RequestView, ResponseOutcome
+from proxy.core.yield_book import YieldBook
 from proxy.observability.metrics import ProxyMetrics
 from proxy.runtime.body_rewrite import BodyRewriting
 from proxy.runtime.hint_inputs import request_hints
@@ -119,7 +120,7 @@ class LivePolicyObserver(BodyRewriting, UsageAccounting):
         self._last_request_at = float("-inf")  # when the latest client request started
         # (tenant, last hash of an executed action's prefix) -> (engine prompt tokens, already cached,
         # remaining LRU life in shadow tokens, shadow inserted tokens then): the yield counterfactual
-        self._yield_info: OrderedDict[tuple[str, int], tuple[int, int, float | None, int]] = OrderedDict()
+        self._yield_book = YieldBook()  # executed actions' yield counterfactuals (core/yield_book.py)
         self.counts = dict.fromkeys(COUNTS, 0)
         self.limits = ObserveLimits()
         self.offload = ParseOffload(self.limits.offload_queue)
