@@ -20,6 +20,9 @@ Two variants, side by side with the same cells as ``replay_acceptance.py``:
   alone overflows the cache, do nothing but observe": on a real engine running requests hold
   their blocks, so nothing stays cached then; the replay's pool does not pin them).
 
+``--pin-running`` makes every policy but Belady hold a running request's blocks until its response,
+as vLLM does (``cachescout replay --pin-running``).
+
 ``--replan-cells N`` also measures throughput at the budget the slow way for the first N cells:
 the whole stream replayed at each candidate rate (arrival times divided by the factor), so the
 policies decide at the load they are measured at, instead of the report's fixed-decision measure
@@ -44,7 +47,7 @@ from proxy.cachemodel.cost_model import CostModel
 from proxy.core.economics import RunningSet
 from proxy.replay import runner
 from proxy.replay.cli import DEFAULT_WORKLOAD_CAPACITY
-from proxy.replay.policies import ReplayPolicy, execute_on_pool
+from proxy.replay.policies import ReplayPolicy, admit, execute_on_pool
 from proxy.replay.workloads import generate, preset
 
 BUDGET_S = 2.0  # cachescout replay's default latency budget (p99 TTFT)
@@ -68,10 +71,15 @@ class OracleKeeper(ReplayPolicy):
         self.guarded = 0
 
     def on_response(self, i, req, hit_blocks, now):
+        if self.pin_running:
+            self.pool.free(i, now)
         self.running.remove(req.block_hashes)
 
     def on_request(self, i, req, now):
-        hit = self.pool.access(req.block_hashes, now)
+        if self.pin_running:
+            hit = admit(self.pool, i, req.block_hashes, now)
+        else:
+            hit = self.pool.access(req.block_hashes, now)
         self.running.add(req.block_hashes, req.block_tokens)
         k = req.anchor_blocks
         if k:
@@ -103,6 +111,11 @@ class OracleKeeper(ReplayPolicy):
         return {"guarded_requests": self.guarded}
 
 
+def pinned(policy: ReplayPolicy, pin: bool) -> ReplayPolicy:
+    policy.pin_running = pin
+    return policy
+
+
 def throughput_x(rec, lru, span: float) -> float:
     base = lru.throughput_at_budget(span, BUDGET_S)
     return rec.throughput_at_budget(span, BUDGET_S) / base if base else 1.0
@@ -126,11 +139,11 @@ def replanned_throughput(make, reqs, cap: int, cost: CostModel) -> float:
 
 
 def one(job: tuple) -> list[dict]:
-    workload, seed, keep_share, zone, replan = job
+    workload, seed, keep_share, zone, replan, pin = job
     spec = preset(workload, seed=seed)
     reqs = generate(spec)
     cost = CostModel()
-    s = runner.ReplaySettings(block_size=spec.block_size, latency_budget_s=BUDGET_S, cost=cost)
+    s = runner.ReplaySettings(block_size=spec.block_size, latency_budget_s=BUDGET_S, cost=cost, pin_running=pin)
     span = reqs[-1].t - reqs[0].t
     rows = []
     for ci, c in enumerate(DEFAULT_WORKLOAD_CAPACITY.split(",")):
@@ -139,8 +152,8 @@ def one(job: tuple) -> list[dict]:
             "lru": lambda: runner.make_policy("lru", s),
             "history": lambda: runner.make_policy("history", s),
             "scout-proxy": lambda: runner.make_policy("scout-proxy", s),
-            "oracle": lambda: OracleKeeper(keep_share, zone, guard=False),
-            "oracle+guard": lambda: OracleKeeper(keep_share, zone, guard=True),
+            "oracle": lambda: pinned(OracleKeeper(keep_share, zone, guard=False), pin),
+            "oracle+guard": lambda: pinned(OracleKeeper(keep_share, zone, guard=True), pin),
         }
         recs = {n: runner.run_policy(m(), reqs, cap, cost) for n, m in makers.items()}
         row = {"workload": workload, "seed": seed, "capacity": cap}
@@ -164,11 +177,14 @@ def main() -> int:
     ap.add_argument("--keep-share", type=float, default=0.7, help="oracle: most of the cache its anchors may fill")
     ap.add_argument("--zone", type=float, default=0.5, help="oracle: touch anchors in this oldest share of the LRU")
     ap.add_argument("--replan-cells", type=int, default=0, help="slow re-run throughput for the first N jobs")
+    ap.add_argument("--pin-running", action="store_true", help="running requests hold their blocks (vLLM)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     seeds = [int(x) for x in args.seeds.split(",") if x]
     jobs = [(w, sd) for w in args.workloads.split(",") if w for sd in seeds]
-    jobs = [(w, sd, args.keep_share, args.zone, k < args.replan_cells) for k, (w, sd) in enumerate(jobs)]
+    jobs = [
+        (w, sd, args.keep_share, args.zone, k < args.replan_cells, args.pin_running) for k, (w, sd) in enumerate(jobs)
+    ]
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as ex:
         rows = [r for rs in ex.map(one, jobs) for r in rs]
     names = ("history", "scout-proxy", "oracle", "oracle+guard")

@@ -114,6 +114,27 @@ class BlockPool(FreeSlots):
         """Slots a new allocation could take right now (empty + free queue)."""
         return self._empty + self._free_len()
 
+    def admissible(self, hashes: Sequence[Hashable]) -> int:
+        """Leading blocks of ``hashes`` one allocation could hold right now: its hits always (they
+        leave the free queue), its misses while empty or free slots remain. What vLLM's scheduler
+        would admit of a prompt beside the requests already running (the replay's running-set pin)."""
+        ref = self._ref
+        room = self._empty + self._free_len()
+        seen: set = set()
+        n = 0
+        for h in hashes:
+            if h not in seen:
+                seen.add(h)
+                r = ref.get(h)
+                if r is None:
+                    if room <= 0:
+                        break
+                    room -= 1
+                elif r == 0:
+                    room -= 1  # a free cached block pinned: one slot fewer for the misses
+            n += 1
+        return n
+
     def eviction_order(self, now: float = 0.0) -> list:
         """Free blocks in the order they would be evicted (for tests and debugging; O(n log n))."""
         if self._pq is None:

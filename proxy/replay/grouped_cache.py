@@ -30,6 +30,8 @@ class GroupedCache:
         self.evictions = 0
         self._seq = 0
         self._pinned: set[int] = set()
+        self._held: dict[int, int] = {}  # block -> running requests holding it (never evicted)
+        self._holds: dict[Hashable, tuple[int, ...]] = {}  # request -> the blocks it holds
 
     def __len__(self) -> int:
         return len(self.group_of)
@@ -61,6 +63,10 @@ class GroupedCache:
             self._pinned = set(hashes)
             self._evict(misses - free, now)
             self._pinned = set()
+            room = self.capacity - len(group_of)
+            if misses > room:  # running requests hold the rest: only what fits is cached
+                keep = max(hit, min(len(hashes), hit + room))
+                hashes, groups = hashes[:keep], groups[:keep]
         parent_of, children, last = self.parent_of, self.children, self.last
         for j, h in enumerate(hashes):  # link the new blocks to their parents
             if h not in group_of:
@@ -84,6 +90,24 @@ class GroupedCache:
                 heapq.heappush(heap, (now, self._seq, h))
         return hit
 
+    def hold(self, key: Hashable, hashes: Sequence[int]) -> None:
+        """A running request holds its resident blocks until ``release(key)`` (vLLM frees a
+        request's blocks when it finishes): they cannot be evicted meanwhile."""
+        mine = tuple(h for h in dict.fromkeys(hashes) if h in self.group_of)
+        held = self._held
+        for h in mine:
+            held[h] = held.get(h, 0) + 1
+        self._holds[key] = mine
+
+    def release(self, key: Hashable) -> None:
+        held = self._held
+        for h in self._holds.pop(key, ()):
+            r = held.get(h, 0) - 1
+            if r > 0:
+                held[h] = r
+            else:
+                held.pop(h, None)
+
     # ------------------------------------------------------------------ eviction
     def _valid(self, grp, entry) -> bool:
         t, seq, h = entry
@@ -92,6 +116,7 @@ class GroupedCache:
             and self.last.get(h) == (t, seq)
             and not self.children.get(h)
             and h not in self._pinned
+            and h not in self._held
         )
 
     def _head(self, grp):
@@ -102,7 +127,7 @@ class GroupedCache:
                 return heap[0]
             entry = heapq.heappop(heap)
             h = entry[2]
-            if h in self._pinned and self.group_of.get(h) == grp and self.last.get(h) == entry[:2]:
+            if (h in self._pinned or h in self._held) and self.group_of.get(h) == grp and self.last.get(h) == entry[:2]:
                 self._stash.append((grp, entry))  # pinned for this request: put back later
         if heap is not None and not heap:
             del self.leaves[grp]

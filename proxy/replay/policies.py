@@ -37,6 +37,7 @@ class ReplayPolicy:
 
     name = "base"
     wants_responses = False
+    pin_running = False  # running requests hold their blocks until their response (ReplaySettings)
 
     def setup(self, requests: Sequence[ReplayRequest], capacity_blocks: int, cost: CostModel, rec: RunRecorder) -> None:
         self.capacity = capacity_blocks
@@ -93,15 +94,29 @@ def execute_on_pool(
     return True
 
 
+def admit(pool: BlockPool, key: int, hashes: Sequence[int], now: float) -> int:
+    """A request that holds its blocks while it runs (``pin_running``): the prefix that fits beside
+    the running requests is allocated and held until ``pool.free(key)``; the rest is not cached.
+    Returns the prefix hit."""
+    got = pool.allocate(key, hashes[: pool.admissible(hashes)], now)
+    return got if got is not None else 0
+
+
 class LruPolicy(ReplayPolicy):
     name = "lru"
 
     def setup(self, requests, capacity_blocks, cost, rec):
         super().setup(requests, capacity_blocks, cost, rec)
         self.pool = BlockPool(capacity_blocks, "lru")
+        self.wants_responses = self.pin_running
 
     def on_request(self, i, req, now):
+        if self.pin_running:
+            return admit(self.pool, i, req.block_hashes, now)
         return self.pool.access(req.block_hashes, now)
+
+    def on_response(self, i, req, hit_blocks, now):
+        self.pool.free(i, now)
 
 
 class BeladyPolicy(ReplayPolicy):
@@ -132,6 +147,7 @@ class HistoryPolicy(ReplayPolicy):
         self.hist: dict = {}  # group -> reuse-interval counts per bin
         self.seen: dict[int, float] = {}  # block -> last access (every block the stream named)
         self.cache = GroupedCache(capacity_blocks, self._score)
+        self.wants_responses = self.pin_running
         self._cache_key = None
         self._memo: dict = {}
 
@@ -171,7 +187,12 @@ class HistoryPolicy(ReplayPolicy):
             seen[h] = now
         self._memo.clear()
         self.cache.access(hashes, groups, now)
+        if self.pin_running:
+            self.cache.hold(i, hashes)
         return hit
+
+    def on_response(self, i, req, hit_blocks, now):
+        self.cache.release(i)
 
 
 class TtlPolicy(ReplayPolicy):

@@ -56,9 +56,18 @@ class ReplaySettings:
     proxy_settings: Any = None  # the proxy's Settings (None = defaults); scout_overrides go over
     # its policy_overrides; the same builder as the live proxy
     cpu_capacity: str | None = None  # host tier: "4x" (of the GPU capacity), a share, or blocks; None = none
+    pin_running: bool = False  # running requests hold their blocks until their response, as in vLLM
+    # (off: request granularity, the reference tables' model); Belady stays the unpinned bound
 
 
 def make_policy(name: str, s: ReplaySettings) -> ReplayPolicy:
+    pol = _make_policy(name, s)
+    if name != "belady":
+        pol.pin_running = s.pin_running
+    return pol
+
+
+def _make_policy(name: str, s: ReplaySettings) -> ReplayPolicy:
     if name == "lru":
         return LruPolicy()
     if name == "belady":

@@ -30,7 +30,7 @@ from proxy.core.view import EngineLoad, ResponseOutcome, view_from_blocks
 from proxy.core.yield_book import YieldBook
 from proxy.replay.engine_side import EngineQueue, ReplayExecutor
 from proxy.replay.grouped_cache import GroupedCache
-from proxy.replay.policies import ReplayPolicy, execute_on_pool
+from proxy.replay.policies import ReplayPolicy, admit, execute_on_pool
 from proxy.runtime.policy_config import executor_limits, policy_config
 from proxy.runtime.switchback import SelfEvaluation, switchback_config, yield_config
 from proxy.settings import Settings
@@ -181,7 +181,9 @@ class ScoutProxyPolicy(_ScoutBase):
         self.inflight += 1
         self._last_request_at = now
         self._running.add(req.block_hashes, req.block_tokens)
-        hit = self.pool.access(req.block_hashes, now)
+        hit = (
+            admit(self.pool, i, req.block_hashes, now) if self.pin_running else self.pool.access(req.block_hashes, now)
+        )
         if obs.acted_reason and obs.acted_hash is not None:
             saved = self.book.credit(
                 req.tenant,
@@ -198,6 +200,8 @@ class ScoutProxyPolicy(_ScoutBase):
         return hit
 
     def on_response(self, i, req, hit_blocks, now):
+        if self.pin_running:
+            self.pool.free(i, now)
         self._running.remove(req.block_hashes)
         self._observe_response(i, req, hit_blocks, now)
         self._pump(now)
@@ -314,9 +318,14 @@ class ScoutEnginePolicy(_ScoutBase):
         a = self.sp.agents.by_id.get(obs.agent_id) if obs.agent_id else None
         k = len(a.anchor_hashes) if a is not None else 0
         groups = [obs.agent_id] * k + [HISTORY] * (n - k)  # only anchors carry an agent's survival
-        return self.cache.access(req.block_hashes, groups, now)
+        hit = self.cache.access(req.block_hashes, groups, now)
+        if self.pin_running:
+            self.cache.hold(i, req.block_hashes)
+        return hit
 
     def on_response(self, i, req, hit_blocks, now):
+        if self.pin_running:
+            self.cache.release(i)
         self._observe_response(i, req, hit_blocks, now)
 
 
