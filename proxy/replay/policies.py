@@ -226,11 +226,18 @@ class TtlPolicy(ReplayPolicy):
             hit = self.pool.match_prefix(req.block_hashes)
             self.pool.free(("pin", sid), now)  # the resume arrived: unpin, then run it
             del self.pins[sid]
-            self.pool.access(req.block_hashes, now)
+            self._run(i, req, now)
             return hit
+        return self._run(i, req, now)
+
+    def _run(self, i, req, now):
+        if self.pin_running:
+            return admit(self.pool, i, req.block_hashes, now)
         return self.pool.access(req.block_hashes, now)
 
     def on_response(self, i, req, hit_blocks, now):
+        if self.pin_running:
+            self.pool.free(i, now)
         self._expire(now)
         if req.finish_reason != "tool_calls" or req.session_id is None or req.session_id in self.pins:
             return
