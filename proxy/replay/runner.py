@@ -1,8 +1,9 @@
 """Replay runner: drives each policy over one request stream in virtual time, deterministically.
 
 Why events: the scout planner learns from responses (finish reasons, tool calls) and plans between
-requests, so a request's response end is an event of its own, at arrival + its prefill time (cost
-model, given its hit) + its output tokens at a nominal decode step. Policies that do not need
+requests, so a request's response end is an event of its own: when its prefill ends in the TTFT
+model's FIFO (behind the client prefill and the action jobs queued before it; cost model, given its
+hit) + its output tokens at a nominal decode step. Policies that do not need
 responses skip the event heap entirely (that is what keeps `lru` fast).
 
 `lru` and `belady` always run (they define the gap every other policy is measured against), so a
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from proxy.cachemodel.cost_model import CostModel
+from proxy.replay.engine_side import EngineQueue
 from proxy.replay.measure import RunRecorder
 from proxy.replay.policies import BeladyPolicy, HistoryPolicy, LruPolicy, ReplayPolicy, TtlPolicy
 from proxy.replay.tiers import LruHostTier, MinHostTier, resolve_cpu_capacity
@@ -161,6 +163,10 @@ def run_policy(
     step = cost.step_base_s + cost.decode_seq_s * DECODE_BATCH
     pending: list[tuple[float, int, int]] = []  # (end time, tie-break, request index)
     hits: dict[int, int] = {}
+    # the TTFT model's FIFO, kept online so a response ends when the request's prefill does there
+    # (behind the queued client prefill and the policy's action jobs), then its decode
+    fifo = EngineQueue(engines)
+    acted = 0
     for i, r in enumerate(requests):
         while pending and pending[0][0] <= r.t:
             t_end, _, j = heapq.heappop(pending)
@@ -168,13 +174,13 @@ def run_policy(
         hit = policy.on_request(i, r, r.t)
         rec.request(i, r.t, r.block_hashes, r.block_tokens, hit)
         hits[i] = hit
+        jobs = rec.action_jobs
+        while acted < len(jobs):  # actions run so far (at or before now) queue first
+            fifo.push(jobs[acted][0], jobs[acted][1], client=False)
+            acted += 1
         cached = int(rec.hit_tokens[i] + rec.load_tokens[i])
-        end = (
-            r.t
-            + cost.load_s(int(rec.load_tokens[i]))
-            + cost.prefill_s(r.prompt_tokens, cached)
-            + r.output_tokens * step
-        )
+        ready = r.t + cost.load_s(int(rec.load_tokens[i]))
+        end = fifo.push(ready, cost.prefill_s(r.prompt_tokens, cached)) + r.output_tokens * step
         heapq.heappush(pending, (end, i, i))  # ties: request order
         if progress is not None and i % tick == 0:
             progress(i)

@@ -21,6 +21,5 @@ def _run(throttle: bool) -> dict:
 def test_negative_yield_signals_are_held_back_in_the_replay():
     on, off = _run(True), _run(False)
     assert on["held_back"], "a signal with negative realised yield on this workload is throttled"
-    assert on["throttled"]
     assert off["held_back"] == {} and off["throttled"] == []  # accounted, never throttled
     assert on["executed"] < off["executed"]
