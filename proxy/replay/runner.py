@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 
 from proxy.cachemodel.cost_model import CostModel
-from proxy.replay.engine_side import EngineQueue
 from proxy.replay.measure import RunRecorder
 from proxy.replay.policies import BeladyPolicy, HistoryPolicy, LruPolicy, ReplayPolicy, TtlPolicy
 from proxy.replay.tiers import LruHostTier, MinHostTier, resolve_cpu_capacity
@@ -165,7 +164,7 @@ def run_policy(
     hits: dict[int, int] = {}
     # the TTFT model's FIFO, kept online so a response ends when the request's prefill does there
     # (behind the queued client prefill and the policy's action jobs), then its decode
-    fifo = EngineQueue(engines)
+    servers = [0.0] * max(1, engines)  # heap of the prefill servers' free times
     acted = 0
     for i, r in enumerate(requests):
         while pending and pending[0][0] <= r.t:
@@ -176,11 +175,14 @@ def run_policy(
         hits[i] = hit
         jobs = rec.action_jobs
         while acted < len(jobs):  # actions run so far (at or before now) queue first
-            fifo.push(jobs[acted][0], jobs[acted][1], client=False)
+            t_job, service = jobs[acted]
+            heapq.heapreplace(servers, max(t_job, servers[0]) + service)
             acted += 1
         cached = int(rec.hit_tokens[i] + rec.load_tokens[i])
         ready = r.t + cost.load_s(int(rec.load_tokens[i]))
-        end = fifo.push(ready, cost.prefill_s(r.prompt_tokens, cached)) + r.output_tokens * step
+        prefilled = max(ready, servers[0]) + cost.prefill_s(r.prompt_tokens, cached)
+        heapq.heapreplace(servers, prefilled)
+        end = prefilled + r.output_tokens * step
         heapq.heappush(pending, (end, i, i))  # ties: request order
         if progress is not None and i % tick == 0:
             progress(i)
