@@ -46,6 +46,7 @@ class CandidateSources:
     residency: ResidencyShadow
     last_acted: dict[str, float]
     _safe: dict[str, tuple[int, float]]
+    skipped: dict[str, int]  # Planner.skipped (SKIP_REASONS)
 
     def _gate(self, tenant: str, gates: dict[str, bool]) -> bool:
         raise NotImplementedError  # Planner._gate
@@ -75,7 +76,9 @@ class CandidateSources:
                     cfg.continuation_prior,
                     cfg.continuation_min_samples,
                 )
-                if p >= cfg.tool_resume_min_p and (not cfg.tool_resume_gated or self._gate(agent.tenant, gates)):
+                if p < cfg.tool_resume_min_p:
+                    self.skipped["resume_unlikely"] += 1
+                elif not cfg.tool_resume_gated or self._gate(agent.tenant, gates):
                     payload = ActionPayload(s.context_payload, s.assistant_payload)
                     out.append(
                         Candidate(
@@ -201,6 +204,7 @@ class CandidateSources:
                 cfg.continuation_min_samples,
             )
             if p < cfg.tool_resume_min_p:
+                self.skipped["resume_unlikely"] += 1
                 continue
             med = agent.tool_gap_median if tool else agent.gap_median
             elapsed = now - s.last_end

@@ -42,6 +42,25 @@ if TYPE_CHECKING:
 
 TOUCH_EWMA = 0.2  # weight of one measured touch in the touch-prefill estimate (~5 touches of memory)
 DIRTY_SLACK = 2  # dirty sessions kept across busy ticks before dead ones are filtered out (x max_sessions)
+# why no action came of a tick or a candidate (Planner.skipped; /debug/state "actions_skipped")
+SKIP_REASONS = (
+    "tick_engine_busy",  # the engine queues (max_engine_waiting) or max_concurrent actions in flight
+    "tick_overflow",  # the running set overflows the cache (or did within a cache lifetime)
+    "resume_unlikely",  # a paused session's continuation probability is below tool_resume_min_p
+    "cooldown",  # acted on this anchor within cooldown_s
+    "resident",  # the shadow holds it, not near eviction
+    "host_not_now",  # in the host tier; not yet time to load it back
+    "warm_not_allowed",  # a sweep or hint candidate: touch what is there, never warm
+    "warm_busy",  # a warm would queue behind client traffic
+    "warm_too_late",  # the demand is predicted before a warm could finish
+    "warm_too_big",  # one session's context over warm_max_cache_share of the cache
+    "warm_too_early",  # it would be evicted again before the predicted demand
+    "wait_for_slack",  # the economics asks to retry at a calmer tick
+    "not_worth_it",  # expected saving below cost
+    "no_slot",  # more worthwhile candidates than action slots this tick
+    "budget",  # the warm token bucket is empty
+    "vetoed",  # the runtime's gate: an observe-only window, or a throttled signal
+)
 
 
 class Planner(CandidateSources):
@@ -68,6 +87,9 @@ class Planner(CandidateSources):
         self.emitted: dict[str, int] = {}
         self.failed = 0
         self.declined = 0  # candidates the economics found not worth acting on
+        # why candidates (or whole ticks) produced no action: a fixed set of keys (SKIP_REASONS),
+        # counted so /debug/state can say why a predicted request was not prepared
+        self.skipped: dict[str, int] = dict.fromkeys(SKIP_REASONS, 0)
         self.touch_prefill = float(config.touch_cost_tokens)  # measured tokens a touch prefills (EWMA)
         self.overflow_ticks = 0  # plan() calls skipped: the running set alone overflows the cache
         self._overflow_until = float("-inf")  # ... or did within the last cache lifetime
@@ -122,6 +144,7 @@ class Planner(CandidateSources):
             if len(self.dirty) > DIRTY_SLACK * cfg.max_sessions:  # amortised O(1): refiltered rarely
                 live = self.sessions.sessions
                 self.dirty = {k: None for k in self.dirty if k in live}
+            self.skipped["tick_engine_busy"] += 1
             return []
         slots = min(cfg.max_actions_per_tick, cfg.max_concurrent - len(self.inflight))
         if slots <= 0:
@@ -130,6 +153,7 @@ class Planner(CandidateSources):
             self.dirty.clear()
             self.fanout.clear()
             self.overflow_ticks += 1
+            self.skipped["tick_overflow"] += 1
             return []
         cands: list[Candidate] = []
         gates: dict[str, bool] = {}
@@ -194,7 +218,7 @@ class Planner(CandidateSources):
     def _overflowing(self, now: float, load: EngineLoad) -> bool:
         """Market.overflowing as a regime: now, or within one cache lifetime (capacity / insert rate,
         <= continuation_horizon_s); what is kept in a dip (a tool pause) the next overflow evicts."""
-        cap, rate = self.residency.capacity_tokens, self.residency.rates.insert_rate
+        cap, rate = self.residency.capacity_tokens, self.residency.insert_rate_at(now)
         if 0 < cap <= load.running_tokens:
             life = min(cap / rate, self.cfg.continuation_horizon_s) if rate and rate > 0 else 0.0
             self._overflow_until = max(self._overflow_until, now + life)
@@ -211,11 +235,11 @@ class Planner(CandidateSources):
         cfg, res = self.cfg, self.residency
         return Market(
             capacity_tokens=float(res.capacity_tokens),
-            insert_rate=res.rates.insert_rate,
+            insert_rate=res.insert_rate_at(self._now),
             zone_tokens=res.zone_tokens() if res.capacity_tokens else 0.0,
             tail_reuse=res.rates.tail_reuse,
             prefill_tokens_per_s=cfg.prefill_tokens_per_s,
-            request_rate=res.rates.request_rate,
+            request_rate=res.rates.request_rate,  # the traffic's own: `quiet` compares a pause with it
             waiting=load.waiting,
             prefilling=load.prefilling,
             utilisation=load.utilisation,
@@ -248,7 +272,7 @@ class Planner(CandidateSources):
         cfg = self.cfg
         res = self.residency
         m = market if market is not None else Market(capacity_tokens=float(res.capacity_tokens))
-        life = res.lifetime_s()
+        life = res.lifetime_s(now)
         max_warm = cfg.warm_max_cache_share * res.capacity_tokens
         priced: list[tuple[float, float, str, Candidate]] = []
         seen: set[str] = set()
@@ -257,6 +281,7 @@ class Planner(CandidateSources):
                 continue  # one action per anchor per tick
             last = self.last_acted.get(c.anchor_id)
             if last is not None and now - last < cfg.cooldown_s:
+                self.skipped["cooldown"] += 1
                 continue
             memo = self._safe.get(c.anchor_id)
             # a session's context or fan-out parent serves one session: an engine priority would
@@ -267,6 +292,7 @@ class Planner(CandidateSources):
                 and (cfg.retain_sessions or not c.context)
             )
             if memo is not None and memo[0] == res.epoch and res.inserted_tokens < memo[1] and not retainable:
+                self.skipped["resident"] += 1
                 continue  # found resident and safe recently; nothing moved since
             resident, full, near = res.verdict(c.hashes)
             total = float(sum(c.block_tokens))
@@ -278,6 +304,7 @@ class Planner(CandidateSources):
                 # the host tier's own timing rule, priced by the load, ahead of recompute decisions)
                 missing = float(sum(c.block_tokens[resident:]))
                 if not (h_near if c.reason == REASON_HINT else self._host_prefetch(c, missing, busy)):
+                    self.skipped["host_not_now"] += 1
                     continue
                 priced.append((missing, cfg.reload_cost_tokens(missing), TOUCH, c))
                 seen.add(c.anchor_id)
@@ -290,25 +317,33 @@ class Planner(CandidateSources):
                 if len(self._safe) > PRUNE_SLACK * cfg.max_agents + cfg.max_sessions:
                     self._safe.clear()
                 self._safe[c.anchor_id] = (res.epoch, res.safe_until())
+                self.skipped["resident"] += 1
                 continue
             missing = 0.0 if full else float(sum(c.block_tokens[resident:]))
             if missing:
                 if c.reason == REASON_HINT or not c.warm_ok or busy:
-                    continue  # sweeps protect what is there (p_surv is a rank, not
-                    # a probability of demand); warming is for predictions
+                    # sweeps protect what is there (p_surv is a rank, not a probability of
+                    # demand); warming is for predictions
+                    self.skipped["warm_busy" if busy else "warm_not_allowed"] += 1
+                    continue
                 if c.lead is not None and c.lead < max(cfg.min_lead_s, missing / cfg.prefill_tokens_per_s):
+                    self.skipped["warm_too_late"] += 1
                     continue  # demand predicted before a warm could finish
                 if max_warm and c.context and missing > max_warm:
+                    self.skipped["warm_too_big"] += 1
                     continue  # one session's context: too much of the cache for one use
                 if c.lead is not None and life is not None and 0 < cfg.warm_lifetime_share * life < c.lead:
+                    self.skipped["warm_too_early"] += 1
                     continue  # it would be evicted again before the demand
             v = assess(Prospect(total, missing, near or (bool(missing) and resident > 0), c.prob, c.lead, c.soon), m)
             if v.kind == WAIT:
                 if c.session is not None and c.session in self.sessions.sessions:
                     self.dirty[c.session] = None  # ask again at a tick when the engine has slack
+                self.skipped["wait_for_slack"] += 1
                 continue
             if v.kind == NOTHING or v.net <= 0:
                 self.declined += 1
+                self.skipped["not_worth_it"] += 1
                 continue
             priced.append((v.net, float(cfg.touch_cost_tokens) if v.kind == TOUCH else missing, v.kind, c))
             seen.add(c.anchor_id)
@@ -316,10 +351,13 @@ class Planner(CandidateSources):
         actions: list[Action] = []
         for _net, cost, kind, c in priced:
             if len(actions) >= slots:
-                break
+                self.skipped["no_slot"] += 1
+                continue
             if cost > self.bucket:
+                self.skipped["budget"] += 1
                 continue
             if self.action_gate is not None and not self.action_gate(c.reason, kind, now):
+                self.skipped["vetoed"] += 1
                 continue
             self.bucket -= cost
             # session contexts get no engine priority unless asked: a priority outlives the pause

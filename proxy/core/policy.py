@@ -284,6 +284,7 @@ class ScoutPolicy:
             top1_accuracy=hits / predictions if predictions else 0.0,
             gate_open=gate,
             actions_emitted=dict(p.emitted),
+            actions_skipped=dict(p.skipped),
             actions_failed=p.failed,
             budget_tokens=p.bucket,
             inflight_actions=len(p.inflight),

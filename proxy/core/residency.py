@@ -15,15 +15,15 @@ than ``stride`` blocks past its last tracked block) is not modelled: tracking it
 same tokens twice once a longer prompt covers them with a stride entry. So the strided shadow
 under-counts by at most stride−1 blocks per prompt and answers "resident" to stride granularity
 (``fully_resident``).
-``stride=0`` (default) picks the stride from the first view seen: ``stride_tokens`` (256) divided
-by its largest block, so chat views (16-token blocks) track every 16th block and trace views
-(512-token blocks) every block. ``stride=1`` gives an exact block-level LRU.
+``stride=0`` (default) picks the stride from the first view seen: ``stride_tokens`` (256) divided by its largest
+block, so chat views (16-token blocks) track every 16th block and trace views (512-token blocks) every block.
+``stride=1`` gives an exact block-level LRU.
 
-The LRU itself is two int dicts (hash -> tokens, hash -> stamp of its last touch) plus an
-append-only queue of stamps and hashes in touch order (parallel int lists: no per-touch objects for
-the garbage collector to trace), with stale queue entries skipped lazily: eviction pops the queue's head, and a second
-cursor walks the queue to keep "the oldest zone's worth of tokens" current, so each entry is
-passed by each pointer once and no step rescans the cache (no latency spikes on the request path).
+The LRU itself is two int dicts (hash -> tokens, hash -> stamp of its last touch) plus an append-only queue of
+stamps and hashes in touch order (parallel int lists: no per-touch objects for the garbage collector to trace),
+with stale queue entries skipped lazily: eviction pops the queue's head, and a second cursor walks the queue to
+keep "the oldest zone's worth of tokens" current, so each entry is passed by each pointer once and no step
+rescans the cache (no latency spikes on the request path).
 
 Touch order follows the engine: blocks are touched deepest-first so a prompt's first block ends
 most recently used and the tail of a prefix is evicted first. With capacity 0 (unknown) nothing is
@@ -106,14 +106,18 @@ class ResidencyShadow:
         self._zone_hits += self._touch_sampled(hashes, seg)
         return hit
 
-    def lifetime_s(self) -> float | None:
+    def lifetime_s(self, now: float | None = None) -> float | None:
         """How long a block just made most recent survives untouched: capacity over the client
-        insert rate (None while either is unknown). A warm whose demand is further away than this
-        is evicted again before it pays."""
-        rate = self.rates.insert_rate
+        insert rate as of ``now`` (None while either is unknown). A warm whose demand is further
+        away than this is evicted again before it pays."""
+        rate = self.insert_rate_at(now)
         if not self.capacity_tokens or not rate or rate <= 0:
             return None
         return self.capacity_tokens / rate
+
+    def insert_rate_at(self, now: float | None) -> float | None:
+        """The client insert rate as of ``now``: a silence since the last forward lowers it."""
+        return self.rates.insert_rate_at(now, self._inserted)
 
     def touch(self, hashes: Sequence[int], tokens: Sequence[int], anchor_blocks: int = 0) -> None:
         """Mark a whole prompt (or an executed action's blocks) most recently used."""

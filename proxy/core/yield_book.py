@@ -24,6 +24,17 @@ CONVERSION_SHARE = 0.8  # cached >= 80% of the action's prompt counts as a confi
 MAX_ACTED = 4096  # executed actions remembered for the counterfactual
 
 
+def ran_alongside_traffic(sent_at: float, inflight_now: bool, last_start: float, last_end: float) -> bool:
+    """Did a client request overlap an action that was sent at ``sent_at`` and has just answered?
+
+    Only then can its prefill have delayed a client (the ledger charges it in full; otherwise at
+    the idle share). A request overlapped it if it is still in flight, started since the send, or
+    ended since the send (so it was in flight at the send). When the action was *planned* does not
+    matter: a warm planned during a burst and sent after it delayed nobody.
+    """
+    return inflight_now or last_start >= sent_at or last_end >= sent_at
+
+
 class YieldBook:
     """Per-action counterfactual bookkeeping: (tenant, last hash of the acted prefix) -> what the
     engine had cached when the action ran, how long the shadow gave that part, and when."""

@@ -49,6 +49,7 @@ class WarmResult:
     cached_tokens: int = 0  # of which already cached (a pure touch has cached ≈ prompt)
     error: str | None = None
     unsupported: bool = False  # no capability could carry this action
+    sent_at: float | None = None  # when the executor sent it (its clock); set there, not by adapters
 
     @property
     def computed_tokens(self) -> int:

@@ -167,19 +167,21 @@ class ScoutProxyPolicy(_ScoutBase):
         )
         self.sp.planner.action_gate = self.selfeval.gate
         self.book = YieldBook()
-        self._last_request_at = float("-inf")
+        self._arrivals = [r.t for r in requests]  # the stream's arrival times (the runner's order)
+        self._next = 0  # index of the next request not yet arrived
         self._rid: dict[int, int] = {}
         self._running = RunningSet()  # distinct tokens of the requests in flight
         self.inflight = 0
         self.executed = 0
 
     def on_request(self, i, req, now):
+        self._next = i  # an action pumped now runs alongside this arrival
         self._pump(now)
         self._now = now
         obs = self.sp.observe_request(self._view(req), now)
         self._rid[i] = obs.request_id
         self.inflight += 1
-        self._last_request_at = now
+        self._next = i + 1
         self._running.add(req.block_hashes, req.block_tokens)
         hit = (
             admit(self.pool, i, req.block_hashes, now) if self.pin_running else self.pool.access(req.block_hashes, now)
@@ -249,9 +251,14 @@ class ScoutProxyPolicy(_ScoutBase):
         computed = sum(toks[before : self.pool.match_prefix(a.block_hashes)]) if ok and a.kind != "retain" else 0
         if ok:  # yield: charged before the core's shadow marks the blocks fresh (at the report), as live
             spent = self.book.charge(a, self.sp.residency, sum(toks), sum(toks[:before]), computed)
-            contended = self.inflight > 0 or self._last_request_at >= a.created
+            # contended: a client request overlapped the action's run [now, end] — in flight now, or
+            # arriving before its job ends (live asks the same at the answer: yield_book.ran_alongside_traffic)
+            contended = self.inflight > 0 or self._arrival(self._next) <= end
             self.selfeval.record_spent(a.reason, spent, contended, now)
         return ok, end, computed
+
+    def _arrival(self, i: int) -> float:
+        return self._arrivals[i] if i < len(self._arrivals) else float("inf")
 
     def _tokens_of(self, a) -> tuple[int, ...]:
         """Per-block tokens of an action's chain (the action only carries the total)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -212,6 +213,7 @@ class ActionExecutor:
             result = await self.adapter.warm(action)
         finally:
             self.sending -= 1
+        result = dataclasses.replace(result, sent_at=t0)  # the yield ledger asks what ran alongside
         if result.ok and self.prefill is not None:
             self.prefill.add_request(result.computed_tokens, self.clock() - t0, alone=alone)
         outcome = "ok" if result.ok else ("unsupported" if result.unsupported else "error")

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from proxy.core.yield_book import CONVERSION_SHARE, YieldBook
+from proxy.core.yield_book import CONVERSION_SHARE, YieldBook, ran_alongside_traffic
 
 if TYPE_CHECKING:
     from proxy.core.actions import Action
@@ -43,6 +43,7 @@ class UsageAccounting:
     tap_budget: TapBudget
     _inflight: dict[int, float]
     _last_request_at: float
+    _last_response_at: float
     _anchor_priority: OrderedDict[str, tuple[int, float]]
     _yield_book: YieldBook
     _drops_seen: dict[str, int]
@@ -90,8 +91,9 @@ class UsageAccounting:
         spent = self._yield_book.charge(
             action, self.policy.residency, int(result.prompt_tokens or 0), int(result.cached_tokens or 0), spent
         )
-        # contended: client requests in flight now, or one arrived since the action was planned
-        contended = bool(self._inflight) or self._last_request_at >= action.created
+        # contended: a client request overlapped the action's run (core/yield_book.py)
+        sent = result.sent_at if result.sent_at is not None else action.created
+        contended = ran_alongside_traffic(sent, bool(self._inflight), self._last_request_at, self._last_response_at)
         self.selfeval.record_spent(action.reason, spent, contended, now)
 
     def _credit_yield(self, st: RequestState, prompt: int, cached: int, now: float) -> None:

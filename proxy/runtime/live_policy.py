@@ -118,6 +118,7 @@ class LivePolicyObserver(BodyRewriting, UsageAccounting):
         self.strip_hint_fields = False
         self.selfeval: SelfEvaluation | None = None  # runtime.switchback.SelfEvaluation (LiveRuntime sets it)
         self._last_request_at = float("-inf")  # when the latest client request started
+        self._last_response_at = float("-inf")  # ... and when the latest one ended
         # (tenant, last hash of an executed action's prefix) -> (engine prompt tokens, already cached,
         # remaining LRU life in shadow tokens, shadow inserted tokens then): the yield counterfactual
         self._yield_book = YieldBook()  # executed actions' yield counterfactuals (core/yield_book.py)
@@ -228,7 +229,8 @@ class LivePolicyObserver(BodyRewriting, UsageAccounting):
             st.tap.feed(chunk, now)
 
     def on_response_end(self, ctx: RequestContext, error: str | None, now: float) -> None:
-        self._inflight.pop(ctx.request_id, None)
+        if self._inflight.pop(ctx.request_id, None) is not None:
+            self._last_response_at = now
         self._states.pop(ctx.request_id, None)
         st = request_state(ctx)
         if st is None:

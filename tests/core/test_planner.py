@@ -572,3 +572,23 @@ def test_overflow_is_a_regime_observe_only_for_a_cache_lifetime_after_it(workloa
     w.step(0, "live", now + 1.1 + 1.5 * life)
     warm = [a for a in w.policy.plan(now + 1.1 + 1.6 * life) if a.reason == REASON_TRANSITION]
     assert len(warm) == 1 and warm[0].kind == "warm"  # a lifetime later: acts again
+
+
+def test_a_tool_pause_after_a_burst_is_warmed_before_the_resume(workload):
+    """A session pauses on tool_calls; other agents' burst evicts its context, then all is quiet
+    until the resume ~5 s later (the e2e's check 4). By the third pause the tool gap is known, and
+    the warm must land in the quiet before the resume: the burst's turnover must not make it look
+    doomed for the whole pause (the insert rate is read as of now)."""
+    w = workload(residency_capacity_tokens=16 * 60, warm_lifetime_share=1.0, cooldown_s=0.0, sweep_interval_s=1.0)
+    t, warmed = 0.0, []
+    for rnd in range(3):
+        w.step(0, "s", t, finish="tool_calls", dur=0.2)
+        for k in range(3):  # ~2,900 tokens in 0.75 s: three times the 960-token cache
+            w.policy.observe_request(w.view(10 + k, f"ev{rnd}{k}", new_blocks=60), t + 0.25 * (k + 1))
+        resume = t + 5.2
+        now = t + 1.0
+        while now < resume:
+            warmed += [(rnd, now) for a in w.policy.plan(now) if a.reason == REASON_TOOL_RESUME and a.kind == "warm"]
+            now += 0.25
+        t = resume
+    assert any(rnd == 2 for rnd, _ in warmed), (warmed, {k: v for k, v in w.policy.planner.skipped.items() if v})

@@ -55,3 +55,14 @@ def test_bounded():
     assert len(book) == 3
     assert book.credit("t", 1000, 16, 16, 16, res) is None  # forgotten
     assert book.credit("t", 1009, 16, 16, 16, res) == 16
+
+
+def test_an_action_is_contended_only_if_client_traffic_overlapped_its_run():
+    from proxy.core.yield_book import ran_alongside_traffic
+
+    sent = 10.0
+    # planned during a burst, sent after its last request ended: it delayed nobody
+    assert not ran_alongside_traffic(sent, inflight_now=False, last_start=9.0, last_end=9.5)
+    assert ran_alongside_traffic(sent, inflight_now=True, last_start=9.0, last_end=9.5)  # still running
+    assert ran_alongside_traffic(sent, inflight_now=False, last_start=10.2, last_end=10.4)  # came and went
+    assert ran_alongside_traffic(sent, inflight_now=False, last_start=9.0, last_end=10.1)  # ran at the send

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -43,6 +44,7 @@ class Ctx:
         self.out = Path(args.out)
         self.gap = args.gap
         self.client = httpx.Client(timeout=httpx.Timeout(120.0, connect=5.0))
+        self.admin_token = os.environ.get("CACHESCOUT_E2E_ADMIN_TOKEN")  # the proxy's, for /debug/state
         self.agents = make_agents()
         self.rows: list[dict] = []
         self.notes: dict = {}

@@ -109,9 +109,13 @@ E2E_OVERRIDES='{"warm_max_cache_share": 0.75}'
 OVERRIDES="$("$PROJECT_PY" -c 'import json,sys; d=json.loads(sys.argv[1]); d.update(json.loads(sys.argv[2] or "{}")); print(json.dumps(d))' \
   "$E2E_OVERRIDES" "${CACHESCOUT_POLICY_OVERRIDES:-}")" || die "CACHESCOUT_POLICY_OVERRIDES is not a JSON object"
 PPORT="$(free_port)"
+# an admin token of this run only: checks read /debug/state for their diagnostics
+ADMIN_TOKEN="$("$PROJECT_PY" -c 'import secrets; print(secrets.token_hex(16))')"
+export CACHESCOUT_E2E_ADMIN_TOKEN="$ADMIN_TOKEN"
 log "starting cachescout serve on 127.0.0.1:$PPORT -> vLLM (policy overrides $OVERRIDES)"
 env CACHESCOUT_UPSTREAM_URL="http://127.0.0.1:$VPORT" CACHESCOUT_HOST=127.0.0.1 CACHESCOUT_PORT="$PPORT" \
     CACHESCOUT_ENGINE="${CACHESCOUT_ENGINE:-vllm}" CACHESCOUT_POLICY_OVERRIDES="$OVERRIDES" \
+    CACHESCOUT_ADMIN_TOKEN="$ADMIN_TOKEN" \
     setsid "$PROJECT_PY" -m proxy.cli serve ${CACHESCOUT_E2E_PROXY_ARGS:-} >"$OUT/proxy.log" 2>&1 &
 PROXY_PID=$!
 PIDS+=("$PROXY_PID")

@@ -106,6 +106,18 @@ def metrics(client: httpx.Client, base: str) -> dict[str, float]:
     return out
 
 
+def debug_state(client: httpx.Client, base: str, token: str | None) -> dict:
+    """The proxy's /debug/state (needs its admin token), or {} when it is not reachable: diagnostics
+    for a check's report, never what a check is judged on."""
+    if not token:
+        return {}
+    try:
+        resp = client.get(base + "/debug/state", headers={"Authorization": f"Bearer {token}"})
+        return resp.json() if resp.status_code == 200 else {}
+    except (httpx.HTTPError, ValueError):
+        return {}
+
+
 def labelled(client: httpx.Client, base: str, name: str) -> dict[str, float]:
     """One metric's samples by label set, e.g. {'{kind="warm",outcome="ok",reason="tool_resume"}': 2.0}."""
     resp = client.get(base + "/metrics")
