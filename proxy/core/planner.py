@@ -242,7 +242,10 @@ class Planner(CandidateSources):
             request_rate=res.rates.request_rate,  # the traffic's own: `quiet` compares a pause with it
             waiting=load.waiting,
             prefilling=load.prefilling,
-            utilisation=load.utilisation,
+            # the price of engine time is what it takes from traffic now: nothing when no client request
+            # is in flight or queued (arrivals during the action are priced by `queueing`); the recent
+            # busy share otherwise (a scrape window that still holds the burst before a pause)
+            utilisation=0.0 if load.inflight == 0 and load.waiting <= 0 else load.utilisation,
             running_tokens=float(load.running_tokens),
             idle_s=None
             if res.last_forward_at is None or self._now is None
