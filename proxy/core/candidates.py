@@ -56,6 +56,7 @@ class CandidateSources:
         agent = s.agent
         registry = self.registry
         if agent is None or registry.by_id.get(agent.agent_id) is not agent:  # registry.alive
+            self.skipped["no_agent"] += 1
             return
         paused = s.inflight == 0 and s.last_end is not None
         lead = None
@@ -66,7 +67,9 @@ class CandidateSources:
             elapsed = now - s.last_end if s.last_end is not None else 0.0  # (paused: it is set)
             if med is not None and elapsed < med:
                 lead = med - elapsed
-            if s.finish == "tool_calls" and s.hashes and s.context_payload is not None:
+            if s.finish == "tool_calls" and not (s.hashes and s.context_payload is not None):
+                self.skipped["no_context"] += 1  # nothing kept to rebuild the prompt from
+            elif s.finish == "tool_calls":
                 p = continuation_probability(
                     samples,
                     elapsed,
@@ -182,14 +185,11 @@ class CandidateSources:
             if k >= cfg.sweep_sessions:
                 break
             agent = s.agent
-            if (
-                s.inflight
-                or s.last_end is None
-                or agent is None
-                or agent.forgotten
-                or not s.hashes
-                or s.context_payload is None
-            ):
+            if s.inflight or s.last_end is None:
+                continue
+            if agent is None or agent.forgotten or not s.hashes or s.context_payload is None:
+                if s.finish == "tool_calls":
+                    self.skipped["no_agent" if agent is None or agent.forgotten else "no_context"] += 1
                 continue
             tool = s.finish == "tool_calls"
             if (cfg.tool_resume_gated if tool else cfg.session_gated) and not self._gate(agent.tenant, gates):

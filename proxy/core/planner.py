@@ -47,6 +47,8 @@ SKIP_REASONS = (
     "tick_engine_busy",  # the engine queues (max_engine_waiting) or max_concurrent actions in flight
     "tick_overflow",  # the running set overflows the cache (or did within a cache lifetime)
     "resume_unlikely",  # a paused session's continuation probability is below tool_resume_min_p
+    "no_agent",  # a session whose agent is unknown or forgotten
+    "no_context",  # a session paused on tool_calls with no kept prompt to rebuild (payload, hashes)
     "cooldown",  # acted on this anchor within cooldown_s
     "resident",  # the shadow holds it, not near eviction
     "host_not_now",  # in the host tier; not yet time to load it back

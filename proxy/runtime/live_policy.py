@@ -352,7 +352,8 @@ class LivePolicyObserver(BodyRewriting, UsageAccounting):
         st.done = True
         tap = st.tap
         self.counts["responses"] += 1
-        if tap is None or error is not None:
+        # a client that hung up after the stream's end (`[DONE]`) got its whole answer: learn from it
+        if tap is None or (error is not None and not tap.complete):
             if tap is not None:
                 tap.close()
             outcome = ResponseOutcome(finish_reason=None)

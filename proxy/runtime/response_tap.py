@@ -43,6 +43,7 @@ class ResponseTap:
         "_budget",
         "_content",
         "_content_len",
+        "_done",
         "_held",
         "_json_parts",
         "_json_size",
@@ -68,6 +69,7 @@ class ResponseTap:
         self.cached_tokens: int | None = None
         self.output_tokens: int | None = None
         self.frames = 0
+        self._done = False  # saw the stream's `data: [DONE]`
         self._parser = SSEParser(MAX_SSE_LINE_BYTES) if stream else None
         self._budget = budget
         self._held = 0  # bytes charged to the budget
@@ -139,8 +141,16 @@ class ResponseTap:
         self.close()
 
     # -- parsing --------------------------------------------------------------------------------------
+    @property
+    def complete(self) -> bool:
+        """The stream reached its end as the client sees it: `[DONE]`, or a choice's finish_reason
+        (APIs without `[DONE]`). A client may hang up right after it, before the engine's end of the
+        chunked body reaches the proxy: that response is complete, not failed."""
+        return self.stream and (self._done or self.finish_reason is not None)
+
     def _event(self, data: str, now: float | None) -> None:
         if data.strip() == "[DONE]":
+            self._done = True
             return
         try:
             obj = json.loads(data)

@@ -142,6 +142,13 @@ def _tool_calls_msgs(r) -> tuple[dict, list[dict]]:
     )
 
 
+def _skips(ctx, base: str) -> dict:
+    """The proxy planner's skip counters (/debug/state), or {} (direct runs, no admin token)."""
+    if base != ctx.proxy:
+        return {}
+    return debug_state(ctx.client, ctx.proxy, ctx.admin_token).get("stats", {}).get("actions_skipped", {})
+
+
 def _tool_pause(ctx, base: str, tag: str, tool_s: float, rounds: int) -> dict:
     """One coder session doing `rounds` tool calls. Each tool runs `tool_s` seconds: first 3 other
     agents' requests (~3,600 tokens, more than the 72-block cache) go through, then the tool is
@@ -167,12 +174,15 @@ def _tool_pause(ctx, base: str, tag: str, tool_s: float, rounds: int) -> dict:
         if r.finish_reason != "tool_calls" or not r.tool_calls:
             raise RuntimeError(f"could not get a tool_calls response from vLLM: finish {r.finish_reason}")
         t_pause, paused_at = time.perf_counter(), time.monotonic()
+        k0 = _skips(ctx, base)
         v0 = metrics(ctx.client, ctx.vllm)
         evicted = _evict(ctx, base, f"{tag}-r{k}", names=f"bystander{k}-")  # the tool runs; others go on
         traffic_s = time.perf_counter() - t_pause
         v1 = metrics(ctx.client, ctx.vllm)
         time.sleep(max(0.0, tool_s - (time.perf_counter() - t_pause)))  # ... and the tool still runs
         v2 = metrics(ctx.client, ctx.vllm)
+        k1 = _skips(ctx, base)  # why the planner did not act during this pause (diagnostics)
+        skipped = {k: v - k0.get(k, 0) for k, v in k1.items() if v - k0.get(k, 0)}
         prompt = "vllm:prompt_tokens_total"
         # vLLM's own count of prompt tokens beyond the client's = the proxy's warmups, and when
         pauses.append(
@@ -183,6 +193,7 @@ def _tool_pause(ctx, base: str, tag: str, tool_s: float, rounds: int) -> dict:
                 "paused_at_monotonic": round(paused_at, 3),
                 "extra_tokens_during_traffic": round(delta(v1, v0, prompt) - evicted),
                 "extra_tokens_after_traffic": round(delta(v2, v1, prompt)),
+                **({"planner_skips": skipped} if skipped else {}),
             }
         )
         assistant, results = _tool_calls_msgs(r)
