@@ -107,3 +107,15 @@ def test_all_taps_share_one_byte_budget():
     for t in [*taps, sse_tap]:
         t.finish()
     assert budget.used == 0
+
+
+def test_a_stream_is_complete_at_done_or_a_finish_reason():
+    tap = ResponseTap(stream=True)
+    tap.feed(b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n', 0.0)
+    assert not tap.complete  # mid-stream: a hang-up here is a failed response
+    tap.feed(b"data: [DONE]\n\n", 0.1)
+    assert tap.complete
+    tap2 = ResponseTap(stream=True)
+    tap2.feed(b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n', 0.0)
+    assert tap2.complete  # APIs without [DONE]: the finish reason ends the answer
+    assert not ResponseTap(stream=False).complete  # a JSON body is complete only when read whole
