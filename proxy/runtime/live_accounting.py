@@ -23,8 +23,9 @@ if TYPE_CHECKING:
     from proxy.engines.base import WarmResult
     from proxy.observability.metrics import ProxyMetrics
     from proxy.runtime.hint_inputs import HintService
+    from proxy.runtime.prefill import PrefillRate
     from proxy.runtime.request_state import RequestState
-    from proxy.runtime.response_tap import TapBudget
+    from proxy.runtime.response_tap import ResponseTap, TapBudget
     from proxy.runtime.switchback import SelfEvaluation
 
 MAX_ACTED = 4096  # executed actions whose anchor priority is remembered
@@ -38,6 +39,7 @@ class UsageAccounting:
     metrics: ProxyMetrics | None
     counts: dict[str, int]
     token_ratio: float | None
+    prefill: PrefillRate | None
     selfeval: SelfEvaluation | None
     hints: HintService | None
     tap_budget: TapBudget
@@ -47,6 +49,19 @@ class UsageAccounting:
     _anchor_priority: OrderedDict[str, tuple[int, float]]
     _yield_book: YieldBook
     _drops_seen: dict[str, int]
+
+    def _learn_from_usage(self, st: RequestState, tap: ResponseTap, started: float) -> None:
+        """A client response's engine usage: counted (and conversion), and the engine truths it
+        calibrates: the prefill rate (streamed: computed tokens over TTFT) and the ratio of the
+        engine's tokens to the view's estimate."""
+        prompt, cached = int(tap.prompt_tokens or 0), int(tap.cached_tokens or 0)
+        self._count_usage(st, prompt, cached)
+        if self.prefill is not None and tap.stream and tap.first_token_at is not None:
+            self.prefill.add_request(prompt - cached, tap.first_token_at - started, alone=st.alone)
+        est = st.view.total_tokens if st.view is not None else 0
+        if est > 0:  # calibrate the view's token estimate against the engine's tokenizer
+            r = prompt / est
+            self.token_ratio = r if self.token_ratio is None else 0.95 * self.token_ratio + 0.05 * r
 
     def _count_usage(self, st: RequestState, prompt: int, cached: int) -> None:
         """Client usage, and conversion: the core attributes a request to the action that prepared

@@ -373,15 +373,7 @@ class LivePolicyObserver(BodyRewriting, UsageAccounting):
                 )
                 self._credit_yield(st, tap.prompt_tokens or 0, tap.cached_tokens or 0, now)
             if not st.view.is_warmup and tap.prompt_tokens:
-                self._count_usage(st, tap.prompt_tokens, tap.cached_tokens or 0)
-                if self.prefill is not None and tap.stream and tap.first_token_at is not None:
-                    self.prefill.add_request(
-                        tap.prompt_tokens - (tap.cached_tokens or 0), tap.first_token_at - ctx.started, alone=st.alone
-                    )
-                est = st.view.total_tokens
-                if est > 0:  # calibrate the view's token estimate against the engine's tokenizer
-                    r = tap.prompt_tokens / est
-                    self.token_ratio = r if self.token_ratio is None else 0.95 * self.token_ratio + 0.05 * r
+                self._learn_from_usage(st, tap, ctx.started)
         self.policy.observe_response(st.observed.request_id, outcome, now)
         if st.hints is not None and self.hints is not None:
             self.hints.on_response(st.hints, ctx.headers, st.observed.session_id, outcome.finish_reason, now)
