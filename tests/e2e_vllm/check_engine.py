@@ -221,17 +221,13 @@ def check_tool_pause(ctx, tool_s: float = 5.0, rounds: int = 3) -> tuple[bool, s
     direct = _tool_pause(ctx, ctx.vllm, "c4d", tool_s, rounds)
     ctx.log(f"   direct: {direct}")
     a0 = labelled(ctx.client, ctx.proxy, "cachescout_actions_total")
-    s0 = debug_state(ctx.client, ctx.proxy, ctx.admin_token)
     proxied = _tool_pause(ctx, ctx.proxy, "c4p", tool_s, rounds)
     proxied["proxy_actions"] = labelled_delta(
         labelled(ctx.client, ctx.proxy, "cachescout_actions_total"), a0, ("kind", "outcome"), 'reason="tool_resume"'
     )
     ctx.log(f"   proxy:  {proxied}")
     s1 = debug_state(ctx.client, ctx.proxy, ctx.admin_token)
-    if s1:  # why the planner did or did not act: diagnostics, not judged
-        skipped0 = s0.get("stats", {}).get("actions_skipped", {})
-        skipped = {k: v - skipped0.get(k, 0) for k, v in s1.get("stats", {}).get("actions_skipped", {}).items()}
-        ctx.log(f"   proxy planner skips during the rounds: { {k: v for k, v in skipped.items() if v} }")
+    if s1:  # diagnostics, not judged (each round's planner skips are in its `planner_skips`)
         ctx.log(f"   proxy self-evaluation: {s1.get('self_evaluation')}")
         ctx.log(f"   proxy recent actions: {s1.get('recent_actions')}")
     ctx.notes["tool_pause"] = {"direct": direct, "proxy": proxied}
