@@ -1,0 +1,80 @@
+"""Steps per second of `SimEngine` in virtual time (no HTTP): the cost the replay pays per step.
+
+Workload: N agents, each sending `turns` requests that extend their own conversation (shared
+prefix + growing history), Poisson-ish arrivals, answers of 64-256 tokens, so decode-only
+stretches dominate as in an agent trace. Prints virtual seconds simulated, engine steps, wall
+seconds, steps/s and requests/s. With --fast, the driver uses `SimEngine.fast_forward` (when the
+engine has it) for decode-only stretches up to the next arrival.
+
+    PYTHONPATH=$PWD python benchmarks/simengine_steps.py --requests 2000 [--fast]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+from proxy.simengine.engine import EngineConfig, EngineRequest, SimEngine
+
+
+def workload(n: int, seed: int) -> list[tuple[float, list[int], int]]:
+    rng = random.Random(seed)
+    agents = [list(range(a * 100_000, a * 100_000 + rng.randint(500, 3000))) for a in range(32)]
+    t, out = 0.0, []
+    for _ in range(n):
+        t += rng.expovariate(4.0)
+        a = rng.randrange(len(agents))
+        agents[a] = agents[a] + [rng.randrange(3, 120_000) for _ in range(rng.randint(50, 400))]
+        if len(agents[a]) > 12_000:
+            agents[a] = agents[a][:2000]
+        out.append((t, list(agents[a]), rng.randint(64, 256)))
+    return out
+
+
+def run(n: int, seed: int, fast: bool, capacity: int) -> dict:
+    eng = SimEngine(EngineConfig(capacity_blocks=capacity))
+    reqs = workload(n, seed)
+    ff = getattr(eng, "fast_forward", None) if fast else None
+    now, i, steps = 0.0, 0, 0
+    t0 = time.perf_counter()
+    while i < len(reqs) or eng.has_work:
+        while i < len(reqs) and reqs[i][0] <= now:
+            _, prompt, out = reqs[i]
+            eng.submit(EngineRequest(i, prompt, list(range(5, 5 + out))), reqs[i][0])
+            i += 1
+        if not eng.has_work:
+            now = reqs[i][0]
+            continue
+        horizon = reqs[i][0] if i < len(reqs) else float("inf")
+        res = ff(now, horizon) if ff is not None else None
+        if res is None:
+            res = eng.step(now)
+        assert res is not None
+        steps += getattr(res, "steps", 1)
+        now = res.end
+    wall = time.perf_counter() - t0
+    return {
+        "requests": n,
+        "virtual_s": round(now, 1),
+        "steps": steps,
+        "wall_s": round(wall, 2),
+        "steps_per_s": round(steps / wall),
+        "requests_per_s": round(n / wall),
+        "preemptions": getattr(eng, "num_preemptions", 0),
+        "hit_tokens": eng.prompt_tokens_hit,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--requests", type=int, default=2000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--capacity-blocks", type=int, default=4096)
+    p.add_argument("--fast", action="store_true")
+    a = p.parse_args()
+    print(run(a.requests, a.seed, a.fast, a.capacity_blocks))
+
+
+if __name__ == "__main__":
+    main()
