@@ -27,7 +27,8 @@ these into token counters for its `/metrics`.
 KV events. `enable_block_times()` records vLLM's `--kv-cache-metrics` samples (idle before evict,
 lifetime, reuse gap) in `time_samples`. With either set, `access()` takes the general (slower) path.
 
-The free-slot order of both modes (which free block goes first, priority decay) is `free_slots.py`.
+The free-slot order of both modes (which free block goes first, priority decay) is `free_slots.py`;
+the step scheduler's block-by-block growth (`extend`, `cache`, vLLM `allocate_slots`) is `request_slots.py`.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from proxy.cachemodel.free_queue import PriorityFreeQueue
-from proxy.cachemodel.free_slots import FreeSlots
+from proxy.cachemodel.request_slots import RequestSlots
 
 EVICTION_MODES = ("lru", "priority")
 
@@ -64,7 +65,7 @@ class PoolStats:
         return self.held / self.capacity if self.capacity else 0.0
 
 
-class BlockPool(FreeSlots):
+class BlockPool(RequestSlots):
     """Fixed-capacity block pool with vLLM's free-queue order (or SGLang-style priority eviction)."""
 
     def __init__(self, capacity_blocks: int, eviction: str = "lru", retention_seconds: float = 300.0):
@@ -82,6 +83,7 @@ class BlockPool(FreeSlots):
         self._access_seq = 0
         self._empty = self.capacity  # never-used slots (the head of vLLM's queue)
         self._held: dict[Hashable, list] = {}  # req_id -> keys it holds, in prefix order
+        self._cached_upto: dict[Hashable, int] = {}  # req_id -> leading blocks `cache()` has seen
         self._anon = 0  # counter for unhashed (partial/decode) blocks
         self.listener: Callable[[str, list], None] | None = None
         self._times: dict[Hashable, tuple[float, float]] | None = None  # hash -> (stored at, last use)
@@ -227,6 +229,7 @@ class BlockPool(FreeSlots):
         `tail_hashes` names full blocks the request produced while running (decode): they replace
         its unhashed slots in order, so the next turn can hit on the generated text as in vLLM."""
         keys = self._held.pop(req_id, None)
+        self._cached_upto.pop(req_id, None)
         if keys is None:
             return
         if tail_hashes:

@@ -1,116 +1,52 @@
 """The simulated engine's scheduler: continuous batching over the block pool, in virtual time.
 
-Why pure: the HTTP sim server, the in-process tests and any replay call `step(now)` with explicit
+Why pure: the HTTP sim server, the in-process tests and the replay call `step(now)` with explicit
 virtual time, so the same request sequence gives the same hits and the same timings everywhere.
 
-Model (vLLM v1 scheduler, simplified):
-- requests wait FCFS; each step first gives every running request that has finished prefill one
-  decode token, then continues unfinished prefills (chunked), then admits waiting requests while
-  the token budget (`max_num_batched_tokens`) and `max_num_seqs` allow;
-- admission computes the prefix hit (capped at (prompt-1)//block_size blocks: the last prompt
-  token is always recomputed), pins the hit blocks and allocates the rest of the KV the request
-  will need (prompt + output − 1 tokens). If the pool cannot supply it the request stays at the
-  head of the queue (head-of-line, as vLLM's FCFS does) until running requests free blocks;
-- the step that completes a prefill also samples the first token (TTFT = that step's end − arrival);
-- when a request finishes, the full blocks of prompt + generated tokens (all but the last token,
-  whose KV is never computed) become cached, and its blocks join the free queue deepest first.
-Deviations from vLLM (documented in docs/sim-engine.md): decode blocks are reserved at admission
-(so there is no preemption), and blocks filled during decode become visible to other requests
-only when the request finishes.
+Model: vLLM v1's `Scheduler.schedule` and `KVCacheManager.allocate_slots` where they decide cache
+outcomes (each rule with its source in docs/sim-engine.md, "Scheduler"):
+- a waiting request holds no blocks; its prefix hit is looked up when it is scheduled (capped so
+  the last token is recomputed), not at arrival;
+- each step first serves the running requests in list order (a decode is one token, an unfinished
+  prefill a chunk), then admits waiting ones, all from one token budget (`max_num_batched_tokens`,
+  `long_prefill_token_threshold` caps one request's chunk);
+- a request gets blocks only for the tokens it computes this step (decode blocks as decode
+  proceeds); full blocks are hashed as soon as they are scheduled, so others hit on them;
+- a waiting request whose blocks do not fit stays waiting and blocks the queue behind it;
+- a running request that cannot grow preempts (by recompute) the last running request (`fcfs`) or
+  the one with the largest (priority, arrival) (`priority`), possibly itself; the victim frees its
+  blocks (they stay cached) and goes back to the waiting queue with nothing computed; no waiting
+  request is admitted in a step that preempted;
+- the step that computes a request's last known token samples the next one (TTFT = the end of the
+  step that samples the first token).
+`scheduling_policy="sglang"` orders the queue like SGLang `--enable-priority-scheduling` and lets
+a waiting request preempt running ones whose priority is lower by more than the threshold.
 
 Host tier (`cpu_blocks > 0`, vLLM's native CPU offloading; see `host_tier.py`): at admission the
-blocks after the GPU hit that the host tier holds are loaded instead of prefilled. The request is
-admitted (its GPU slots allocated) but waits `CostModel.load_s` before its first prefill chunk, as a
-vLLM request waits in WAITING_FOR_REMOTE_KVS; other requests keep running meanwhile. Its
-`cached_tokens` counts GPU hits plus loaded tokens (vLLM's `num_cached_tokens`); `loaded_tokens`
-holds the loaded part. When a request finishes, its computed full blocks are written through to
-the host tier.
+blocks after the GPU hit that the host tier holds are loaded instead of prefilled; the request waits
+`CostModel.load_s` before its next chunk (vLLM's WAITING_FOR_REMOTE_KVS). `cached_tokens` counts GPU
+hits plus loaded tokens (vLLM's `num_cached_tokens`). A finished request's computed blocks are
+written through to the host tier.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-
-from proxy.cachemodel.block_hash import chain_hashes, extend_chain
+from proxy.cachemodel.block_hash import chain_hashes
 from proxy.cachemodel.block_pool import BlockPool
-from proxy.cachemodel.cost_model import CostModel
 from proxy.cachemodel.host_tier import HostTier
+from proxy.simengine.engine_kv import EngineKv
+from proxy.simengine.engine_types import PRIORITY_REFUSED, EngineConfig, EngineRequest, StepResult
+from proxy.simengine.request_queue import create_request_queue
 
+__all__ = ["PRIORITY_REFUSED", "EngineConfig", "EngineRequest", "SimEngine", "StepResult"]
 
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    block_size: int = 16
-    capacity_blocks: int = 28_672
-    eviction: str = "lru"
-    retention_seconds: float = 300.0
-    max_num_batched_tokens: int = 8192
-    max_num_seqs: int = 256
-    cost: CostModel = field(default_factory=CostModel)
-    cpu_blocks: int = 0  # host (CPU offload) tier size in blocks; 0 = no host tier
-
-    def __post_init__(self) -> None:
-        if self.block_size <= 0 or self.capacity_blocks <= 0:
-            raise ValueError("block_size and capacity_blocks must be > 0")
-        if self.cpu_blocks < 0:
-            raise ValueError("cpu_blocks must be >= 0")
-        if self.max_num_batched_tokens <= 0 or self.max_num_seqs <= 0:
-            raise ValueError("max_num_batched_tokens and max_num_seqs must be > 0")
-
-
-@dataclass(slots=True, eq=False)
-class EngineRequest:
-    """One request's state inside the scheduler (mutable; owned by the engine once submitted)."""
-
-    req_id: int
-    prompt_ids: Sequence[int]
-    output_ids: Sequence[int]  # what it will generate (decided by the caller)
-    salt: str | None = None
-    priority: int = 0
-    arrival: float = 0.0
-    hashes: list[int] = field(default_factory=list)
-    admitted_at: float | None = None
-    cached_tokens: int = 0  # GPU hits + host-tier loads (vLLM num_cached_tokens)
-    loaded_tokens: int = 0  # of which loaded from the host tier
-    ready_at: float | None = None  # host-tier load completes (no prefill before)
-    computed: int = 0  # prompt tokens with KV (cached + prefilled)
-    generated: int = 0
-    first_token_at: float | None = None
-    finished_at: float | None = None
-    aborted: bool = False
-
-    @property
-    def prompt_len(self) -> int:
-        return len(self.prompt_ids)
-
-    @property
-    def prefilling(self) -> bool:
-        return self.computed < self.prompt_len
-
-    @property
-    def done(self) -> bool:
-        return self.finished_at is not None
-
-
-@dataclass(frozen=True, slots=True)
-class StepResult:
-    start: float
-    end: float
-    prefill_tokens: int
-    decode_rows: int
-    admitted: tuple[EngineRequest, ...]
-    emitted: tuple[EngineRequest, ...]  # requests that got one new token at `end`
-    finished: tuple[EngineRequest, ...]
-
-
-class SimEngine:
+class SimEngine(EngineKv):
     """Continuous-batching scheduler over a `BlockPool`. Not thread-safe: one driver calls it."""
 
     def __init__(self, config: EngineConfig = EngineConfig()):
         self.config = config
         self.pool = BlockPool(config.capacity_blocks, config.eviction, config.retention_seconds)
-        self.waiting: deque[EngineRequest] = deque()
+        self.waiting = create_request_queue(config.scheduling_policy, config.low_priority_values_first)
         self.running: list[EngineRequest] = []
         self.prompt_tokens_queried = 0  # vllm:prefix_cache_queries (tokens)
         self.prompt_tokens_hit = 0  # vllm:prefix_cache_hits (tokens)
@@ -119,57 +55,9 @@ class SimEngine:
         self.external_hit = 0  # vllm:external_prefix_cache_hits (tokens loaded)
         self.offload = {"CPU_to_GPU": [0, 0.0], "GPU_to_CPU": [0, 0.0]}  # transfer type -> [bytes, seconds]
         self.steps = 0
+        self.num_preemptions = 0  # vllm:num_preemptions
         self.kv_events: list[tuple] | None = None  # vLLM-style KV events, when enabled
-        self._kv_ctx: tuple[Sequence[int], Sequence[int]] | None = None
-
-    # ----------------------------------------------------------------- KV events
-    def enable_kv_events(self) -> None:
-        """Record vLLM-shaped KV events (`BlockStored`, `BlockRemoved`, `AllBlocksCleared`) as
-        tuples in `kv_events`; the driver drains them with `drain_kv_events()`."""
-        self.kv_events = []
-        self.pool.listener = self._on_pool_event
-
-    def drain_kv_events(self) -> list[tuple]:
-        if not self.kv_events:
-            return []
-        out, self.kv_events = self.kv_events, []
-        return out
-
-    def _on_pool_event(self, kind: str, hashes: list) -> None:
-        ev = self.kv_events
-        if ev is None:
-            return
-        if kind == "cleared":
-            ev.append(("AllBlocksCleared",))
-        elif kind == "removed":
-            if ev and ev[-1][0] == "BlockRemoved":
-                ev[-1][1].extend(hashes)
-            else:
-                ev.append(("BlockRemoved", list(hashes), "GPU"))
-        elif kind == "stored" and self._kv_ctx is not None:
-            chain, tokens = self._kv_ctx
-            index = {h: i for i, h in enumerate(chain)}
-            bs = self.config.block_size
-            run: list[int] = []
-            for h in hashes + [None]:  # group consecutive blocks into one event
-                i = index.get(h) if h is not None else None
-                if run and (i is None or i != index[run[-1]] + 1):
-                    first = index[run[0]]
-                    parent = chain[first - 1] if first > 0 else None
-                    ev.append(
-                        (
-                            "BlockStored",
-                            list(run),
-                            parent,
-                            list(tokens[first * bs : (first + len(run)) * bs]),
-                            bs,
-                            None,
-                            "GPU",
-                        )
-                    )
-                    run = []
-                if i is not None:
-                    run.append(h)
+        self._kv_ctx: EngineRequest | None = None
 
     # ----------------------------------------------------------------- intake
     def blocks_needed(self, prompt_len: int, output_len: int) -> int:
@@ -177,20 +65,30 @@ class SimEngine:
         return -(-kv // self.config.block_size)
 
     def fits(self, prompt_len: int, output_len: int) -> bool:
-        """Whether a request could ever be admitted (the pool is big enough for all its KV)."""
+        """Whether a request could ever run (the pool is big enough for all its KV)."""
         return self.blocks_needed(prompt_len, output_len) <= self.config.capacity_blocks
 
     def submit(self, req: EngineRequest, now: float) -> EngineRequest:
+        cfg = self.config
         if not req.prompt_ids:
             raise ValueError("empty prompt")
         if not req.output_ids:
             raise ValueError("a request must generate at least one token")
         if not self.fits(req.prompt_len, len(req.output_ids)):
             raise ValueError("request needs more KV blocks than the cache holds")
+        if req.priority != 0 and self.refuses_priority:
+            raise ValueError(PRIORITY_REFUSED.format(req.priority))
         req.arrival = now
-        req.hashes = chain_hashes(req.prompt_ids, self.config.block_size, req.salt)
-        self.waiting.append(req)
+        req.hashes = chain_hashes(req.prompt_ids, cfg.block_size, req.salt)
+        req.chain = list(req.hashes)
+        self.waiting.add(req)
         return req
+
+    @property
+    def refuses_priority(self) -> bool:
+        """vLLM-shaped engine (LRU eviction) under `fcfs` refuses a non-zero priority."""
+        cfg = self.config
+        return cfg.scheduling_policy == "fcfs" and cfg.eviction == "lru" and cfg.fcfs_priority == "refuse"
 
     def abort(self, req: EngineRequest, now: float) -> None:
         """Client went away: drop it from the queue or free its blocks."""
@@ -213,62 +111,66 @@ class SimEngine:
         """Schedule and run one forward pass starting at `now`; None when idle."""
         if not self.has_work:
             return None
-        cfg = self.config
+        cfg, running = self.config, self.running
         budget = cfg.max_num_batched_tokens
-        decode: list[EngineRequest] = []
-        chunks: list[tuple[EngineRequest, int, int]] = []
-        for r in self.running:
-            if not r.prefilling and budget > 0:
-                decode.append(r)
-                budget -= 1
-        loading = []
-        for r in self.running:
-            if r.prefilling and r.ready_at is not None and r.ready_at > now:
-                loading.append(r)
-            elif r.prefilling and budget > 0:
-                n = min(r.prompt_len - r.computed, budget)
-                chunks.append((r, r.computed, n))
-                budget -= n
-        admitted = []
-        while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
-            r = self.waiting[0]
-            if not self._admit(r, now):
-                break
-            self.waiting.popleft()
-            self.running.append(r)
-            admitted.append(r)
+        thr = cfg.long_prefill_token_threshold
+        sched: dict[EngineRequest, int] = {}
+        preempted: list[EngineRequest] = []
+        loading: list[EngineRequest] = []
+        i = 0
+        while i < len(running) and budget > 0:  # vLLM: "First, schedule the RUNNING requests."
+            r = running[i]
             if r.ready_at is not None and r.ready_at > now:
-                loading.append(r)  # its KV is on the way from the host tier
+                loading.append(r)
+                i += 1
                 continue
-            n = min(r.prompt_len - r.computed, budget)
-            chunks.append((r, r.computed, n))
+            n = r.num_tokens - r.computed
+            if 0 < thr < n:
+                n = thr
+            n = min(n, budget)
+            ok = self._grow(r, n, now)
+            while not ok:  # preempt until it fits, or it was the victim itself
+                if cfg.scheduling_policy == "priority":
+                    victim = max(running, key=lambda x: (x.priority, x.arrival))
+                    running.remove(victim)
+                    if victim in sched:
+                        budget += sched.pop(victim)
+                        i -= 1
+                else:
+                    victim = running.pop()
+                if victim in loading:
+                    loading.remove(victim)
+                self._preempt(victim, now)
+                preempted.append(victim)
+                if victim is r:
+                    break
+                ok = self._grow(r, n, now)
+            if not ok:
+                break
+            sched[r] = n
             budget -= n
-        if not decode and not chunks:
-            # nothing to compute: wait for the first host-tier load to land (or for nothing)
-            # every request in `loading` was put there with a ready_at set (see the checks above)
-            end = min(r.ready_at for r in loading if r.ready_at is not None) if loading else now
-            return StepResult(now, end, 0, 0, tuple(admitted), (), ())
-        end = now + cfg.cost.step_s([(s, n) for _, s, n in chunks], len(decode))
-        emitted = list(decode)
-        for r, _s, n in chunks:
-            r.computed += n
-            if not r.prefilling:
-                emitted.append(r)
-        finished = []
-        for r in emitted:
-            r.generated += 1
-            if r.first_token_at is None:
-                r.first_token_at = end
-            if r.generated >= len(r.output_ids):
-                r.finished_at = end
-                finished.append(r)
-        for r in finished:
-            self.running.remove(r)
-            self._release(r, end)
-        self.steps += 1
-        return StepResult(
-            now, end, sum(n for _, _, n in chunks), len(decode), tuple(admitted), tuple(emitted), tuple(finished)
-        )
+            i += 1
+        admitted: list[EngineRequest] = []
+        resumed: list[EngineRequest] = []
+        if not preempted:  # vLLM: "Next, schedule the WAITING requests." (not after a preemption)
+            while self.waiting and budget > 0 and len(running) < cfg.max_num_seqs:
+                r = self.waiting.peek()
+                n = self._admit(r, now, budget)
+                if n is None and cfg.scheduling_policy == "sglang":
+                    gained = self._sglang_preempt(r, now, budget, sched, preempted)
+                    budget += gained
+                    n = self._admit(r, now, budget) if gained >= 0 else None
+                if n is None:
+                    break  # head-of-line: the queue waits for this request's blocks
+                self.waiting.pop()
+                running.append(r)
+                (resumed if r.num_preemptions else admitted).append(r)
+                if r.ready_at is not None and r.ready_at > now:
+                    loading.append(r)  # its KV is on the way from the host tier
+                    continue
+                sched[r] = n
+                budget -= n
+        return self._run(now, sched, loading, admitted, resumed, preempted)
 
     def run_until_idle(self, now: float, max_steps: int = 1_000_000) -> float:
         """Drive every queued request to completion in virtual time; returns the final time."""
@@ -276,57 +178,152 @@ class SimEngine:
             res = self.step(now)
             if res is None:
                 return now
-            if res.end == now and not res.emitted:
+            if res.end == now and not res.emitted and not res.preempted and not res.admitted:
                 raise RuntimeError("scheduler cannot make progress")
             now = res.end
         raise RuntimeError("max_steps exceeded")
 
     # ----------------------------------------------------------------- internals
-    def _admit(self, r: EngineRequest, now: float) -> bool:
-        bs = self.config.block_size
-        full = len(r.hashes)
-        extra = self.blocks_needed(r.prompt_len, len(r.output_ids)) - full
-        self._kv_ctx = (r.hashes, r.prompt_ids) if self.kv_events is not None else None
-        hit = self.pool.allocate(
-            r.req_id, r.hashes, now, r.priority, extra_blocks=max(extra, 0), max_hit_blocks=(r.prompt_len - 1) // bs
+    def _run(self, now, sched, loading, admitted, resumed, preempted) -> StepResult:
+        if not sched:
+            # nothing to compute: wait for the first host-tier load to land (or for nothing)
+            end = min(r.ready_at for r in loading if r.ready_at is not None) if loading else now
+            return StepResult(now, end, 0, 0, tuple(admitted), (), (), tuple(preempted), tuple(resumed))
+        chunks: list[tuple[int, int]] = []
+        decoding = 0
+        for r, n in sched.items():
+            if n == 1 and r.generated and r.computed + 1 == r.num_tokens:
+                decoding += 1
+            else:
+                chunks.append((r.computed, n))
+        end = now + self.config.cost.step_s(chunks, decoding)
+        emitted, finished = [], []
+        for r, n in sched.items():
+            r.computed += n
+            if r.computed == r.num_tokens:  # its last known token was computed: sample the next
+                r.generated += 1
+                emitted.append(r)
+                if r.first_token_at is None:
+                    r.first_token_at = end
+                if r.generated >= len(r.output_ids):
+                    r.finished_at = end
+                    finished.append(r)
+        for r in finished:
+            self.running.remove(r)
+            self._release(r, end)
+        self.steps += 1
+        return StepResult(
+            now,
+            end,
+            sum(n for _, n in chunks),
+            decoding,
+            tuple(admitted),
+            tuple(emitted),
+            tuple(finished),
+            tuple(preempted),
+            tuple(resumed),
         )
-        self._kv_ctx = None
-        if hit is None:
+
+    def _grow(self, r: EngineRequest, n: int, now: float) -> bool:
+        """vLLM allocate_slots for a running request: blocks for `computed + n` tokens, then hash
+        the full ones (capped at the tokens known so far)."""
+        bs = self.config.block_size
+        need = -(-(r.computed + n) // bs) - self.pool.held_blocks(r.req_id)
+        if need > 0 and not self.pool.extend(r.req_id, (), need, now, r.priority):
             return False
-        r.admitted_at = now
-        self.prompt_tokens_queried += r.prompt_len
-        self.prompt_tokens_hit += hit * bs
+        self._cache(r, min(r.computed + n, r.num_tokens), now)
+        return True
+
+    def _admit(self, r: EngineRequest, now: float, budget: int) -> int | None:
+        """Schedule a waiting request: prefix hit (+ host-tier load), then blocks for its first
+        chunk. Returns the tokens it computes this step, or None (nothing changed) if they do not fit."""
+        cfg, pool, bs = self.config, self.pool, self.config.block_size
+        cap = (r.num_tokens - 1) // bs  # the last token is always recomputed
+        self._ensure_chain(r, cap)
+        hit = pool.match_prefix(r.chain[:cap])
         loaded = 0
         if self.host is not None:
-            loaded = self.host.lookup(r.hashes, hit, (r.prompt_len - 1) // bs)
-            self.external_queried += r.prompt_len - hit * bs  # vLLM: num_tokens - local computed
-            if loaded:
-                self.host.load(r.hashes[hit : hit + loaded])
-                tokens = loaded * bs
-                cost = self.config.cost
-                self.external_hit += tokens
-                self.offload["CPU_to_GPU"][0] += cost.load_bytes(tokens)
-                self.offload["CPU_to_GPU"][1] += cost.transfer_s(tokens)
-                r.ready_at = now + cost.load_s(tokens)
-        r.loaded_tokens = loaded * bs
-        r.cached_tokens = (hit + loaded) * bs
-        r.computed = r.cached_tokens
-        return True
+            loaded = self.host.lookup(r.chain, hit, cap)
+        computed = (hit + loaded) * bs
+        if loaded:
+            n = 0  # vLLM: async load, no new work this step (blocks for the loaded tokens only)
+        else:
+            n = r.num_tokens - computed
+            if 0 < cfg.long_prefill_token_threshold < n:
+                n = cfg.long_prefill_token_threshold
+            n = min(n, budget)
+        new_blocks = -(-(computed + n) // bs) - hit
+        if not pool.extend(r.req_id, r.chain[:hit], new_blocks, now, r.priority):
+            return None
+        if not loaded:
+            self._cache(r, min(computed + n, r.num_tokens), now)
+        r.computed = computed
+        r.ready_at = None
+        if loaded:
+            self.host.load(r.chain[hit : hit + loaded])  # type: ignore[union-attr]  # loaded > 0 needs a host tier
+            tokens, cost = loaded * bs, cfg.cost
+            self.offload["CPU_to_GPU"][0] += cost.load_bytes(tokens)
+            self.offload["CPU_to_GPU"][1] += cost.transfer_s(tokens)
+            r.ready_at = now + cost.load_s(tokens)
+        if r.admitted_at is None:  # first scheduling: the request's cache outcome (vLLM stats skip resumes)
+            r.admitted_at = now
+            r.loaded_tokens = loaded * bs
+            r.cached_tokens = computed
+            self.prompt_tokens_queried += r.prompt_len
+            self.prompt_tokens_hit += hit * bs
+            pool.queries += len(r.hashes)
+            pool.hits += hit
+            if self.host is not None:
+                self.external_queried += r.prompt_len - hit * bs
+                self.external_hit += loaded * bs
+        return n
+
+    def _preempt(self, r: EngineRequest, now: float) -> None:
+        """vLLM `_preempt_request`: free its blocks (they stay cached), computed = 0, back to the
+        waiting queue's front (a heap push under a priority policy)."""
+        self.pool.free(r.req_id, now)
+        r.computed = 0
+        r.ready_at = None
+        r.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.prepend(r)
+
+    def _sglang_preempt(self, r, now, budget, sched, preempted) -> int:
+        """SGLang `PrefillAdder.preempt_to_schedule`: running requests, least important first
+        (then newest), are preemptible while `(r.priority - x.priority) * (-sign)` exceeds the
+        threshold; preempt them only if together they free enough. Returns the token budget given
+        back (−1 when nothing was preempted)."""
+        cfg, bs = self.config, self.config.block_size
+        sign = 1 if cfg.low_priority_values_first else -1
+        cands = sorted(self.running, key=lambda x: (x.priority * -sign, -x.arrival))
+        self._ensure_chain(r, (r.num_tokens - 1) // bs)
+        hit = self.pool.match_prefix(r.chain[: (r.num_tokens - 1) // bs])
+        want = min(r.num_tokens - hit * bs, budget)
+        short = -(-(hit * bs + want) // bs) - hit - self.pool.num_free()
+        victims = []
+        for x in cands:
+            if (r.priority - x.priority) * -sign <= cfg.priority_preemption_threshold or short <= 0:
+                break
+            victims.append(x)
+            short -= self.pool.held_blocks(x.req_id)
+        if not victims or short > 0:
+            return -1
+        gained = 0
+        for x in victims:
+            self.running.remove(x)
+            gained += sched.pop(x, 0)
+            self._preempt(x, now)
+            preempted.append(x)
+        return gained  # r stays the queue's head: its victims rank below it
 
     def _release(self, r: EngineRequest, now: float) -> None:
         bs = self.config.block_size
-        kv_tokens = r.computed + max(r.generated - 1, 0) if not r.prefilling else r.computed
-        tail: list[int] = []
-        if kv_tokens // bs > len(r.hashes):
-            seq = list(r.prompt_ids) + list(r.output_ids[: max(r.generated - 1, 0)])
-            chain = extend_chain(r.hashes, seq[:kv_tokens], bs, r.salt)
-            tail = chain[len(r.hashes) :]
-            if self.kv_events is not None:
-                self._kv_ctx = (chain, seq)
-        self.pool.free(r.req_id, now, tail_hashes=tail)
+        self._kv_ctx = r if self.kv_events is not None else None
+        self._cache(r, r.computed, now)
+        self.pool.free(r.req_id, now)
         self._kv_ctx = None
         if self.host is not None:  # write-through of the blocks this request computed
-            chain = (list(r.hashes) + tail)[: kv_tokens // bs]
+            chain = r.chain[: r.computed // bs]
             new = self.host.store(chain)
             if new:
                 cost = self.config.cost

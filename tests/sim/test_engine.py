@@ -61,8 +61,8 @@ def test_max_num_seqs_limits_running():
 
 def test_request_waits_when_cache_is_full_then_runs():
     e = SimEngine(EngineConfig(block_size=4, capacity_blocks=6, cost=COST))
-    a = e.submit(req(1, range(16), out=4), 0.0)  # 16 + 3 KV tokens -> 5 blocks
-    b = e.submit(req(2, range(50, 58), out=2), 0.0)  # 9 KV tokens -> 3 blocks: must wait
+    a = e.submit(req(1, range(16), out=4), 0.0)  # prefill needs 4 blocks
+    b = e.submit(req(2, range(50, 62), out=2), 0.0)  # prefill needs 3 blocks, 2 free: must wait
     r = e.step(0.0)
     assert r.admitted == (a,) and list(e.waiting) == [b]
     e.run_until_idle(r.end)
