@@ -93,13 +93,12 @@ class BlockPool(RequestSlots):
         self.evictions = 0
 
     # ------------------------------------------------------------------ queries
-    def match_prefix(self, hashes: Sequence[Hashable]) -> int:
-        """Number of leading blocks resident in the pool. No side effects."""
+    def match_prefix(self, hashes: Sequence[Hashable], limit: int | None = None) -> int:
+        """Number of leading blocks resident in the pool (at most `limit`). No side effects."""
         ref = self._ref
         n = 0
-        for h in hashes:
-            if h not in ref:
-                break
+        stop = len(hashes) if limit is None else min(limit, len(hashes))
+        while n < stop and hashes[n] in ref:
             n += 1
         return n
 

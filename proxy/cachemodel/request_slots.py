@@ -75,13 +75,13 @@ class RequestSlots(FreeSlots):
             self._bump(self._anon, priority, now, new=True)
         return True
 
-    def cache(self, req_id: Hashable, chain: Sequence[Hashable], now: float) -> None:
-        """Hash the request's full blocks: block i gets `chain[i]` (i < len(chain))."""
+    def cache(self, req_id: Hashable, chain: Sequence[Hashable], now: float, upto: int | None = None) -> None:
+        """Hash the request's full blocks: block i gets `chain[i]` (i < `upto`, default len(chain))."""
         keys = self._held.get(req_id)
         if keys is None:
             return
         start = self._cached_upto[req_id]
-        end = min(len(chain), len(keys))
+        end = min(len(chain) if upto is None else min(upto, len(chain)), len(keys))
         if end <= start:
             return
         ref = self._ref

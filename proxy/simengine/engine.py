@@ -228,10 +228,13 @@ class SimEngine(EngineKv):
         """vLLM allocate_slots for a running request: blocks for `computed + n` tokens, then hash
         the full ones (capped at the tokens known so far)."""
         bs = self.config.block_size
-        need = -(-(r.computed + n) // bs) - self.pool.held_blocks(r.req_id)
+        upto = r.computed + n
+        need = -(-upto // bs) - self.pool.held_blocks(r.req_id)
         if need > 0 and not self.pool.extend(r.req_id, (), need, now, r.priority):
             return False
-        self._cache(r, min(r.computed + n, r.num_tokens), now)
+        tokens = len(r.prompt_ids) + r.generated
+        if min(upto, tokens) // bs > r.hashed_blocks:
+            self._cache(r, min(upto, tokens), now)
         return True
 
     def _admit(self, r: EngineRequest, now: float, budget: int) -> int | None:
@@ -240,7 +243,7 @@ class SimEngine(EngineKv):
         cfg, pool, bs = self.config, self.pool, self.config.block_size
         cap = (r.num_tokens - 1) // bs  # the last token is always recomputed
         self._ensure_chain(r, cap)
-        hit = pool.match_prefix(r.chain[:cap])
+        hit = pool.match_prefix(r.chain, cap)
         loaded = 0
         if self.host is not None:
             loaded = self.host.lookup(r.chain, hit, cap)
@@ -255,6 +258,7 @@ class SimEngine(EngineKv):
         new_blocks = -(-(computed + n) // bs) - hit
         if not pool.extend(r.req_id, r.chain[:hit], new_blocks, now, r.priority):
             return None
+        r.hashed_blocks = 0
         if not loaded:
             self._cache(r, min(computed + n, r.num_tokens), now)
         r.computed = computed
@@ -283,6 +287,7 @@ class SimEngine(EngineKv):
         waiting queue's front (a heap push under a priority policy)."""
         self.pool.free(r.req_id, now)
         r.computed = 0
+        r.hashed_blocks = 0
         r.ready_at = None
         r.num_preemptions += 1
         self.num_preemptions += 1
@@ -297,7 +302,7 @@ class SimEngine(EngineKv):
         sign = 1 if cfg.low_priority_values_first else -1
         cands = sorted(self.running, key=lambda x: (x.priority * -sign, -x.arrival))
         self._ensure_chain(r, (r.num_tokens - 1) // bs)
-        hit = self.pool.match_prefix(r.chain[: (r.num_tokens - 1) // bs])
+        hit = self.pool.match_prefix(r.chain, (r.num_tokens - 1) // bs)
         want = min(r.num_tokens - hit * bs, budget)
         short = -(-(hit * bs + want) // bs) - hit - self.pool.num_free()
         victims = []

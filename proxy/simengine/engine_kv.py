@@ -56,11 +56,14 @@ class EngineKv:
 
     def _cache(self, r: EngineRequest, tokens: int, now: float) -> None:
         blocks = tokens // self.config.block_size
+        if blocks <= r.hashed_blocks:
+            return
         self._ensure_chain(r, blocks)
         ctx = self._kv_ctx
         self._kv_ctx = r if self.kv_events is not None else None
-        self.pool.cache(r.req_id, r.chain[:blocks], now)
+        self.pool.cache(r.req_id, r.chain, now, blocks)
         self._kv_ctx = ctx
+        r.hashed_blocks = blocks
 
     # ----------------------------------------------------------------- KV events
     def enable_kv_events(self) -> None:

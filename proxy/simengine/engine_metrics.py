@@ -96,6 +96,9 @@ class SimEngineMetrics:
             "vllm:num_requests_running", "Requests in model execution batches.", lab, registry=registry
         )
         self.waiting = Gauge("vllm:num_requests_waiting", "Requests waiting to be processed.", lab, registry=registry)
+        self.preemptions = Counter(
+            "vllm:num_preemptions", "Cumulative number of preemptions from the engine.", lab, registry=registry
+        )
         self.ttft = Histogram(
             "vllm:time_to_first_token_seconds",
             "Time to first token (virtual seconds).",
@@ -223,6 +226,7 @@ class SimEngineMetrics:
             self.usage,
             self.running,
             self.waiting,
+            self.preemptions,
         ):
             m.labels(*self._lv)
         self.refresh()
@@ -238,8 +242,10 @@ class SimEngineMetrics:
             self.by_source.labels(*lv, "local_cache_hit").inc(local)
             self.by_source.labels(*lv, "external_kv_transfer").inc(r.loaded_tokens)
             self.by_source.labels(*lv, "local_compute").inc(r.prompt_len - r.cached_tokens)
+        if res.preempted:
+            self.preemptions.labels(*lv).inc(len(res.preempted))
         if res.emitted:
-            self.gen_tokens.labels(*lv).inc(len(res.emitted))
+            self.gen_tokens.labels(*lv).inc(len(res.emitted) * res.steps)
         for r in res.emitted:
             if r.generated == 1 and r.first_token_at is not None:
                 self.ttft.labels(*lv).observe(r.first_token_at - r.arrival)

@@ -66,6 +66,7 @@ class EngineRequest:
     aborted: bool = False
     num_preemptions: int = 0
     chain: list[int] = field(default_factory=list)  # hashes of every full block so far (prompt + output)
+    hashed_blocks: int = 0  # leading blocks of its current allocation already hashed (cache_full_blocks)
 
     @property
     def prompt_len(self) -> int:

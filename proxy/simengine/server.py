@@ -248,8 +248,11 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
             ignore_eos=job.ignore_eos,
             min_tokens=job.min_tokens,
         )
+        # SGLang accepts a priority without priority scheduling (abort_on_priority_when_disabled is
+        # off by default); only vLLM's API refuses it, so /generate passes it through as 0 there.
+        prio = 0 if sim.engine.refuses_priority else job.priority
         try:
-            pending = sim.submit(job.prompt_ids, out, job.salt, job.priority)
+            pending = sim.submit(job.prompt_ids, out, job.salt, prio)
         except ValueError as exc:
             raise io.ApiError(str(exc)) from exc
         try:

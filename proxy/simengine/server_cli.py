@@ -38,6 +38,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=_D.retention_seconds,
         help="priority mode: idle seconds after which a block's priority decays to the default",
     )
+    a(
+        "--scheduling-policy",
+        choices=("fcfs", "priority"),
+        default=_D.scheduling_policy,
+        help="vLLM --scheduling-policy: fcfs (a non-zero request priority is refused, see --fcfs-priority) "
+        "or priority (waiting heap on (priority, arrival), lower first; preempts the lowest-priority request)",
+    )
+    a(
+        "--fcfs-priority",
+        choices=("refuse", "ignore"),
+        default=_D.fcfs_priority,
+        help="under fcfs with lru eviction, a non-zero priority: refuse = HTTP 400 as documented by vLLM and "
+        "done by its V0 engine; ignore = what vLLM's V1 engine does (vllm-project/vllm#22997)",
+    )
+    a(
+        "--enable-priority-scheduling",
+        action="store_true",
+        help="SGLang priority scheduling: larger priority first (see --schedule-low-priority-values-first), a "
+        "waiting request preempts running ones whose priority is lower by more than the threshold",
+    )
+    a(
+        "--priority-scheduling-preemption-threshold",
+        type=int,
+        default=_D.priority_preemption_threshold,
+        help="SGLang: minimum priority gap (exclusive) for a waiting request to preempt a running one (default 10)",
+    )
+    a(
+        "--schedule-low-priority-values-first",
+        action="store_true",
+        help="SGLang: lower priority values run first (default: higher values first)",
+    )
+    a(
+        "--long-prefill-token-threshold",
+        type=int,
+        default=_D.long_prefill_token_threshold,
+        help="vLLM: at most this many tokens of one request per step (0 = off, default)",
+    )
     a("--max-model-len", type=int, default=_D.max_model_len, help="context length limit in tokens")
     a("--max-num-batched-tokens", type=int, default=_D.max_num_batched_tokens, help="token budget per step")
     a("--max-num-seqs", type=int, default=_D.max_num_seqs, help="max running requests")
@@ -129,7 +166,20 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         kv_events_endpoint=args.kv_events_endpoint,
         cpu_blocks=args.cpu_blocks,
         request_log=args.request_log,
+        scheduling_policy=_policy(args),
+        fcfs_priority=args.fcfs_priority,
+        priority_preemption_threshold=args.priority_scheduling_preemption_threshold,
+        low_priority_values_first=args.schedule_low_priority_values_first,
+        long_prefill_token_threshold=args.long_prefill_token_threshold,
     )
+
+
+def _policy(args: argparse.Namespace) -> str:
+    if args.enable_priority_scheduling:
+        if args.scheduling_policy != "fcfs":
+            raise ValueError("--enable-priority-scheduling (SGLang) and --scheduling-policy priority (vLLM) exclude each other")
+        return "sglang"
+    return str(args.scheduling_policy)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -144,7 +194,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print(
         f"cachescout sim-engine: model={config.model} capacity={config.capacity_blocks} blocks "
-        f"x {config.block_size} tokens, eviction={config.eviction}, host tier={config.cpu_blocks} blocks, "
+        f"x {config.block_size} tokens, eviction={config.eviction}, scheduling={config.scheduling_policy}, "
+        f"host tier={config.cpu_blocks} blocks, "
         f"speed={config.speed}, "
         f"listening on http://{args.host}:{args.port}",
         flush=True,

@@ -56,6 +56,11 @@ class SimConfig:
     cpu_blocks: int = 0  # host (CPU offload) tier in blocks; 0 = none (vLLM without offloading)
     request_log: int = 0  # keep the last N requests for GET /debug/requests (0 = off)
     cost: CostModel = field(default_factory=CostModel)
+    scheduling_policy: str = "fcfs"  # "fcfs" | "priority" (vLLM --scheduling-policy) | "sglang"
+    long_prefill_token_threshold: int = 0  # vLLM --long-prefill-token-threshold (0 = off)
+    priority_preemption_threshold: int = 10  # SGLang --priority-scheduling-preemption-threshold
+    low_priority_values_first: bool = False  # SGLang --schedule-low-priority-values-first
+    fcfs_priority: str = "refuse"  # vLLM-shaped fcfs + priority != 0: "refuse" (HTTP 400) | "ignore"
 
     def __post_init__(self) -> None:
         if self.speed < 0:
@@ -80,6 +85,11 @@ class SimConfig:
             self.max_num_seqs,
             self.cost,
             self.cpu_blocks,
+            scheduling_policy=self.scheduling_policy,
+            long_prefill_token_threshold=self.long_prefill_token_threshold,
+            priority_preemption_threshold=self.priority_preemption_threshold,
+            low_priority_values_first=self.low_priority_values_first,
+            fcfs_priority=self.fcfs_priority,
         )
 
     def with_(self, **kw) -> SimConfig:
