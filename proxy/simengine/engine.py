@@ -40,10 +40,12 @@ from proxy.simengine.request_queue import create_request_queue
 
 __all__ = ["PRIORITY_REFUSED", "EngineConfig", "EngineRequest", "SimEngine", "StepResult"]
 
+
 class SimEngine(EngineKv):
     """Continuous-batching scheduler over a `BlockPool`. Not thread-safe: one driver calls it."""
 
-    def __init__(self, config: EngineConfig = EngineConfig()):
+    def __init__(self, config: EngineConfig | None = None):
+        config = config if config is not None else EngineConfig()
         self.config = config
         self.pool = BlockPool(config.capacity_blocks, config.eviction, config.retention_seconds)
         self.waiting = create_request_queue(config.scheduling_policy, config.low_priority_values_first)
@@ -155,12 +157,13 @@ class SimEngine(EngineKv):
         if not preempted:  # vLLM: "Next, schedule the WAITING requests." (not after a preemption)
             while self.waiting and budget > 0 and len(running) < cfg.max_num_seqs:
                 r = self.waiting.peek()
-                n = self._admit(r, now, budget)
-                if n is None and cfg.scheduling_policy == "sglang":
+                m = self._admit(r, now, budget)
+                if m is None and cfg.scheduling_policy == "sglang":
                     gained = self._sglang_preempt(r, now, budget, sched, preempted)
-                    budget += gained
-                    n = self._admit(r, now, budget) if gained >= 0 else None
-                if n is None:
+                    if gained >= 0:
+                        budget += gained
+                        m = self._admit(r, now, budget)
+                if m is None:
                     break  # head-of-line: the queue waits for this request's blocks
                 self.waiting.pop()
                 running.append(r)
@@ -168,8 +171,8 @@ class SimEngine(EngineKv):
                 if r.ready_at is not None and r.ready_at > now:
                     loading.append(r)  # its KV is on the way from the host tier
                     continue
-                sched[r] = n
-                budget -= n
+                sched[r] = m
+                budget -= m
         return self._run(now, sched, loading, admitted, resumed, preempted)
 
     def run_until_idle(self, now: float, max_steps: int = 1_000_000) -> float:

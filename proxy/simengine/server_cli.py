@@ -177,7 +177,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
 def _policy(args: argparse.Namespace) -> str:
     if args.enable_priority_scheduling:
         if args.scheduling_policy != "fcfs":
-            raise ValueError("--enable-priority-scheduling (SGLang) and --scheduling-policy priority (vLLM) exclude each other")
+            raise ValueError("--enable-priority-scheduling (SGLang) excludes --scheduling-policy priority (vLLM)")
         return "sglang"
     return str(args.scheduling_policy)
 

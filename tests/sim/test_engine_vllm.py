@@ -101,7 +101,9 @@ def test_priority_policy_preempts_the_lowest_priority_and_orders_the_heap():
     assert low.num_preemptions == 1 and high.num_preemptions == 0  # the last in `running` is high...
     # ...but under the priority policy the victim is max(priority, arrival)
     e2 = eng(capacity_blocks=64, max_num_seqs=1, scheduling_policy="priority")
-    order = [e2.submit(req(i, range(100 * i, 100 * i + 8), out=1, prio=p), float(i)) for i, p in enumerate([5, 0, 3, 0])]
+    order = [
+        e2.submit(req(i, range(100 * i, 100 * i + 8), out=1, prio=p), float(i)) for i, p in enumerate([5, 0, 3, 0])
+    ]
     admitted = []
     now = 4.0
     while e2.has_work:
