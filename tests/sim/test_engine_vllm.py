@@ -205,3 +205,23 @@ def test_fast_forward_declines_when_the_next_step_is_not_plain_decode():
     assert res is not None and res.steps == 4 and a.generated == 5 and res.end == pytest.approx(now + 0.04)
     e.submit(req(2, range(50, 54), out=1), res.end)
     assert e.fast_forward(res.end) is None  # a waiting request: step() must schedule it
+
+
+def test_running_requests_are_served_in_list_order_from_one_budget():
+    """A request whose host-tier load lands sits before a request admitted after it: vLLM gives
+    it its prefill chunk first, and a later decode waits when that chunk takes the whole budget."""
+    e = eng(capacity_blocks=64, cpu_blocks=64, max_num_batched_tokens=8)
+    prompt = list(range(100, 124))  # 6 blocks
+    e.submit(req(1, prompt, out=1), 0.0)
+    now = e.run_until_idle(0.0)
+    assert e.pool.reset()  # GPU cache gone, host tier keeps the 6 blocks (write-through)
+    a = e.submit(req(2, prompt + list(range(500, 520)), out=2), now)  # 6 blocks load, 20 tokens to prefill
+    b = e.submit(req(3, [7, 8], out=50), now)
+    r0 = e.step(now)
+    assert r0.admitted == (a, b) and a.ready_at > now and b in r0.emitted  # a loads, b prefills
+    t = r0.end
+    while a.ready_at > t:  # b decodes alone while a's KV loads
+        t = e.step(t).end
+    before = b.generated
+    r = e.step(t)
+    assert r.prefill_tokens == 8 and r.decode_rows == 0 and b.generated == before  # a's chunk took it all
