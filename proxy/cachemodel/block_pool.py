@@ -91,6 +91,7 @@ class BlockPool(RequestSlots):
         self.queries = 0
         self.hits = 0
         self.evictions = 0
+        self.version = 0  # bumped whenever an allocation that failed could now succeed (free, new hashes, reset)
 
     # ------------------------------------------------------------------ queries
     def match_prefix(self, hashes: Sequence[Hashable], limit: int | None = None) -> int:
@@ -231,6 +232,7 @@ class BlockPool(RequestSlots):
         self._cached_upto.pop(req_id, None)
         if keys is None:
             return
+        self.version += 1
         if tail_hashes:
             keys = self._label_tail(keys, tail_hashes, now)
         ref = self._ref
@@ -290,6 +292,7 @@ class BlockPool(RequestSlots):
         request holds blocks, as vLLM and SGLang's `/flush_cache` do."""
         if self._held:
             return False
+        self.version += 1
         self._ref.clear()
         self._free.clear()
         if self._pq is not None:

@@ -35,6 +35,7 @@ class RequestSlots(FreeSlots):
     time_samples: list[tuple[str, float]]
     listener: Callable[[str, list], None] | None
     _take_slot: Callable[[float], None]  # BlockPool's
+    version: int
 
     def num_free(self) -> int:
         """Blocks an allocation can take now (vLLM `BlockPool.get_num_free_blocks`)."""
@@ -100,5 +101,7 @@ class RequestSlots(FreeSlots):
             if self._times is not None:
                 self._times[h] = (now, now)
         self._cached_upto[req_id] = end
-        if stored and self.listener is not None:
-            self.listener("stored", stored)
+        if stored:
+            self.version += 1  # new hits: a waiting request may now fit
+            if self.listener is not None:
+                self.listener("stored", stored)

@@ -60,6 +60,7 @@ class SimEngine(EngineKv):
         self.num_preemptions = 0  # vllm:num_preemptions
         self.kv_events: list[tuple] | None = None  # vLLM-style KV events, when enabled
         self._kv_ctx: EngineRequest | None = None
+        self._blocked: tuple[EngineRequest, int, int] | None = None  # (head, pool version, budget) that failed
 
     # ----------------------------------------------------------------- intake
     def blocks_needed(self, prompt_len: int, output_len: int) -> int:
@@ -194,16 +195,17 @@ class SimEngine(EngineKv):
             return StepResult(now, end, 0, 0, tuple(admitted), (), (), tuple(preempted), tuple(resumed))
         chunks: list[tuple[int, int]] = []
         decoding = 0
-        for r, n in sched.items():
-            if n == 1 and r.generated and r.computed + 1 == r.num_tokens:
+        items = list(sched.items())
+        for r, n in items:
+            if n == 1 and r.generated and r.computed + 1 == len(r.prompt_ids) + r.generated:
                 decoding += 1
             else:
                 chunks.append((r.computed, n))
         end = now + self.config.cost.step_s(chunks, decoding)
         emitted, finished = [], []
-        for r, n in sched.items():
+        for r, n in items:
             r.computed += n
-            if r.computed == r.num_tokens:  # its last known token was computed: sample the next
+            if r.computed == len(r.prompt_ids) + r.generated:  # its last known token was computed: sample the next
                 r.generated += 1
                 emitted.append(r)
                 if r.first_token_at is None:
@@ -244,6 +246,9 @@ class SimEngine(EngineKv):
         """Schedule a waiting request: prefix hit (+ host-tier load), then blocks for its first
         chunk. Returns the tokens it computes this step, or None (nothing changed) if they do not fit."""
         cfg, pool, bs = self.config, self.pool, self.config.block_size
+        blocked = self._blocked
+        if blocked is not None and blocked[0] is r and blocked[1] == pool.version and budget >= blocked[2]:
+            return None  # nothing freed or newly cached since it failed, and it would ask for as much
         cap = (r.num_tokens - 1) // bs  # the last token is always recomputed
         self._ensure_chain(r, cap)
         hit = pool.match_prefix(r.chain, cap)
@@ -260,6 +265,7 @@ class SimEngine(EngineKv):
             n = min(n, budget)
         new_blocks = -(-(computed + n) // bs) - hit
         if not pool.extend(r.req_id, r.chain[:hit], new_blocks, now, r.priority):
+            self._blocked = (r, pool.version, budget)
             return None
         r.hashed_blocks = 0
         if not loaded:

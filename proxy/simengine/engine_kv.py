@@ -108,11 +108,14 @@ class EngineKv:
     # ----------------------------------------------------------------- fast-forward
     def fast_forward(self, now: float, horizon: float = float("inf"), max_steps: int = 1 << 30) -> StepResult | None:
         """Run the coming decode-only steps that start before `horizon` (the next arrival) in one
-        call. Returns None when the next step is not a plain decode step (a waiting request, a
-        prefill, a host-tier load) or fewer than 2 steps qualify: call `step(now)` then."""
+        call. Returns None when the next step is not a plain decode step (a waiting request that
+        could be admitted, a prefill, a host-tier load) or fewer than 2 steps qualify: call
+        `step(now)` then."""
         running, cfg, pool = self.running, self.config, self.pool
-        if self.waiting or not running or len(running) > cfg.max_num_batched_tokens or now >= horizon:
+        if not running or len(running) > cfg.max_num_batched_tokens or now >= horizon:
             return None
+        if self.waiting and len(running) < cfg.max_num_seqs:
+            return None  # step() would try to admit the head (a full batch leaves it waiting)
         for r in running:
             if r.computed + 1 != r.num_tokens or not r.generated or (r.ready_at is not None and r.ready_at > now):
                 return None

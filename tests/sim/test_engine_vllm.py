@@ -161,9 +161,13 @@ def test_sglang_queue_runs_larger_priorities_first_unless_told_otherwise():
 
 
 # speed: fast_forward gives exactly what step() gives
-def drive(fast: bool, seed: int = 3):
+def drive(fast: bool, seed: int = 3, max_num_seqs: int = 256):
     rng = random.Random(seed)
-    e = SimEngine(EngineConfig(block_size=4, capacity_blocks=30, max_num_batched_tokens=64, cost=CostModel()))
+    e = SimEngine(
+        EngineConfig(
+            block_size=4, capacity_blocks=30, max_num_batched_tokens=64, max_num_seqs=max_num_seqs, cost=CostModel()
+        )
+    )
     arrivals = []
     t = 0.0
     for i in range(60):
@@ -188,9 +192,10 @@ def drive(fast: bool, seed: int = 3):
     return [(r.first_token_at, r.finished_at, r.cached_tokens, r.num_preemptions) for r in reqs], steps, e
 
 
-def test_fast_forward_is_identical_to_stepping():
-    slow, slow_steps, e1 = drive(False)
-    fast, fast_steps, e2 = drive(True)
+@pytest.mark.parametrize("max_num_seqs", [256, 3])
+def test_fast_forward_is_identical_to_stepping(max_num_seqs):
+    slow, slow_steps, e1 = drive(False, max_num_seqs=max_num_seqs)
+    fast, fast_steps, e2 = drive(True, max_num_seqs=max_num_seqs)
     assert slow == fast and slow_steps == fast_steps == e1.steps == e2.steps
     assert e1.pool.stats() == e2.pool.stats() and e1.pool.eviction_order() == e2.pool.eviction_order()
     assert e1.num_preemptions > 0  # the workload exercises preemption too
