@@ -3,7 +3,8 @@
 Workload: N agents, each sending `turns` requests that extend their own conversation (shared
 prefix + growing history), Poisson-ish arrivals, answers of 64-256 tokens, so decode-only
 stretches dominate as in an agent trace. Prints virtual seconds simulated, engine steps, wall
-seconds, steps/s and requests/s. With --fast, the driver uses `SimEngine.fast_forward` (when the
+and CPU seconds, steps and requests per CPU second (CPU time: the dev machine is shared, wall time
+swings with its load). With --fast, the driver uses `SimEngine.fast_forward` (when the
 engine has it) for decode-only stretches up to the next arrival.
 
     PYTHONPATH=$PWD python benchmarks/simengine_steps.py --requests 2000 [--fast]
@@ -36,12 +37,14 @@ def run(n: int, seed: int, fast: bool, capacity: int) -> dict:
     eng = SimEngine(EngineConfig(capacity_blocks=capacity))
     reqs = workload(n, seed)
     ff = getattr(eng, "fast_forward", None) if fast else None
-    now, i, steps = 0.0, 0, 0
-    t0 = time.perf_counter()
+    now, i, steps, submit_cpu = 0.0, 0, 0, 0.0
+    t0, c0 = time.perf_counter(), time.process_time()
     while i < len(reqs) or eng.has_work:
         while i < len(reqs) and reqs[i][0] <= now:
             _, prompt, out = reqs[i]
+            s0 = time.process_time()
             eng.submit(EngineRequest(i, prompt, list(range(5, 5 + out))), reqs[i][0])
+            submit_cpu += time.process_time() - s0
             i += 1
         if not eng.has_work:
             now = reqs[i][0]
@@ -54,13 +57,17 @@ def run(n: int, seed: int, fast: bool, capacity: int) -> dict:
         steps += getattr(res, "steps", 1)
         now = res.end
     wall = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     return {
         "requests": n,
         "virtual_s": round(now, 1),
         "steps": steps,
         "wall_s": round(wall, 2),
-        "steps_per_s": round(steps / wall),
-        "requests_per_s": round(n / wall),
+        "cpu_s": round(cpu, 2),
+        "submit_cpu_s": round(submit_cpu, 2),  # hashing the prompts' blocks
+        "steps_per_cpu_s": round(steps / cpu),
+        "steps_per_step_cpu_s": round(steps / (cpu - submit_cpu)),
+        "requests_per_cpu_s": round(n / cpu),
         "preemptions": getattr(eng, "num_preemptions", 0),
         "hit_tokens": eng.prompt_tokens_hit,
     }

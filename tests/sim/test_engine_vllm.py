@@ -230,3 +230,17 @@ def test_running_requests_are_served_in_list_order_from_one_budget():
     before = b.generated
     r = e.step(t)
     assert r.prefill_tokens == 8 and r.decode_rows == 0 and b.generated == before  # a's chunk took it all
+
+
+def test_sglang_priority_eviction_never_decays_with_infinite_retention():
+    """SGLang's radix priority (max over inserts) never decays: `retention_seconds=inf` models it;
+    the default 300 s decay lets an idle high-priority block fall back to 0."""
+    for retention, high_survives in ((float("inf"), True), (300.0, False)):
+        e = eng(capacity_blocks=4, eviction="priority", retention_seconds=retention, fcfs_priority="ignore")
+        high = e.submit(req(1, range(8), out=1, prio=50), 0.0)  # 2 blocks, kept at priority 50
+        e.run_until_idle(0.0)
+        e.submit(req(2, range(50, 58), out=1, prio=0), 1000.0)
+        t = e.run_until_idle(1000.0)
+        e.submit(req(3, range(70, 78), out=1, prio=0), t)  # needs 2 of the 4 blocks
+        e.run_until_idle(t)
+        assert (e.pool.match_prefix(high.hashes) == 2) is high_survives
