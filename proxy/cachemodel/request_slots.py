@@ -45,6 +45,16 @@ class RequestSlots(FreeSlots):
         keys = self._held.get(req_id)
         return len(keys) if keys is not None else 0
 
+    def fits(self, hits: Sequence[Hashable], n_hits: int, n_new: int) -> bool:
+        """Whether `n_new` blocks plus the first `n_hits` of `hits` (those in the free queue count)
+        could be taken now: vLLM's `get_num_blocks_to_allocate` against `get_num_free_blocks`."""
+        ref = self._ref
+        evictable = 0
+        for i in range(n_hits):
+            if ref[hits[i]] == 0:
+                evictable += 1
+        return n_new + evictable <= self._empty + self._free_len()
+
     def extend(self, req_id: Hashable, hits: Sequence[Hashable], n_new: int, now: float, priority: int = 0) -> bool:
         ref = self._ref
         evictable = 0

@@ -12,7 +12,8 @@ outcomes (each rule with its source in docs/sim-engine.md, "Scheduler"):
   `long_prefill_token_threshold` caps one request's chunk);
 - a request gets blocks only for the tokens it computes this step (decode blocks as decode
   proceeds); full blocks are hashed as soon as they are scheduled, so others hit on them;
-- a waiting request whose blocks do not fit stays waiting and blocks the queue behind it;
+- a waiting request whose blocks do not fit (this step's chunk; and, vLLM's default
+  `scheduler_reserve_full_isl`, its whole current sequence) stays waiting and blocks the queue;
 - a running request that cannot grow preempts (by recompute) the last running request (`fcfs`) or
   the one with the largest (priority, arrival) (`priority`), possibly itself; the victim frees its
   blocks (they stay cached) and goes back to the waiting queue with nothing computed; no waiting
@@ -264,7 +265,8 @@ class SimEngine(EngineKv):
                 n = cfg.long_prefill_token_threshold
             n = min(n, budget)
         new_blocks = -(-(computed + n) // bs) - hit
-        if not pool.extend(r.req_id, r.chain[:hit], new_blocks, now, r.priority):
+        full_isl = cfg.reserve_full_isl and not pool.fits(r.chain, hit, -(-r.num_tokens // bs) - hit)
+        if full_isl or not pool.extend(r.req_id, r.chain[:hit], new_blocks, now, r.priority):
             self._blocked = (r, pool.version, budget)
             return None
         r.hashed_blocks = 0

@@ -30,6 +30,7 @@ class EngineConfig:
     priority_preemption_threshold: int = 10  # SGLang --priority-scheduling-preemption-threshold
     low_priority_values_first: bool = False  # SGLang --schedule-low-priority-values-first
     fcfs_priority: str = "refuse"  # vLLM-shaped fcfs + non-zero priority: "refuse" (400) | "ignore"
+    reserve_full_isl: bool = True  # vLLM scheduler_reserve_full_isl: admit only if the whole sequence fits
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.capacity_blocks <= 0:

@@ -75,6 +75,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=_D.long_prefill_token_threshold,
         help="vLLM: at most this many tokens of one request per step (0 = off, default)",
     )
+    a(
+        "--scheduler-reserve-full-isl",
+        action=argparse.BooleanOptionalAction,
+        default=_D.reserve_full_isl,
+        help="vLLM: admit a waiting request only when its whole current sequence fits in the free blocks, "
+        "not just its first chunk (default on, as in vLLM)",
+    )
     a("--max-model-len", type=int, default=_D.max_model_len, help="context length limit in tokens")
     a("--max-num-batched-tokens", type=int, default=_D.max_num_batched_tokens, help="token budget per step")
     a("--max-num-seqs", type=int, default=_D.max_num_seqs, help="max running requests")
@@ -171,6 +178,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         priority_preemption_threshold=args.priority_scheduling_preemption_threshold,
         low_priority_values_first=args.schedule_low_priority_values_first,
         long_prefill_token_threshold=args.long_prefill_token_threshold,
+        reserve_full_isl=args.scheduler_reserve_full_isl,
     )
 
 

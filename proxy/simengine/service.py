@@ -61,6 +61,7 @@ class SimConfig:
     priority_preemption_threshold: int = 10  # SGLang --priority-scheduling-preemption-threshold
     low_priority_values_first: bool = False  # SGLang --schedule-low-priority-values-first
     fcfs_priority: str = "refuse"  # vLLM-shaped fcfs + priority != 0: "refuse" (HTTP 400) | "ignore"
+    reserve_full_isl: bool = True  # vLLM --scheduler-reserve-full-isl (default on)
 
     def __post_init__(self) -> None:
         if self.speed < 0:
@@ -90,6 +91,7 @@ class SimConfig:
             priority_preemption_threshold=self.priority_preemption_threshold,
             low_priority_values_first=self.low_priority_values_first,
             fcfs_priority=self.fcfs_priority,
+            reserve_full_isl=self.reserve_full_isl,
         )
 
     def with_(self, **kw) -> SimConfig:

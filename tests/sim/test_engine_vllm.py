@@ -61,6 +61,17 @@ def test_admission_needs_only_this_steps_blocks_and_blocks_the_queue():
     assert len(r.admitted) == 1 and list(e2.waiting) == [big, small]
 
 
+def test_full_isl_gate_waits_for_the_whole_prompt_unless_disabled():
+    """vLLM `scheduler_reserve_full_isl` (default on): the first chunk fitting is not enough."""
+    for reserve, admitted in ((True, False), (False, True)):
+        e = eng(capacity_blocks=6, max_num_batched_tokens=4, reserve_full_isl=reserve)
+        e.submit(req(1, range(16), out=3), 0.0)  # 4 blocks, one chunk per step
+        now = step_until(e, 0.0, lambda: e.running and not e.running[0].prefilling)
+        b = e.submit(req(2, range(50, 62), out=1), now)  # chunk of 3 tokens: 1 block; whole: 3 blocks
+        res = e.step(now)
+        assert (b in res.admitted) is admitted
+
+
 # rule 3: running requests hold their blocks; decode blocks are allocated as decode proceeds
 def test_decode_blocks_grow_block_by_block():
     e = eng(capacity_blocks=64)
