@@ -65,8 +65,8 @@ def test_full_isl_gate_waits_for_the_whole_prompt_unless_disabled():
     """vLLM `scheduler_reserve_full_isl` (default on): the first chunk fitting is not enough."""
     for reserve, admitted in ((True, False), (False, True)):
         e = eng(capacity_blocks=6, max_num_batched_tokens=4, reserve_full_isl=reserve)
-        e.submit(req(1, range(16), out=3), 0.0)  # 4 blocks, one chunk per step
-        now = step_until(e, 0.0, lambda: e.running and not e.running[0].prefilling)
+        a = e.submit(req(1, range(16), out=3), 0.0)  # 4 blocks, one chunk per step
+        now = step_until(e, 0.0, lambda a=a: not a.prefilling)
         b = e.submit(req(2, range(50, 62), out=1), now)  # chunk of 3 tokens: 1 block; whole: 3 blocks
         res = e.step(now)
         assert (b in res.admitted) is admitted
