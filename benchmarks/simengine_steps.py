@@ -8,6 +8,7 @@ swings with its load). With --fast, the driver uses `SimEngine.fast_forward` (wh
 engine has it) for decode-only stretches up to the next arrival.
 
     PYTHONPATH=$PWD python benchmarks/simengine_steps.py --requests 2000 [--fast]
+    PYTHONPATH=$PWD python benchmarks/simengine_steps.py --decode-stretch [--fast]
 """
 
 from __future__ import annotations
@@ -73,14 +74,35 @@ def run(n: int, seed: int, fast: bool, capacity: int) -> dict:
     }
 
 
+def decode_stretch(fast: bool, running: int = 64, output: int = 1000) -> dict:
+    """`running` requests decoding `output` tokens with nothing arriving: the stretch fast_forward is for."""
+    eng = SimEngine(EngineConfig(capacity_blocks=28_672))
+    for i in range(running):
+        eng.submit(EngineRequest(i, list(range(i * 10_000, i * 10_000 + 2000)), list(range(5, 5 + output))), 0.0)
+    now = 0.0
+    while (eng.has_work and any(r.prefilling for r in eng.running)) or eng.waiting:
+        now = eng.step(now).end  # type: ignore[union-attr]
+    c0, s0 = time.process_time(), eng.steps
+    while eng.has_work:
+        res = (eng.fast_forward(now) if fast else None) or eng.step(now)
+        assert res is not None
+        now = res.end
+    cpu = time.process_time() - c0
+    return {"decode_steps": eng.steps - s0, "cpu_s": round(cpu, 3), "steps_per_cpu_s": round((eng.steps - s0) / cpu)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--requests", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--capacity-blocks", type=int, default=4096)
     p.add_argument("--fast", action="store_true")
+    p.add_argument("--decode-stretch", action="store_true", help="64 requests decoding 1,000 tokens, no arrivals")
     a = p.parse_args()
-    print(run(a.requests, a.seed, a.fast, a.capacity_blocks))
+    if a.decode_stretch:
+        print(decode_stretch(a.fast))
+    else:
+        print(run(a.requests, a.seed, a.fast, a.capacity_blocks))
 
 
 if __name__ == "__main__":
