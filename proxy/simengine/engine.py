@@ -188,7 +188,8 @@ class SimEngine:
         if not self.fits(req.prompt_len, len(req.output_ids)):
             raise ValueError("request needs more KV blocks than the cache holds")
         req.arrival = now
-        req.hashes = chain_hashes(req.prompt_ids, self.config.block_size, req.salt)
+        if not req.hashes:  # a caller (the replay) may name the prompt's full blocks itself
+            req.hashes = chain_hashes(req.prompt_ids, self.config.block_size, req.salt)
         self.waiting.append(req)
         return req
 
