@@ -35,7 +35,42 @@ class Evictor(Protocol):
     def freeing(self, req_id: Hashable) -> None: ...
 
 
-class PolicyPool(BlockPool):
+class RetryPool(BlockPool):
+    """`BlockPool` that answers a repeated failing `allocate` of the same request at once while the
+    pool has not changed since (exact: a failed allocation changes nothing, and only a free or a
+    successful allocation changes what the next attempt finds). A scheduler retries its queue head
+    every step while it does not fit; without this each retry rescans the whole prompt."""
+
+    def __init__(self, capacity_blocks: int, eviction: str = "lru", retention_seconds: float = 300.0):
+        super().__init__(capacity_blocks, eviction, retention_seconds)
+        self._version = 0
+        self._failed: tuple | None = None
+
+    def allocate(
+        self,
+        req_id: Hashable,
+        hashes: Sequence[Hashable],
+        now: float,
+        priority: int = 0,
+        extra_blocks: int = 0,
+        max_hit_blocks: int | None = None,
+    ) -> int | None:
+        key = (req_id, self._version, len(hashes), extra_blocks)
+        if self._failed == key:
+            return None
+        got = super().allocate(req_id, hashes, now, priority, extra_blocks, max_hit_blocks)
+        if got is None:
+            self._failed = key
+        else:
+            self._version += 1
+        return got
+
+    def free(self, req_id: Hashable, now: float, tail_hashes: Sequence[Hashable] = ()) -> None:
+        self._version += 1
+        super().free(req_id, now, tail_hashes)
+
+
+class PolicyPool(RetryPool):
     """`BlockPool` (LRU mode rules) with the free queue delegated to `evictor`."""
 
     def __init__(self, capacity_blocks: int, evictor: Evictor):
@@ -70,7 +105,10 @@ class PolicyPool(BlockPool):
 
 
 class ScoredEvictor:
-    """Lowest `score(group, last free time, now)` first; `group_of(key)` labels a block when freed."""
+    """Lowest `score(group, last free time, now)` first; `group_of(key)` labels a block when freed.
+    Scores are taken as fixed for one `now` (and one `version`: bump it when the statistics behind
+    `score` change), so a burst of evictions keeps a heap over the group heads instead of
+    re-scoring every group per victim."""
 
     def __init__(
         self,
@@ -84,6 +122,10 @@ class ScoredEvictor:
         self.where: dict[Hashable, tuple[Hashable, float, int]] = {}  # free key -> (group, t, seq)
         self._seq = 0
         self.freeing_req: Hashable = None
+        self.version = 0
+        self._top: list = []  # heap of (score, t, seq, group) over group heads, for `_top_at`
+        self._top_at: tuple | None = None
+        self._in_top: set = set()
 
     def __len__(self) -> int:
         return len(self.dead) + len(self.where)
@@ -99,13 +141,16 @@ class ScoredEvictor:
         self._seq += 1
         self.where[key] = (grp, now, self._seq)
         heapq.heappush(self.heaps.setdefault(grp, []), (now, self._seq, key))
+        if self._top_at is not None and grp not in self._in_top:
+            self._in_top.add(grp)
+            heapq.heappush(self._top, (self.score(grp, now, self._top_at[0]), now, self._seq, grp))
 
     def remove(self, key: Hashable) -> None:
         if self.where.pop(key, None) is None:
             del self.dead[key]
 
     def _head(self, grp: Hashable) -> tuple | None:
-        heap = self.heaps[grp]
+        heap = self.heaps.get(grp)
         where = self.where
         while heap:
             t, seq, key = heap[0]
@@ -115,21 +160,42 @@ class ScoredEvictor:
             heapq.heappop(heap)
         return None
 
-    def pop(self, now: float) -> Hashable:
-        if self.dead:
-            return self.dead.popitem(last=False)[0]
-        best = None
+    def _rebuild(self, now: float) -> None:
+        top = []
+        self._in_top = set()
         for grp in list(self.heaps):
             head = self._head(grp)
             if head is None:
                 del self.heaps[grp]
                 continue
-            s = self.score(grp, head[0], now)
-            if best is None or (s, head[0], head[1]) < best[0]:
-                best = ((s, head[0], head[1]), grp)
-        if best is None:
-            raise IndexError("no free block to evict")
-        grp = best[1]
-        _, _, key = heapq.heappop(self.heaps[grp])
-        del self.where[key]
-        return key
+            top.append((self.score(grp, head[0], now), head[0], head[1], grp))
+            self._in_top.add(grp)
+        heapq.heapify(top)
+        self._top = top
+        self._top_at = (now, self.version)
+
+    def pop(self, now: float) -> Hashable:
+        if self.dead:
+            return self.dead.popitem(last=False)[0]
+        if self._top_at != (now, self.version):
+            self._rebuild(now)
+        top = self._top
+        while top:
+            _, t, seq, grp = heapq.heappop(top)
+            head = self._head(grp)
+            if head is None:
+                self._in_top.discard(grp)
+                continue
+            if head[1] != seq:  # the head moved (touched): score the new one
+                heapq.heappush(top, (self.score(grp, head[0], now), head[0], head[1], grp))
+                continue
+            heapq.heappop(self.heaps[grp])
+            key = head[2]
+            del self.where[key]
+            nxt = self._head(grp)
+            if nxt is None:
+                self._in_top.discard(grp)
+            else:
+                heapq.heappush(top, (self.score(grp, nxt[0], now), nxt[0], nxt[1], grp))
+            return key
+        raise IndexError("no free block to evict")

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from proxy.cachemodel.cost_model import CostModel
-from proxy.cachemodel.policy_pool import PolicyPool
+from proxy.cachemodel.policy_pool import PolicyPool, RetryPool
 from proxy.replay.measure import RunRecorder
 from proxy.replay.traces import ReplayRequest
 from proxy.simengine.engine import EngineConfig, EngineRequest, SimEngine
@@ -185,8 +185,12 @@ class EngineDriver:
     def run(self, progress: Callable[[int], None] | None = None) -> None:
         reqs, eng, pol = self.requests, self.engine, self.policy
         evictor = pol.evictor()
-        if evictor is not None:
-            eng.pool = PolicyPool(eng.config.capacity_blocks, evictor)
+        cfg = eng.config
+        eng.pool = (
+            PolicyPool(cfg.capacity_blocks, evictor)
+            if evictor is not None
+            else RetryPool(cfg.capacity_blocks, cfg.eviction, cfg.retention_seconds)
+        )
         n = self.n
         tick = max(1, n // 50)
         i = 0
@@ -357,6 +361,14 @@ def run_on_engine(
     driver.run(progress)
     rec.engine_steps = driver.engine.steps
     rec.skipped_steps = driver.skipped_steps
-    if driver.engine.host is not None:
-        rec.host_stats = {"capacity_blocks": int(cpu_blocks)}
+    host = driver.engine.host
+    if host is not None:
+        rec.host_stats = {
+            "capacity_blocks": int(cpu_blocks),
+            "lookups": host.lookups,
+            "hits": host.hits,
+            "stores": host.stores,
+            "loads": host.loads,
+            "evictions": host.evictions,
+        }
     return rec

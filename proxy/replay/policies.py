@@ -154,6 +154,7 @@ class HistoryPolicy(ReplayPolicy):
                 c[bisect_left(bins, now - last)] += 1
             seen[h] = now
         self._memo.clear()
+        self._ev.version += 1  # the statistics behind the scores changed
 
     def on_response(self, i, req, hit_blocks, now):
         self._groups.pop(i, None)

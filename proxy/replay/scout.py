@@ -323,7 +323,7 @@ class ScoutEnginePolicy(_ScoutBase):
         return cur[1] if key in cur[2] else HISTORY  # only anchors carry an agent's survival
 
     def _score(self, agent, last: float, now: float) -> float:
-        if now != self._surv_at:
+        if now != self._surv_at:  # survival is re-read once per `now` (the evictor's score window)
             self._surv = survival_by_agent(self.sp)
             self._surv_at = now
         p = self._surv.get(agent, 0.0)
@@ -335,6 +335,8 @@ class ScoutEnginePolicy(_ScoutBase):
         self.inflight += 1
         a = self.sp.agents.by_id.get(obs.agent_id) if obs.agent_id else None
         self._agent[i] = (obs.agent_id, len(a.anchor_hashes) if a is not None else 0)
+        self._ev.version += 1  # the core learned: survival may have changed
+        self._surv_at = -1.0
 
     def on_response(self, i, req, hit_blocks, now):
         self._observe_response(i, req, hit_blocks, now)
