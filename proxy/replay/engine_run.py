@@ -355,7 +355,11 @@ def run_on_engine(
     from proxy.replay.runner import resume_mask
 
     rec.resume = resume_mask(requests)
-    driver = EngineDriver(policy, requests, capacity, cost, engines, cpu_blocks, block_size)
+    # a cache smaller than one request's KV (prompt + output) could never run it: the engine gets
+    # at least that much (reported as `engine_capacity_blocks`)
+    need = max((-(-(max(1, r.prompt_tokens) + max(1, r.output_tokens) - 1) // block_size) for r in requests), default=1)
+    rec.engine_capacity = max(int(capacity), need)
+    driver = EngineDriver(policy, requests, rec.engine_capacity, cost, engines, cpu_blocks, block_size)
     policy.driver = driver
     policy.setup(requests, capacity, cost, rec)
     driver.run(progress)

@@ -78,6 +78,7 @@ class RunRecorder:
         self.turn = np.zeros(n_requests)  # the engine's: finish − arrival
         self.engine_steps = 0
         self.skipped_steps = 0
+        self.engine_capacity = 0  # the engine's blocks (the capacity, raised to fit the largest request)
         self.host_stats: dict | None = None
 
     # ------------------------------------------------------------------ requests
@@ -197,6 +198,7 @@ class RunRecorder:
             out["host_tier"] = self.tier.stats()
         elif self.host_stats is not None:
             out["host_tier"] = self.host_stats
+        out["engine_capacity_blocks"] = self.engine_capacity
         out["engine_steps"] = self.engine_steps
         out["engine_steps_skipped"] = self.skipped_steps
         out["signals"] = self.signal_summary(pollution_s)
