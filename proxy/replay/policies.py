@@ -83,7 +83,10 @@ class BeladyPolicy(ReplayPolicy):
 
     def evictor(self):
         d = self.driver
-        return NextUseEvictor(d.full, d.index_of)
+        # a use is a block the request could hit: the engine recomputes a prompt's last token, so
+        # its hit stops at (prompt − 1) // block_size blocks
+        hittable = [full[: (max(1, r.prompt_tokens) - 1) // d.bs] for full, r in zip(d.full, d.requests)]
+        return NextUseEvictor(hittable, d.index_of)
 
 
 def position_bucket(j: int) -> int:

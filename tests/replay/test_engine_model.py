@@ -114,7 +114,7 @@ def _hits(name, reqs, cap):
     return int(run_policy(make_policy(name, ReplaySettings()), reqs, cap, COST).hit_blocks.sum())
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), n=st.integers(5, 40), blocks=st.integers(2, 12), slack=st.integers(0, 20))
 def test_pinned_belady_beats_every_eviction_only_policy(seed, n, blocks, slack):
     reqs = _random_stream(seed, n, blocks)
