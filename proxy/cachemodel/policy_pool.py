@@ -111,9 +111,7 @@ class ScoredEvictor:
     re-scoring every group per victim."""
 
     def __init__(
-        self,
-        score: Callable[[Hashable, float, float], float],
-        group_of: Callable[[Hashable], Hashable | None],
+        self, score: Callable[[Hashable, float, float], float], group_of: Callable[[Hashable], Hashable | None]
     ):
         self.score = score
         self.group_of = group_of
@@ -153,7 +151,7 @@ class ScoredEvictor:
         heap = self.heaps.get(grp)
         where = self.where
         while heap:
-            t, seq, key = heap[0]
+            _, seq, key = heap[0]
             w = where.get(key)
             if w is not None and w[2] == seq:
                 return heap[0]
@@ -181,7 +179,7 @@ class ScoredEvictor:
             self._rebuild(now)
         top = self._top
         while top:
-            _, t, seq, grp = heapq.heappop(top)
+            _, _, seq, grp = heapq.heappop(top)
             head = self._head(grp)
             if head is None:
                 self._in_top.discard(grp)

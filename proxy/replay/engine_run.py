@@ -69,7 +69,7 @@ def full_blocks(hashes: Sequence[int], tokens: Sequence[int], block_size: int) -
 class ActionJob:
     """An action's engine request and what to do when it finishes."""
 
-    __slots__ = ("req", "kind", "reason", "hashes", "tokens", "t", "on_done")
+    __slots__ = ("hashes", "kind", "on_done", "reason", "req", "t", "tokens")
 
     def __init__(self, req, kind, reason, hashes, tokens, t, on_done):
         self.req = req
@@ -245,7 +245,7 @@ class EngineDriver:
         bs = self.bs
         k = None
         for r in eng.running:
-            if r.prefilling or r.ready_at is not None and r.ready_at > now:
+            if r.prefilling or (r.ready_at is not None and r.ready_at > now):
                 return False
             left = len(r.output_ids) - r.generated - 1  # the finishing step runs for real
             room = bs - 1 - (r.prompt_len + r.generated - 1) % bs  # stay inside the current block

@@ -24,10 +24,7 @@ class ReplayExecutor:
     `complete(action, ok, end, computed_tokens)`, which tells the core (`report`)."""
 
     def __init__(
-        self,
-        limits: ExecutorLimits,
-        run: Callable[[Action, float], bool],
-        report: Callable[..., None],
+        self, limits: ExecutorLimits, run: Callable[[Action, float], bool], report: Callable[..., None]
     ) -> None:
         self.limits = limits
         self.run = run

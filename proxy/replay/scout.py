@@ -24,7 +24,7 @@ import math
 
 from proxy.cachemodel.policy_pool import ScoredEvictor
 from proxy.core import config as core_config
-from proxy.core.actions import Action
+from proxy.core.actions import Action, ObservedRequest
 from proxy.core.economics import RunningSet
 from proxy.core.policy import ScoutPolicy
 from proxy.core.survival import reachable_agents
@@ -168,7 +168,7 @@ class ScoutProxyPolicy(_ScoutBase):
         self._arrivals = [r.t for r in requests]  # the stream's arrival times (the runner's order)
         self._next = 0  # index of the next request not yet arrived
         self._rid: dict[int, int] = {}
-        self._obs: dict[int, object] = {}  # request -> its observation, until the engine schedules it
+        self._obs: dict[int, ObservedRequest] = {}  # request -> its observation, until the engine schedules it
         self._running = RunningSet()  # distinct tokens of the requests in flight
         self.inflight = 0
         self.executed = 0
@@ -189,7 +189,7 @@ class ScoutProxyPolicy(_ScoutBase):
 
     def on_admit(self, i, req, hit_blocks, now):
         obs = self._obs.pop(i, None)
-        if obs is None:
+        if obs is None or obs.acted_hash is None or obs.acted_reason is None:
             return
         saved = self.book.credit(
             req.tenant,

@@ -46,9 +46,7 @@ def _as_replay(stream):
         hashes = tuple(full) + ((hash(("partial", sid, len(prompt))),) if rest else ())
         tokens = (BS,) * len(full) + ((rest,) if rest else ())
         reqs.append(
-            ReplayRequest(
-                t=t, tenant="", block_hashes=hashes, block_tokens=tokens, output_tokens=out_n, session_id=sid
-            )
+            ReplayRequest(t=t, tenant="", block_hashes=hashes, block_tokens=tokens, output_tokens=out_n, session_id=sid)
         )
     return reqs
 
