@@ -202,9 +202,15 @@ class EngineDriver:
                 if progress is not None and i % tick == 0:
                     progress(i)
                 i += 1
+            wake = pol.next_wakeup()
+            if wake <= now:  # a policy timer (the oracle keeper's just-in-time warms)
+                pol.wakeup(now)
+                wake = pol.next_wakeup()
             nxt = reqs[i].t if i < n else float("inf")
+            if wake < nxt:
+                nxt = wake
             if not eng.has_work:
-                if i >= n:
+                if nxt == float("inf"):
                     break
                 now = nxt
                 continue
@@ -216,7 +222,7 @@ class EngineDriver:
             for r in res.admitted:
                 self._admitted(r, res.start)
             if res.end == now and not res.emitted:  # nothing could run: wait for an event
-                if i < n:
+                if nxt < float("inf"):
                     now = max(now, nxt)
                     continue
                 stalls += 1

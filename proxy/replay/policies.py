@@ -61,6 +61,13 @@ class ReplayPolicy:
     def on_response(self, i: int, req: ReplayRequest, hit_blocks: int, now: float) -> None:
         """Its last token was sampled at `now`."""
 
+    def next_wakeup(self) -> float:
+        """When the policy wants to be called (`wakeup`) without an event; inf = never."""
+        return math.inf
+
+    def wakeup(self, now: float) -> None:
+        """Its timer is due: it must consume every wakeup at or before `now`."""
+
     def on_stall(self, now: float) -> bool:
         """The engine cannot admit anything and no event is left: release what the policy holds.
         Returns whether anything was released."""

@@ -147,8 +147,9 @@ def markdown(results: dict, meta: dict) -> str:
         "before eviction / acted tokens; early share = converted tokens whose lead time ≥ the prefill time "
         "of the chain the action kept or warmed; "
         "yield = saved − action cost − pollution (lost hits vs LRU, shared by acted tokens). "
-        "TTFT: FIFO prefill server over the cost model; req/s @ budget: largest rate (arrival times "
-        "compressed) keeping p99 TTFT within the budget."
+        "TTFT and turn latency: the simulated engine's (SimEngine, continuous batching, in virtual time); "
+        "req/s @ budget: largest rate (arrival times compressed, each request's measured prefill work "
+        "re-queued on a FIFO) keeping p99 TTFT within the budget."
     )
     if meta.get("plots_note"):
         md.append("")

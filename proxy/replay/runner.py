@@ -32,7 +32,7 @@ from proxy.replay.policies import BeladyPolicy, HistoryPolicy, LruPolicy, Replay
 from proxy.replay.tiers import resolve_cpu_capacity
 from proxy.replay.traces import ReplayRequest, unique_blocks
 
-POLICIES = ("lru", "history", "ttl", "scout-engine", "scout-proxy", "scout-proxy-priority", "belady")
+POLICIES = ("lru", "history", "ttl", "scout-engine", "scout-proxy", "scout-proxy-priority", "oracle-keeper", "belady")
 # scout-proxy with a runtime sending hints (truthful, noisy, lying; proxy/replay/hint_stream.py):
 # opt-in by name, not in the default --policies list
 HINT_POLICIES = (
@@ -69,6 +69,10 @@ def make_policy(name: str, s: ReplaySettings) -> ReplayPolicy:
         return HistoryPolicy()
     if name == "ttl":
         return TtlPolicy(s.ttl_s)
+    if name == "oracle-keeper":
+        from proxy.replay.oracle import OracleKeeperPolicy
+
+        return OracleKeeperPolicy()
     if name in ("scout-proxy", "scout-proxy-priority", "scout-engine"):
         from proxy.replay.scout import ScoutEnginePolicy, ScoutProxyPolicy, ScoutProxyPriorityPolicy
 

@@ -120,3 +120,24 @@ def test_pinned_belady_beats_every_eviction_only_policy(seed, n, blocks, slack):
     bel = _hits("belady", reqs, cap)
     for name in ("lru", "history", "scout-engine"):
         assert _hits(name, reqs, cap) <= bel, name
+
+
+def _blk(t, hashes, **kw):
+    return ReplayRequest(
+        t=t, tenant="", block_hashes=tuple(hashes), block_tokens=(BS,) * len(hashes), output_tokens=4, **kw
+    )
+
+
+def test_oracle_keeper_rewarms_a_paused_sessions_context_just_in_time_and_only_what_was_seen():
+    ctx = list(range(1, 11))
+    reqs = [_blk(0.0, ctx, session_id="s", finish_reason="tool_calls")]
+    reqs += [_blk(1.0 + 0.2 * k, [1000 + 20 * k + j for j in range(12)]) for k in range(10)]  # evicts ctx
+    reqs.append(_blk(5.0, [*ctx, 11, 12], session_id="s"))
+    lru = run_policy(make_policy("lru", ReplaySettings()), reqs, 16, COST)
+    pol = make_policy("oracle-keeper", ReplaySettings())
+    rec = run_policy(pol, reqs, 16, COST)
+    assert lru.hit_blocks[-1] == 0
+    assert rec.hit_blocks[-1] == 10  # the whole seen context, warmed before the resume arrived
+    assert pol.extra()["sent"] >= 1
+    assert rec.signals["oracle"].acted_tokens == 10 * BS  # only the 10 blocks seen before, not 11, 12
+    assert rec.ttft[-1] < lru.ttft[-1]
