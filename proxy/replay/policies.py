@@ -12,7 +12,8 @@ action to the run's recorder so conversion, lead time and yield can be measured.
   engine's victim is the free block with the lowest log-odds of a pending reuse given its age:
   ρ·S(age) / (ρ·S(age) + 1 − ρ).
 - `ttl`: Continuum-style: a response that ends in a tool call pins its session's prompt for τ
-  seconds (or until the session's next request) in the engine's LRU pool (held blocks).
+  seconds (or until the session's next request), as the engine pool's eviction order: LRU, pinned
+  blocks last (a pin yields under pressure rather than stalling admission).
 - `belady`: pinned Belady: the engine evicts, among the free blocks (no running request holds
   them), the one whose next use is farthest. The bound for any eviction order on that engine.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -170,10 +172,58 @@ class HistoryPolicy(ReplayPolicy):
         self._groups.pop(i, None)
 
 
+class TtlEvictor:
+    """LRU, except that blocks pinned by a session paused on a tool go only when no unpinned free
+    block is left (a pin yields under pressure rather than stalling admission)."""
+
+    def __init__(self) -> None:
+        self.free: OrderedDict = OrderedDict()  # unpinned, head = next victim
+        self.kept: OrderedDict = OrderedDict()  # pinned, head = oldest
+        self.pinned: dict = {}  # block -> pins holding it
+
+    def __len__(self) -> int:
+        return len(self.free) + len(self.kept)
+
+    def freeing(self, req_id) -> None:
+        return None
+
+    def push(self, key, now: float) -> None:
+        (self.kept if key in self.pinned else self.free)[key] = None
+
+    def remove(self, key) -> None:
+        if self.free.pop(key, 0) is not None:
+            del self.kept[key]
+
+    def pop(self, now: float):
+        if self.free:
+            return self.free.popitem(last=False)[0]
+        key = self.kept.popitem(last=False)[0]
+        return key
+
+    def pin(self, keys) -> None:
+        for k in keys:
+            self.pinned[k] = self.pinned.get(k, 0) + 1
+            if k in self.free:
+                del self.free[k]
+                self.kept[k] = None
+
+    def unpin(self, keys) -> None:
+        for k in keys:
+            c = self.pinned.get(k, 0) - 1
+            if c > 0:
+                self.pinned[k] = c
+                continue
+            self.pinned.pop(k, None)
+            if k in self.kept:  # idle since the pin: back among the oldest
+                del self.kept[k]
+                self.free[k] = None
+                self.free.move_to_end(k, last=False)
+
+
 class TtlPolicy(ReplayPolicy):
-    """Pin a tool-calling session's prompt for τ seconds in the engine's LRU pool (Continuum): the
-    pinned blocks are held, as a running request's are, until the pin expires or the session's
-    next request arrives."""
+    """Pin a tool-calling session's prompt for τ seconds (Continuum), as the engine pool's eviction
+    order: pinned blocks are evicted only when no unpinned free block is left, until the pin
+    expires or the session's next request arrives."""
 
     name = "ttl"
 
@@ -182,33 +232,35 @@ class TtlPolicy(ReplayPolicy):
 
     def setup(self, requests, capacity_blocks, cost, rec):
         super().setup(requests, capacity_blocks, cost, rec)
-        self.pins: dict[str, float] = {}  # session -> pin expiry
+        self.pins: dict[str, tuple[float, list]] = {}  # session -> (pin expiry, pinned blocks)
         self.pinned = 0
-        self.pin_failed = 0
 
-    def _unpin(self, sid: str, now: float) -> None:
-        self.driver.engine.pool.free(("pin", sid), now)
-        del self.pins[sid]
+    def evictor(self):
+        self._ev = TtlEvictor()
+        return self._ev
+
+    def _unpin(self, sid: str) -> None:
+        _, keys = self.pins.pop(sid)
+        self._ev.unpin(keys)
 
     def _expire(self, now: float) -> None:
         if not self.pins:
             return
-        for sid, until in list(self.pins.items()):
+        for sid, (until, _) in list(self.pins.items()):
             if until <= now:
-                self._unpin(sid, now)
+                self._unpin(sid)
+
+    def next_wakeup(self) -> float:
+        return min((u for u, _ in self.pins.values()), default=math.inf)
+
+    def wakeup(self, now: float) -> None:
+        self._expire(now)
 
     def on_request(self, i, req, now):
         self._expire(now)
         sid = req.session_id
         if sid is not None and sid in self.pins:
-            self._unpin(sid, now)  # the resume arrived: unpin, then it runs
-
-    def on_stall(self, now):
-        if not self.pins:
-            return False
-        for sid in list(self.pins):
-            self._unpin(sid, now)
-        return True
+            self._unpin(sid)  # the resume arrived: unpin, then it runs
 
     def on_response(self, i, req, hit_blocks, now):
         self._expire(now)
@@ -219,10 +271,9 @@ class TtlPolicy(ReplayPolicy):
         before = pool.match_prefix(hashes)
         if before == 0:
             return
-        if pool.allocate(("pin", req.session_id), hashes[:before], now) is None:
-            self.pin_failed += 1
-            return
-        self.pins[req.session_id] = now + self.ttl_s
+        keys = list(hashes[:before])
+        self._ev.pin(keys)
+        self.pins[req.session_id] = (now + self.ttl_s, keys)
         self.pinned += 1
         self.rec.action(
             now,
@@ -238,4 +289,4 @@ class TtlPolicy(ReplayPolicy):
         )
 
     def extra(self):
-        return {"pins": self.pinned, "pin_failed": self.pin_failed, "ttl_s": self.ttl_s}
+        return {"pins": self.pinned, "ttl_s": self.ttl_s}
