@@ -118,7 +118,7 @@ def test_pinned_belady_beats_every_eviction_only_policy(seed, n, blocks, slack):
     reqs = _random_stream(seed, n, blocks)
     cap = blocks + 3 + slack  # every request fits (prompt + output KV) with room to spare or not
     bel = _hits("belady", reqs, cap)
-    for name in ("lru", "history", "scout-engine"):
+    for name in ("lru", "history", "ttl", "scout-engine"):
         assert _hits(name, reqs, cap) <= bel, name
 
 
