@@ -16,9 +16,10 @@ Policies shape the engine in three ways only:
   is a priority bump that only a priority engine honours;
 - pins (`ttl`): blocks held in the pool through `engine.pool.allocate`, as Continuum's engine does.
 
-Decode-only stretches are skipped in one go (`_skip_decode`): when nothing waits and every running
-request is decoding, the steps up to the next arrival, the next finish or the next block boundary
-are identical, so the driver advances their tokens and clock without calling `step()` (same float
+Decode-only stretches are skipped in one go (`_skip_decode`): when every running request is
+decoding and nothing waits (or the waiting head failed to get its blocks and the pool has not
+changed since), the steps up to the next arrival, the next finish or the next block boundary are
+identical, so the driver advances their tokens and clock without calling `step()` (same float
 additions as `step()`, so timings stay bit-identical).
 """
 
@@ -246,7 +247,7 @@ class EngineDriver:
 
     def _skip_decode(self, now: float, nxt: float) -> bool:
         eng = self.engine
-        if eng.waiting or not eng.running:
+        if not eng.running or (eng.waiting and not self._head_blocked()):
             return False
         bs = self.bs
         k = None
@@ -274,6 +275,20 @@ class EngineDriver:
         self.skipped_steps += steps
         self._now = t
         return True
+
+    def _head_blocked(self) -> bool:
+        """The waiting queue's head failed to get its blocks at the last step and the pool has not
+        changed since (`RetryPool`): it fails again at every decode-only step, which changes no
+        block (they stay inside their current block), so those steps may be skipped too."""
+        pool = self.engine.pool
+        failed = getattr(pool, "_failed", None)
+        if failed is None or failed[1] != pool._version:
+            return False
+        try:
+            head = self.engine.waiting[0]
+        except (IndexError, TypeError, KeyError):
+            return False
+        return bool(failed[0] == head.req_id)
 
     def _arrive(self, i: int, t: float) -> None:
         r = self.requests[i]
