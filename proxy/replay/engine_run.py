@@ -281,7 +281,9 @@ class EngineDriver:
         changed since (`RetryPool`): it fails again at every decode-only step, which changes no
         block (they stay inside their current block), so those steps may be skipped too."""
         pool = self.engine.pool
-        failed = getattr(pool, "_failed", None)
+        if not isinstance(pool, RetryPool):
+            return False
+        failed = pool._failed
         if failed is None or failed[1] != pool._version:
             return False
         try:
