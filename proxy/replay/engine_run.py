@@ -255,7 +255,10 @@ class EngineDriver:
             if r.prefilling or (r.ready_at is not None and r.ready_at > now):
                 return False
             left = len(r.output_ids) - r.generated - 1  # the finishing step runs for real
-            room = bs - 1 - (r.prompt_len + r.generated - 1) % bs  # stay inside the current block
+            # stay inside the current block: no skipped step may write the KV of a block's first
+            # token (an engine that allocates decode blocks as it goes allocates, or preempts, there)
+            pos = (r.prompt_len + r.generated - 1) % bs  # the next step's token, within its block
+            room = 0 if pos == 0 else bs - 1 - pos
             m = left if left < room else room
             if k is None or m < k:
                 k = m
