@@ -139,9 +139,9 @@ class ScoredEvictor:
         self._seq += 1
         self.where[key] = (grp, now, self._seq)
         heapq.heappush(self.heaps.setdefault(grp, []), (now, self._seq, key))
-        if self._top_at is not None and grp not in self._in_top:
+        if self._top_at == (now, self.version) and grp not in self._in_top:  # else: rebuilt at the next pop
             self._in_top.add(grp)
-            heapq.heappush(self._top, (self.score(grp, now, self._top_at[0]), now, self._seq, grp))
+            heapq.heappush(self._top, (self.score(grp, now, now), now, self._seq, grp))
 
     def remove(self, key: Hashable) -> None:
         if self.where.pop(key, None) is None:
