@@ -14,7 +14,10 @@ Keys are block hashes or the pool's unhashed slots (negative ints, no cache valu
 `ScoredEvictor` is the shared engine of the scored baselines: per group a queue of free blocks by
 last free time; the victim is the group head with the lowest `score(group, last, now)` (scores
 decrease with age within a group, so the oldest block is its group's lowest). Blocks whose group is
-`None` (unhashed slots, decode tails, unknown blocks) go first, oldest first.
+`None` (unhashed slots, decode tails, unknown blocks) go first, oldest first. Unlike the retired
+replay-only `GroupedCache` there is no leaf rule: as in vLLM's own free queue, a prefix block may go
+before a free child (which then never hits); LRU avoids it by freeing deepest first, a scored
+order may not.
 """
 
 from __future__ import annotations
