@@ -30,17 +30,11 @@ POLICY = "scout-proxy"
 
 
 def one(job: tuple[str, int, dict, float]) -> list[dict]:
-    workload, seed, overrides, budget, pin = job
+    workload, seed, overrides, budget = job
     spec = preset(workload, seed=seed)
     reqs = generate(spec)
     caps = [resolve_capacity(c, reqs) for c in DEFAULT_WORKLOAD_CAPACITY.split(",")]
-    s = ReplaySettings(
-        block_size=spec.block_size,
-        latency_budget_s=budget,
-        scout_overrides=overrides,
-        cost=CostModel(),
-        pin_running=pin,
-    )
+    s = ReplaySettings(block_size=spec.block_size, latency_budget_s=budget, scout_overrides=overrides, cost=CostModel())
     res = replay(reqs, caps, [POLICY], s)
     rows = []
     for row in res["capacities"]:
@@ -110,14 +104,13 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--latency-budget", type=float, default=2.0, help="as cachescout replay's default")
     ap.add_argument("--scout-set", action="append", default=[], metavar="KEY=VALUE")
-    ap.add_argument("--pin-running", action="store_true", help="running requests hold their blocks (vLLM)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",") if s]
     main_w = [w for w in args.workloads.split(",") if w]
     ctrl_w = [w for w in args.control.split(",") if w]
     overrides = parse_overrides(args.scout_set)
-    jobs = [(w, s, overrides, args.latency_budget, args.pin_running) for w in main_w + ctrl_w for s in seeds]
+    jobs = [(w, s, overrides, args.latency_budget) for w in main_w + ctrl_w for s in seeds]
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as ex:
         results = list(ex.map(one, jobs))
     rows = [r for rs in results for r in rs]

@@ -10,23 +10,20 @@ only touches can lower the engine's total work. This script bounds what touching
 an oracle "keeper" that knows the workload's ground truth (each request's agent and anchor
 length: measurement only, like Belady): after every request it touches the anchors of the
 busiest agents (by measured request rate; together at most ``--keep-share`` of the cache)
-whose blocks sit in the oldest ``--zone`` of the LRU order. Touches are charged as
-``execute_on_pool`` charges scout-proxy's (one recomputed token plus one decode row).
+whose blocks sit in the oldest ``--zone`` of the LRU order. Touches are ``max_tokens=1`` engine
+requests, as scout-proxy's are (the replay runs on ``SimEngine``: ``proxy/replay/engine_run.py``).
 
 Two variants, side by side with the same cells as ``replay_acceptance.py``:
 - ``oracle``: touches whenever the rule says so;
 - ``oracle+guard``: none while the running set alone (distinct prompt tokens of the requests in
   flight) fills the cache, the rule issue 11 item 1 sets for the product ("when the running set
-  alone overflows the cache, do nothing but observe": on a real engine running requests hold
-  their blocks, so nothing stays cached then; the replay's pool does not pin them).
-
-``--pin-running`` makes every policy but Belady hold a running request's blocks until its response,
-as vLLM does (``cachescout replay --pin-running``).
+  alone overflows the cache, do nothing but observe": running requests hold their blocks in the
+  engine, so nothing else stays cached then).
 
 ``--replan-cells N`` also measures throughput at the budget the slow way for the first N cells:
 the whole stream replayed at each candidate rate (arrival times divided by the factor), so the
 policies decide at the load they are measured at, instead of the report's fixed-decision measure
-(the cache outcome of one run, its FIFO queue compressed).
+(the cache outcome of one run, its prefill work re-queued on a FIFO at compressed arrival times).
 """
 
 from __future__ import annotations
@@ -42,12 +39,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from proxy.cachemodel.block_pool import BlockPool
 from proxy.cachemodel.cost_model import CostModel
 from proxy.core.economics import RunningSet
 from proxy.replay import runner
 from proxy.replay.cli import DEFAULT_WORKLOAD_CAPACITY
-from proxy.replay.policies import ReplayPolicy, admit, execute_on_pool
+from proxy.replay.policies import ReplayPolicy
 from proxy.replay.workloads import generate, preset
 
 BUDGET_S = 2.0  # cachescout replay's default latency budget (p99 TTFT)
@@ -57,29 +53,22 @@ class OracleKeeper(ReplayPolicy):
     """Ground-truth anchor keeper on stock LRU (see the module docstring)."""
 
     name = "oracle"
-    wants_responses = True
 
     def __init__(self, keep_share: float, zone: float, guard: bool) -> None:
         self.keep_share, self.zone, self.guard = keep_share, zone, guard
 
     def setup(self, requests, capacity_blocks, cost, rec):
         super().setup(requests, capacity_blocks, cost, rec)
-        self.pool = BlockPool(capacity_blocks, "lru")
         self.agents: dict[str, list] = {}  # agent -> [anchor hashes, tokens, rate EWMA, last seen]
         self.running = RunningSet()
         self.block_tokens = max((max(r.block_tokens) for r in requests if r.block_tokens), default=16)
         self.guarded = 0
 
     def on_response(self, i, req, hit_blocks, now):
-        if self.pin_running:
-            self.pool.free(i, now)
         self.running.remove(req.block_hashes)
 
     def on_request(self, i, req, now):
-        if self.pin_running:
-            hit = admit(self.pool, i, req.block_hashes, now)
-        else:
-            hit = self.pool.access(req.block_hashes, now)
+        pool = self.driver.engine.pool
         self.running.add(req.block_hashes, req.block_tokens)
         k = req.anchor_blocks
         if k:
@@ -91,29 +80,23 @@ class OracleKeeper(ReplayPolicy):
                 e[3] = now
         if self.guard and self.running.tokens >= self.capacity * self.block_tokens:
             self.guarded += 1
-            return hit
+            return
         budget = self.keep_share * self.capacity
         order = None
         for hashes, tokens, _rate, _last in sorted(self.agents.values(), key=lambda e: e[2], reverse=True):
             if len(hashes) > budget:
                 continue
             budget -= len(hashes)
-            if self.pool.match_prefix(hashes) < len(hashes):
+            if pool.match_prefix(hashes) < len(hashes):
                 continue  # evicted: a touch would be a warm
             if order is None:
-                order = {h: j for j, h in enumerate(self.pool.eviction_order(now))}
+                order = {h: j for j, h in enumerate(pool.eviction_order(now))}
             if min(order.get(h, 1 << 60) for h in hashes) < self.zone * self.capacity:
-                execute_on_pool(self.pool, self.rec, self.cost, now, "touch", "oracle", hashes, tokens)
+                self.driver.submit_action("touch", "oracle", hashes, sum(tokens), now)
                 order = None
-        return hit
 
     def extra(self):
         return {"guarded_requests": self.guarded}
-
-
-def pinned(policy: ReplayPolicy, pin: bool) -> ReplayPolicy:
-    policy.pin_running = pin
-    return policy
 
 
 def throughput_x(rec, lru, span: float) -> float:
@@ -127,7 +110,7 @@ def replanned_throughput(make, reqs, cap: int, cost: CostModel) -> float:
     def p99(scale: float) -> float:
         scaled = [dataclasses.replace(r, t=r.t / scale) for r in reqs]
         rec = runner.run_policy(make(), scaled, cap, cost)
-        return float(np.percentile(rec._queue(1.0)[1], 99))
+        return float(np.percentile(rec.ttft, 99))
 
     lo, hi = 1e-3, 1.0
     while p99(hi) <= BUDGET_S and hi < 1e4:
@@ -139,11 +122,11 @@ def replanned_throughput(make, reqs, cap: int, cost: CostModel) -> float:
 
 
 def one(job: tuple) -> list[dict]:
-    workload, seed, keep_share, zone, replan, pin = job
+    workload, seed, keep_share, zone, replan = job
     spec = preset(workload, seed=seed)
     reqs = generate(spec)
     cost = CostModel()
-    s = runner.ReplaySettings(block_size=spec.block_size, latency_budget_s=BUDGET_S, cost=cost, pin_running=pin)
+    s = runner.ReplaySettings(block_size=spec.block_size, latency_budget_s=BUDGET_S, cost=cost)
     span = reqs[-1].t - reqs[0].t
     rows = []
     for ci, c in enumerate(DEFAULT_WORKLOAD_CAPACITY.split(",")):
@@ -152,8 +135,8 @@ def one(job: tuple) -> list[dict]:
             "lru": lambda: runner.make_policy("lru", s),
             "history": lambda: runner.make_policy("history", s),
             "scout-proxy": lambda: runner.make_policy("scout-proxy", s),
-            "oracle": lambda: pinned(OracleKeeper(keep_share, zone, guard=False), pin),
-            "oracle+guard": lambda: pinned(OracleKeeper(keep_share, zone, guard=True), pin),
+            "oracle": lambda: OracleKeeper(keep_share, zone, guard=False),
+            "oracle+guard": lambda: OracleKeeper(keep_share, zone, guard=True),
         }
         recs = {n: runner.run_policy(m(), reqs, cap, cost) for n, m in makers.items()}
         row = {"workload": workload, "seed": seed, "capacity": cap}
@@ -177,14 +160,11 @@ def main() -> int:
     ap.add_argument("--keep-share", type=float, default=0.7, help="oracle: most of the cache its anchors may fill")
     ap.add_argument("--zone", type=float, default=0.5, help="oracle: touch anchors in this oldest share of the LRU")
     ap.add_argument("--replan-cells", type=int, default=0, help="slow re-run throughput for the first N jobs")
-    ap.add_argument("--pin-running", action="store_true", help="running requests hold their blocks (vLLM)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     seeds = [int(x) for x in args.seeds.split(",") if x]
     jobs = [(w, sd) for w in args.workloads.split(",") if w for sd in seeds]
-    jobs = [
-        (w, sd, args.keep_share, args.zone, k < args.replan_cells, args.pin_running) for k, (w, sd) in enumerate(jobs)
-    ]
+    jobs = [(w, sd, args.keep_share, args.zone, k < args.replan_cells) for k, (w, sd) in enumerate(jobs)]
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as ex:
         rows = [r for rs in ex.map(one, jobs) for r in rs]
     names = ("history", "scout-proxy", "oracle", "oracle+guard")

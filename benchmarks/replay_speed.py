@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(max(1, args.repeat)):
             pol = make_policy(name, settings)
             t0, c0 = time.perf_counter(), time.process_time()
-            rec = run_policy(pol, reqs, cap, cost)
+            rec = run_policy(pol, reqs, cap, cost, block_size=block_size)
             best = min(best, time.perf_counter() - t0)
             cpu_best = min(cpu_best, time.process_time() - c0)
             if best > 5.0:

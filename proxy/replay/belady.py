@@ -76,3 +76,69 @@ def belady_hits(block_lists: Sequence[Sequence[int]], capacity: int) -> list[int
             heap = [(-v, -depth.get(k, 0), k) for k, v in cache.items()]
             heapq.heapify(heap)
     return hits
+
+
+class NextUseEvictor:
+    """Pinned Belady on the engine's pool (`PolicyPool`): among the free blocks (no running request
+    holds them), evict the one whose next use by a request not yet finished is farthest (deepest
+    on ties; blocks never used again, unhashed slots and decode tails first).
+
+    `block_lists[j]` are the full-block hashes request j names (the engine's hashes); `index_of`
+    maps an engine request id to j (None: an action, not part of the stream). A request's uses are
+    dropped when it frees its blocks, so a free block's key is fixed while it stays free: a request
+    naming it would have touched it out of the free queue."""
+
+    def __init__(self, block_lists: Sequence[Sequence[int]], index_of):
+        from collections import deque
+
+        uses: dict[int, deque] = {}
+        depth: dict[int, int] = {}
+        for j, blocks in enumerate(block_lists):
+            for d, h in enumerate(blocks):
+                q = uses.get(h)
+                if q is None:
+                    q = uses[h] = deque()
+                    depth[h] = d
+                if not q or q[-1] != j:
+                    q.append(j)
+        self.uses = uses
+        self.depth = depth
+        self.done = [False] * len(block_lists)
+        self.index_of = index_of
+        self.heap: list[tuple[int, int, int, object]] = []  # (-next use, -depth, seq, key), lazy
+        self.where: dict = {}  # free key -> seq
+        self._seq = 0
+
+    def __len__(self) -> int:
+        return len(self.where)
+
+    def freeing(self, req_id) -> None:
+        j = self.index_of(req_id)
+        if j is not None:
+            self.done[j] = True
+
+    def next_use(self, key) -> int:
+        q = self.uses.get(key)
+        if q is None:
+            return INF
+        done = self.done
+        while q and done[q[0]]:
+            q.popleft()
+        return q[0] if q else INF
+
+    def push(self, key, now: float) -> None:
+        self._seq += 1
+        self.where[key] = self._seq
+        heapq.heappush(self.heap, (-self.next_use(key), -self.depth.get(key, INF), self._seq, key))
+
+    def remove(self, key) -> None:
+        del self.where[key]
+
+    def pop(self, now: float):
+        heap, where = self.heap, self.where
+        while heap:
+            _, _, seq, key = heapq.heappop(heap)
+            if where.get(key) == seq:
+                del where[key]
+                return key
+        raise IndexError("no free block to evict")

@@ -85,12 +85,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--no-session-ids", action="store_true", help="hide session ids from the scout policies (they infer sessions)"
     )
     p.add_argument(
-        "--pin-running",
-        action="store_true",
-        help="running requests hold their blocks until their response, as in vLLM (default: request "
-        "granularity, the reference tables' model; belady stays the unpinned bound)",
-    )
-    p.add_argument(
         "--replicas",
         type=int,
         default=1,
@@ -205,7 +199,6 @@ def run(args: argparse.Namespace) -> int:
         retention_s=args.retention_seconds,
         cost=CostModel(offload_gbps=args.offload_bandwidth_gbps, kv_bytes_per_token=args.kv_bytes_per_token),
         cpu_capacity=args.cpu_capacity,
-        pin_running=args.pin_running,
     )
     if args.replicas > 1 or args.scale or args.bootstrap_share:
         from proxy.replay.fleet_report import run_fleet
@@ -228,7 +221,6 @@ def run(args: argparse.Namespace) -> int:
             "seed": args.seed,
             "cpu_capacity": args.cpu_capacity,
             "offload_gbps": args.offload_bandwidth_gbps,
-            "pin_running": args.pin_running,
         },
         "elapsed_s": round(time.perf_counter() - t0, 3),
     }

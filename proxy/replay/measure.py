@@ -16,9 +16,12 @@ made or kept resident. A real request that hits a marked block converts every pe
 a request that misses a marked block (it was evicted) drops them; an action that re-inserts an
 absent block drops the stale marks first.
 
-With a host tier (`tier`, see `tiers.py`) each request's blocks split three ways: GPU hits (the
-policy's cache), host loads (after the GPU hit, found in the tier: charged `CostModel.load_s`) and
+Hits, loads and latencies come from the engine (`engine_run.py`): a request's GPU hit and host-tier
+load are decided when the engine schedules it, its TTFT and per-turn latency are the engine's. With
+a host tier each request's blocks split three ways: GPU hits, host loads (after the GPU hit) and
 recompute (prefilled). `hit_rate` stays the GPU tier's; `prefill_tokens` is the recompute.
+`throughput_at_budget` is the one figure not re-run on the engine: it compresses the arrival times
+and re-queues each request's measured prefill work (given its hit) on a FIFO prefill server.
 """
 
 from __future__ import annotations
@@ -71,9 +74,15 @@ class RunRecorder:
         self.load_tokens = np.zeros(n_requests, dtype=np.int64)
         self.action_load_s = 0.0  # host-tier load seconds of the actions (prefetches)
         self.resume = np.zeros(n_requests, dtype=bool)  # request resumes a session paused on a tool call
+        self.ttft = np.zeros(n_requests)  # the engine's: first-token step end − arrival
+        self.turn = np.zeros(n_requests)  # the engine's: finish − arrival
+        self.engine_steps = 0
+        self.skipped_steps = 0
+        self.engine_capacity = 0  # the engine's blocks (the capacity, raised to fit the largest request)
+        self.host_stats: dict | None = None
 
     # ------------------------------------------------------------------ requests
-    def request(self, i: int, t: float, hashes, tokens, hit: int) -> None:
+    def request(self, i: int, t: float, hashes, tokens, hit: int, loaded_tokens: int = 0) -> None:
         hit_tok = sum(tokens[:hit])
         prompt = sum(tokens)
         self.hit_blocks[i] = hit
@@ -81,6 +90,7 @@ class RunRecorder:
         self.prompt_tokens[i] = prompt
         self.blocks[i] = len(hashes)
         self.arrival[i] = t
+        self.load_tokens[i] = loaded_tokens
         if self.tier is not None:
             n = self.tier.on_request(i, hashes, hit)
             if n:
@@ -186,6 +196,11 @@ class RunRecorder:
         out["pollution_s"] = pollution_s
         if self.tier is not None:
             out["host_tier"] = self.tier.stats()
+        elif self.host_stats is not None:
+            out["host_tier"] = self.host_stats
+        out["engine_capacity_blocks"] = self.engine_capacity
+        out["engine_steps"] = self.engine_steps
+        out["engine_steps_skipped"] = self.skipped_steps
         out["signals"] = self.signal_summary(pollution_s)
         return out
 
@@ -209,11 +224,8 @@ class RunRecorder:
         )
 
     def ttft_by_request(self) -> np.ndarray:
-        """TTFT indexed by request (the queue orders jobs by arrival)."""
-        idx, ttft = self._queue()
-        out = np.zeros(len(self.arrival))
-        out[idx] = ttft
-        return out
+        """The engine's TTFT, indexed by request."""
+        return self.ttft
 
     def signal_summary(self, pollution_s: float) -> dict:
         acted_all = sum(s.acted_tokens for s in self.signals.values())
@@ -283,10 +295,9 @@ class RunRecorder:
         return np.array(idx, dtype=np.int64), np.array(ttft)
 
     def latencies(self, decode_batch: int = 16) -> tuple[np.ndarray, np.ndarray]:
-        """TTFT per request and per-turn latency (TTFT + output tokens at a nominal decode step)."""
-        idx, ttft = self._queue()
-        step = self.cost.step_base_s + self.cost.decode_seq_s * decode_batch
-        return ttft, ttft + self.output_tokens[idx] * step
+        """TTFT and per-turn latency per request, as the engine ran them (`decode_batch` is unused:
+        kept for callers of the former FIFO model)."""
+        return self.ttft, self.turn
 
     def throughput_at_budget(self, span_s: float, budget_s: float) -> float:
         """Largest request rate (arrival times compressed by a factor) keeping p99 TTFT <= budget."""

@@ -1,133 +1,101 @@
 """Baseline replay policies: lru, history, ttl, belady (scout policies live in `scout.py`).
 
-Every policy owns one simulated cache of the same capacity and answers, per request in time order,
-"how many leading blocks hit?". Policies that act (ttl pins, scout touches/warms) report each
-executed action to the run's recorder so conversion, lead time and yield can be measured.
+Every policy runs on the same `SimEngine` (`engine_run.py`) with the same capacity; a policy shapes
+that engine only through its eviction order (`evictor()`), the actions it submits as engine
+requests, and pool pins. Policies that act (ttl pins, scout touches/warms) report each executed
+action to the run's recorder so conversion, lead time and yield can be measured.
 
-- `lru`: stock vLLM: `BlockPool` in LRU mode, request granularity (`access`).
+- `lru`: stock vLLM: the engine's `BlockPool` in LRU mode.
 - `history`: category-level reuse statistics learned online ("KVCache Cache in the Wild", ATC'25):
   a block's group is (request category, position bucket); each group learns, from the request
-  stream itself (re-accesses, resident or not), its reuse ratio and mean reuse interval; the victim
-  is the block with the lowest log-odds of a pending reuse given its age, from the group's reuse
-  ratio ρ and empirical reuse-interval survival S: ρ·S(age) / (ρ·S(age) + 1 − ρ).
+  stream itself (re-accesses, resident or not), its reuse ratio and reuse-interval survival; the
+  engine's victim is the free block with the lowest log-odds of a pending reuse given its age:
+  ρ·S(age) / (ρ·S(age) + 1 − ρ).
 - `ttl`: Continuum-style: a response that ends in a tool call pins its session's prompt for τ
-  seconds (or until the session's next request), on a stock LRU pool.
-- `belady`: MIN with bypass on the same capacity (offline, precomputed): the bound.
+  seconds (or until the session's next request), as the engine pool's eviction order: LRU, pinned
+  blocks last (a pin yields under pressure rather than stalling admission).
+- `belady`: pinned Belady: the engine evicts, among the free blocks (no running request holds
+  them), the one whose next use is farthest. The bound for any eviction order on that engine.
 """
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from collections import OrderedDict
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from proxy.cachemodel.block_pool import BlockPool
 from proxy.cachemodel.cost_model import CostModel
-from proxy.replay.belady import belady_hits
-from proxy.replay.grouped_cache import GroupedCache
+from proxy.cachemodel.policy_pool import ScoredEvictor
+from proxy.replay.belady import NextUseEvictor
 from proxy.replay.measure import RunRecorder
 from proxy.replay.traces import ReplayRequest
 
+if TYPE_CHECKING:
+    from proxy.replay.engine_run import EngineDriver
+
 
 class ReplayPolicy:
-    """Base: one cache, one answer per request. `wants_responses` asks for response-end events."""
+    """Base: hooks the engine driver calls in virtual time. `driver` is set before `setup`."""
 
     name = "base"
-    wants_responses = False
-    pin_running = False  # running requests hold their blocks until their response (ReplaySettings)
+    eviction = "lru"  # the engine's stock eviction mode when `evictor()` is None
+    driver: EngineDriver
 
     def setup(self, requests: Sequence[ReplayRequest], capacity_blocks: int, cost: CostModel, rec: RunRecorder) -> None:
         self.capacity = capacity_blocks
         self.cost = cost
         self.rec = rec
 
-    def on_request(self, i: int, req: ReplayRequest, now: float) -> int:
-        raise NotImplementedError
+    def evictor(self) -> Any:
+        """The engine pool's eviction order (`policy_pool.Evictor`), or None for the stock one."""
+        return None
+
+    def on_request(self, i: int, req: ReplayRequest, now: float) -> None:
+        """A request arrives (before the engine sees it)."""
+
+    def on_admit(self, i: int, req: ReplayRequest, hit_blocks: int, now: float) -> None:
+        """The engine scheduled it: `hit_blocks` is its GPU prefix hit."""
 
     def on_response(self, i: int, req: ReplayRequest, hit_blocks: int, now: float) -> None:
-        return None
+        """Its last token was sampled at `now`."""
+
+    def next_wakeup(self) -> float:
+        """When the policy wants to be called (`wakeup`) without an event; inf = never."""
+        return math.inf
+
+    def wakeup(self, now: float) -> None:
+        """Its timer is due: it must consume every wakeup at or before `now`."""
+
+    def on_stall(self, now: float) -> bool:
+        """The engine cannot admit anything and no event is left: release what the policy holds.
+        Returns whether anything was released."""
+        return False
+
+    def on_end(self, now: float) -> None:
+        """The stream is over and the engine idle."""
 
     def extra(self) -> dict:
         """Policy-specific numbers for the report."""
         return {}
 
 
-def execute_on_pool(
-    pool: BlockPool,
-    rec: RunRecorder,
-    cost: CostModel,
-    now: float,
-    kind: str,
-    reason: str,
-    hashes: Sequence[int],
-    tokens: Sequence[int],
-    priority: int = 0,
-    honours_priority: bool = False,
-) -> bool:
-    """Run one touch/warm/retain against a simulated pool and record it. Returns False when the
-    engine cannot honour it (retain on an LRU engine)."""
-    before = pool.match_prefix(hashes)
-    cached = sum(tokens[:before])
-    if kind == "retain":
-        if not honours_priority:
-            rec.unsupported += 1
-            return False
-        if before:
-            pool.access(hashes[:before], now, priority)
-        rec.action(now, kind, reason, hashes, tokens, before, before, cached, 0, 0.0)
-        return True
-    pool.access(hashes, now, priority if honours_priority else 0)
-    after = pool.match_prefix(hashes)
-    warmed = sum(tokens[before:after])
-    loaded = 0
-    if rec.tier is not None:  # host tier: the evicted part is loaded, not prefilled
-        n = rec.tier.on_action(hashes, before, after)
-        loaded = sum(tokens[before : before + n])
-    warmed -= loaded
-    rec.action_load_s += cost.load_s(loaded)  # host link time, not engine compute (async load)
-    # a fully cached touch still recomputes the last token and runs one decode row
-    service = cost.chunk_s(cached + loaded, max(warmed, 1)) + cost.decode_seq_s
-    rec.action(now, kind, reason, hashes, tokens, before, after, cached, warmed, service)
-    return True
-
-
-def admit(pool: BlockPool, key: int, hashes: Sequence[int], now: float) -> int:
-    """A request that holds its blocks while it runs (``pin_running``): the prefix that fits beside
-    the running requests is allocated and held until ``pool.free(key)``; the rest is not cached.
-    Returns the prefix hit."""
-    got = pool.allocate(key, hashes[: pool.admissible(hashes)], now)
-    return got if got is not None else 0
-
-
 class LruPolicy(ReplayPolicy):
     name = "lru"
-
-    def setup(self, requests, capacity_blocks, cost, rec):
-        super().setup(requests, capacity_blocks, cost, rec)
-        self.pool = BlockPool(capacity_blocks, "lru")
-        self.wants_responses = self.pin_running
-
-    def on_request(self, i, req, now):
-        if self.pin_running:
-            return admit(self.pool, i, req.block_hashes, now)
-        return self.pool.access(req.block_hashes, now)
-
-    def on_response(self, i, req, hit_blocks, now):
-        self.pool.free(i, now)
 
 
 class BeladyPolicy(ReplayPolicy):
     name = "belady"
 
-    def setup(self, requests, capacity_blocks, cost, rec):
-        super().setup(requests, capacity_blocks, cost, rec)
-        self.hits = belady_hits([r.block_hashes for r in requests], capacity_blocks)
-
-    def on_request(self, i, req, now):
-        return self.hits[i]
+    def evictor(self):
+        d = self.driver
+        # a use is a block the request could hit: the engine recomputes a prompt's last token, so
+        # its hit stops at (prompt − 1) // block_size blocks
+        hittable = [full[: (max(1, r.prompt_tokens) - 1) // d.bs] for full, r in zip(d.full, d.requests)]
+        return NextUseEvictor(hittable, d.index_of)
 
 
 def position_bucket(j: int) -> int:
@@ -142,14 +110,27 @@ class HistoryPolicy(ReplayPolicy):
 
     def setup(self, requests, capacity_blocks, cost, rec):
         super().setup(requests, capacity_blocks, cost, rec)
+        self.requests = requests
         self.accesses: dict = {}
         self.reuses: dict = {}
         self.hist: dict = {}  # group -> reuse-interval counts per bin
         self.seen: dict[int, float] = {}  # block -> last access (every block the stream named)
-        self.cache = GroupedCache(capacity_blocks, self._score)
-        self.wants_responses = self.pin_running
-        self._cache_key = None
         self._memo: dict = {}
+        self._groups: dict = {}  # block -> group, for the request freeing its blocks
+
+    def evictor(self):
+        self._ev = ScoredEvictor(self._score, self._group_of)
+        return self._ev
+
+    def _group_of(self, key):
+        j = self.driver.index_of(self._ev.freeing_req)
+        if j is None:
+            return None
+        g = self._groups.get(j)
+        if g is None:
+            req = self.requests[j]
+            g = self._groups[j] = {h: (req.category, position_bucket(d)) for d, h in enumerate(req.block_hashes)}
+        return g.get(key)
 
     def _score(self, group, last: float, now: float) -> float:
         """Log-odds that the block is re-accessed later, given it has waited `now - last`:
@@ -171,11 +152,10 @@ class HistoryPolicy(ReplayPolicy):
     def on_request(self, i, req, now):
         hashes = req.block_hashes
         cat = req.category
-        groups = [(cat, position_bucket(j)) for j in range(len(hashes))]
-        hit = self.cache.match_prefix(hashes)
         acc, reuses, hist, seen = self.accesses, self.reuses, self.hist, self.seen
         bins = self.BINS
-        for h, g in zip(hashes, groups):  # reuse = a re-access, resident or not (policy-independent)
+        for j, h in enumerate(hashes):  # reuse = a re-access, resident or not (policy-independent)
+            g = (cat, position_bucket(j))
             acc[g] = acc.get(g, 0) + 1
             last = seen.get(h)
             if last is not None:
@@ -186,69 +166,114 @@ class HistoryPolicy(ReplayPolicy):
                 c[bisect_left(bins, now - last)] += 1
             seen[h] = now
         self._memo.clear()
-        self.cache.access(hashes, groups, now)
-        if self.pin_running:
-            self.cache.hold(i, hashes)
-        return hit
+        self._ev.version += 1  # the statistics behind the scores changed
 
     def on_response(self, i, req, hit_blocks, now):
-        self.cache.release(i)
+        self._groups.pop(i, None)
+
+
+class TtlEvictor:
+    """LRU, except that blocks pinned by a session paused on a tool go only when no unpinned free
+    block is left (a pin yields under pressure rather than stalling admission)."""
+
+    def __init__(self) -> None:
+        self.free: OrderedDict = OrderedDict()  # unpinned, head = next victim
+        self.kept: OrderedDict = OrderedDict()  # pinned, head = oldest
+        self.pinned: dict = {}  # block -> pins holding it
+
+    def __len__(self) -> int:
+        return len(self.free) + len(self.kept)
+
+    def freeing(self, req_id) -> None:
+        return None
+
+    def push(self, key, now: float) -> None:
+        (self.kept if key in self.pinned else self.free)[key] = None
+
+    def remove(self, key) -> None:
+        if self.free.pop(key, 0) is not None:
+            del self.kept[key]
+
+    def pop(self, now: float):
+        if self.free:
+            return self.free.popitem(last=False)[0]
+        key = self.kept.popitem(last=False)[0]
+        return key
+
+    def pin(self, keys) -> None:
+        for k in keys:
+            self.pinned[k] = self.pinned.get(k, 0) + 1
+            if k in self.free:
+                del self.free[k]
+                self.kept[k] = None
+
+    def unpin(self, keys) -> None:
+        for k in keys:
+            c = self.pinned.get(k, 0) - 1
+            if c > 0:
+                self.pinned[k] = c
+                continue
+            self.pinned.pop(k, None)
+            if k in self.kept:  # idle since the pin: back among the oldest
+                del self.kept[k]
+                self.free[k] = None
+                self.free.move_to_end(k, last=False)
 
 
 class TtlPolicy(ReplayPolicy):
-    """Pin a tool-calling session's prompt for τ seconds on an LRU pool (Continuum)."""
+    """Pin a tool-calling session's prompt for τ seconds (Continuum), as the engine pool's eviction
+    order: pinned blocks are evicted only when no unpinned free block is left, until the pin
+    expires or the session's next request arrives."""
 
     name = "ttl"
-    wants_responses = True
 
     def __init__(self, ttl_s: float = 10.0):
         self.ttl_s = ttl_s
 
     def setup(self, requests, capacity_blocks, cost, rec):
         super().setup(requests, capacity_blocks, cost, rec)
-        self.pool = BlockPool(capacity_blocks, "lru")
-        self.pins: dict[str, float] = {}  # session -> pin expiry
+        self.pins: dict[str, tuple[float, list]] = {}  # session -> (pin expiry, pinned blocks)
         self.pinned = 0
-        self.pin_failed = 0
+
+    def evictor(self):
+        self._ev = TtlEvictor()
+        return self._ev
+
+    def _unpin(self, sid: str) -> None:
+        _, keys = self.pins.pop(sid)
+        self._ev.unpin(keys)
 
     def _expire(self, now: float) -> None:
         if not self.pins:
             return
-        for sid, until in list(self.pins.items()):
+        for sid, (until, _) in list(self.pins.items()):
             if until <= now:
-                self.pool.free(("pin", sid), now)
-                del self.pins[sid]
+                self._unpin(sid)
+
+    def next_wakeup(self) -> float:
+        return min((u for u, _ in self.pins.values()), default=math.inf)
+
+    def wakeup(self, now: float) -> None:
+        self._expire(now)
 
     def on_request(self, i, req, now):
         self._expire(now)
         sid = req.session_id
         if sid is not None and sid in self.pins:
-            hit = self.pool.match_prefix(req.block_hashes)
-            self.pool.free(("pin", sid), now)  # the resume arrived: unpin, then run it
-            del self.pins[sid]
-            self._run(i, req, now)
-            return hit
-        return self._run(i, req, now)
-
-    def _run(self, i, req, now):
-        if self.pin_running:
-            return admit(self.pool, i, req.block_hashes, now)
-        return self.pool.access(req.block_hashes, now)
+            self._unpin(sid)  # the resume arrived: unpin, then it runs
 
     def on_response(self, i, req, hit_blocks, now):
-        if self.pin_running:
-            self.pool.free(i, now)
         self._expire(now)
         if req.finish_reason != "tool_calls" or req.session_id is None or req.session_id in self.pins:
             return
-        hashes = req.block_hashes
-        before = self.pool.match_prefix(hashes)
+        pool = self.driver.engine.pool
+        hashes = self.driver.full[i]
+        before = pool.match_prefix(hashes)
         if before == 0:
             return
-        if self.pool.allocate(("pin", req.session_id), hashes[:before], now) is None:
-            self.pin_failed += 1
-            return
-        self.pins[req.session_id] = now + self.ttl_s
+        keys = list(hashes[:before])
+        self._ev.pin(keys)
+        self.pins[req.session_id] = (now + self.ttl_s, keys)
         self.pinned += 1
         self.rec.action(
             now,
@@ -264,4 +289,4 @@ class TtlPolicy(ReplayPolicy):
         )
 
     def extra(self):
-        return {"pins": self.pinned, "pin_failed": self.pin_failed, "ttl_s": self.ttl_s}
+        return {"pins": self.pinned, "ttl_s": self.ttl_s}

@@ -129,7 +129,7 @@ def learned_snapshot(
     """The state one proxy learns from `requests` (a past day, or another replica's traffic)."""
     s = settings or ReplaySettings()
     pol = make_policy(policy, s)
-    run_policy(pol, requests, capacity, s.cost, None, s.engines)
+    run_policy(pol, requests, capacity, s.cost, None, s.engines, 0, s.block_size)
     sp = getattr(pol, "sp", None)  # the scout policies' core (ReplayPolicy itself has none)
     if not isinstance(sp, ScoutPolicy):
         raise ValueError(f"policy {policy!r} learns no CacheScout state")
@@ -177,7 +177,7 @@ def replay_fleet(
             pol = make_policy(name, s)
             if snapshot is not None and name.startswith("scout-"):
                 _restore_after_setup(pol, snapshot)
-            rec = run_policy(pol, sub, capacity, s.cost, None, s.engines, cpu)
+            rec = run_policy(pol, sub, capacity, s.cost, None, s.engines, cpu, s.block_size)
             if name == "lru":
                 lru_recs[k] = rec
             sub_span = sub[-1].t - sub[0].t

@@ -1,22 +1,22 @@
 """Replay runner: drives each policy over one request stream in virtual time, deterministically.
 
-Why events: the scout planner learns from responses (finish reasons, tool calls) and plans between
-requests, so a request's response end is an event of its own: when its prefill ends in the TTFT
-model's FIFO (behind the client prefill and the action jobs queued before it; cost model, given its
-hit) + its output tokens at a nominal decode step. Policies that do not need
-responses skip the event heap entirely (that is what keeps `lru` fast).
+Every policy runs on the same `SimEngine` (`engine_run.py`): each request is submitted at its
+arrival time and the engine is stepped in virtual time, so hits, TTFT and per-turn latency are the
+engine's (continuous batching, token budget, admission when blocks fit). A policy differs only in
+the engine pool's eviction order, the actions it submits as engine requests, and pins.
 
 `lru` and `belady` always run (they define the gap every other policy is measured against), so a
-report can say what share of the LRU→Belady gap each policy closes.
+report can say what share of the LRU→Belady gap each policy closes. `belady` is pinned Belady on
+that engine: the bound for any eviction order (not for policies that also warm: a warm is a
+prefetch, which demand-paging Belady does not do).
 
-`cpu_capacity` puts a host-memory tier behind every policy's GPU cache (`tiers.py`): LRU and
-write-through for every policy, MIN for Belady; the report then adds GPU hits, host loads,
-recompute and the share of the LRU→Belady *TTFT* gap each policy closes.
+`cpu_capacity` puts the engine's host-memory tier (LRU, write-through; `host_tier.py`) behind every
+policy's GPU cache; the report then adds GPU hits, host loads, recompute and the share of the
+LRU→Belady *TTFT* gap each policy closes.
 """
 
 from __future__ import annotations
 
-import heapq
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -26,12 +26,13 @@ from typing import Any
 import numpy as np
 
 from proxy.cachemodel.cost_model import CostModel
+from proxy.replay.engine_run import run_on_engine
 from proxy.replay.measure import RunRecorder
 from proxy.replay.policies import BeladyPolicy, HistoryPolicy, LruPolicy, ReplayPolicy, TtlPolicy
-from proxy.replay.tiers import LruHostTier, MinHostTier, resolve_cpu_capacity
+from proxy.replay.tiers import resolve_cpu_capacity
 from proxy.replay.traces import ReplayRequest, unique_blocks
 
-POLICIES = ("lru", "history", "ttl", "scout-engine", "scout-proxy", "scout-proxy-priority", "belady")
+POLICIES = ("lru", "history", "ttl", "scout-engine", "scout-proxy", "scout-proxy-priority", "oracle-keeper", "belady")
 # scout-proxy with a runtime sending hints (truthful, noisy, lying; proxy/replay/hint_stream.py):
 # opt-in by name, not in the default --policies list
 HINT_POLICIES = (
@@ -41,7 +42,7 @@ HINT_POLICIES = (
     "scout-proxy+liar",
     "scout-proxy+hints+liar",
 )
-DECODE_BATCH = 16  # nominal running batch for the decode step of response timing
+DECODE_BATCH = 16  # kept for callers: latencies() no longer uses a nominal decode batch
 
 
 @dataclass
@@ -51,24 +52,15 @@ class ReplaySettings:
     ttl_s: float = 10.0
     scout_overrides: dict = field(default_factory=dict)
     use_sessions: bool = True
-    engines: int = 1  # parallel prefill servers in the TTFT queue (one shared cache)
+    engines: int = 1  # prefill servers sharing one cache: one engine computing `engines` times faster
     retention_s: float = 300.0  # priority engine: a block's priority decays after this idle time
     cost: CostModel = field(default_factory=CostModel)
     proxy_settings: Any = None  # the proxy's Settings (None = defaults); scout_overrides go over
     # its policy_overrides; the same builder as the live proxy
     cpu_capacity: str | None = None  # host tier: "4x" (of the GPU capacity), a share, or blocks; None = none
-    pin_running: bool = False  # running requests hold their blocks until their response, as in vLLM
-    # (off: request granularity, the reference tables' model); Belady stays the unpinned bound
 
 
 def make_policy(name: str, s: ReplaySettings) -> ReplayPolicy:
-    pol = _make_policy(name, s)
-    if name != "belady":
-        pol.pin_running = s.pin_running
-    return pol
-
-
-def _make_policy(name: str, s: ReplaySettings) -> ReplayPolicy:
     if name == "lru":
         return LruPolicy()
     if name == "belady":
@@ -77,6 +69,10 @@ def _make_policy(name: str, s: ReplaySettings) -> ReplayPolicy:
         return HistoryPolicy()
     if name == "ttl":
         return TtlPolicy(s.ttl_s)
+    if name == "oracle-keeper":
+        from proxy.replay.oracle import OracleKeeperPolicy
+
+        return OracleKeeperPolicy()
     if name in ("scout-proxy", "scout-proxy-priority", "scout-engine"):
         from proxy.replay.scout import ScoutEnginePolicy, ScoutProxyPolicy, ScoutProxyPriorityPolicy
 
@@ -136,62 +132,10 @@ def run_policy(
     progress: Callable[[int], None] | None = None,
     engines: int = 1,
     cpu_blocks: int = 0,
+    block_size: int = 16,
 ) -> RunRecorder:
-    """One policy over the stream (with a host tier of `cpu_blocks` behind it); returns its recorder."""
-    outputs = np.fromiter((r.output_tokens for r in requests), dtype=np.int64, count=len(requests))
-    rec = RunRecorder(cost, outputs, engines)
-    rec.resume = resume_mask(requests)
-    if cpu_blocks > 0:
-        rec.tier = (
-            MinHostTier(cpu_blocks, [r.block_hashes for r in requests])
-            if isinstance(policy, BeladyPolicy)
-            else LruHostTier(cpu_blocks)
-        )
-    policy.setup(requests, capacity, cost, rec)
-    tick = max(1, len(requests) // 50)
-    if not policy.wants_responses:
-        on_request, record = policy.on_request, rec.request
-        for i, r in enumerate(requests):
-            hit = on_request(i, r, r.t)
-            record(i, r.t, r.block_hashes, r.block_tokens, hit)
-            if progress is not None and i % tick == 0:
-                progress(i)
-        if progress is not None:
-            progress(len(requests) - 1)
-        return rec
-    step = cost.step_base_s + cost.decode_seq_s * DECODE_BATCH
-    pending: list[tuple[float, int, int]] = []  # (end time, tie-break, request index)
-    hits: dict[int, int] = {}
-    # the TTFT model's FIFO, kept online so a response ends when the request's prefill does there
-    # (behind the queued client prefill and the policy's action jobs), then its decode
-    servers = [0.0] * max(1, engines)  # heap of the prefill servers' free times
-    acted = 0
-    for i, r in enumerate(requests):
-        while pending and pending[0][0] <= r.t:
-            t_end, _, j = heapq.heappop(pending)
-            policy.on_response(j, requests[j], hits.pop(j), t_end)
-        hit = policy.on_request(i, r, r.t)
-        rec.request(i, r.t, r.block_hashes, r.block_tokens, hit)
-        hits[i] = hit
-        jobs = rec.action_jobs
-        while acted < len(jobs):  # actions run so far (at or before now) queue first
-            t_job, service = jobs[acted]
-            heapq.heapreplace(servers, max(t_job, servers[0]) + service)
-            acted += 1
-        cached = int(rec.hit_tokens[i] + rec.load_tokens[i])
-        ready = r.t + cost.load_s(int(rec.load_tokens[i]))
-        prefilled = max(ready, servers[0]) + cost.prefill_s(r.prompt_tokens, cached)
-        heapq.heapreplace(servers, prefilled)
-        end = prefilled + r.output_tokens * step
-        heapq.heappush(pending, (end, i, i))  # ties: request order
-        if progress is not None and i % tick == 0:
-            progress(i)
-    while pending:
-        t_end, _, j = heapq.heappop(pending)
-        policy.on_response(j, requests[j], hits.pop(j), t_end)
-    if progress is not None:
-        progress(len(requests) - 1)
-    return rec
+    """One policy over the stream on the simulated engine (with a host tier of `cpu_blocks`)."""
+    return run_on_engine(policy, requests, capacity, cost, progress, engines, cpu_blocks, block_size)
 
 
 def _bar(name: str, n: int, enabled: bool) -> Callable[[int], None] | None:
@@ -247,7 +191,14 @@ def replay(
             pol = make_policy(name, s)
             t0 = time.perf_counter()
             rec = run_policy(
-                pol, requests, cap, s.cost, _bar(f"{name} @ {cap}", len(requests), progress), s.engines, cpu
+                pol,
+                requests,
+                cap,
+                s.cost,
+                _bar(f"{name} @ {cap}", len(requests), progress),
+                s.engines,
+                cpu,
+                s.block_size,
             )
             elapsed = time.perf_counter() - t0
             if progress:
@@ -260,7 +211,7 @@ def replay(
             summ["replay_rps"] = len(requests) / elapsed if elapsed > 0 else 0.0
             summ["extra"] = pol.extra()
             summ["_leads"] = rec.lead_samples()
-            summ["_ttft"] = rec.latencies(DECODE_BATCH)[0]
+            summ["_ttft"] = rec.latencies()[0]
             if any(r.finish_reason == "tool_calls" for r in requests):
                 from proxy.replay.scout_hints import resume_latency
 

@@ -1,15 +1,17 @@
 """The CacheScout policies in the replay: the product (`scout-proxy`) and the paper's engine variant.
 
 - `scout-proxy`: the live proxy's planner, unchanged (`proxy.core.ScoutPolicy`), in front of a stock
-  LRU `BlockPool`. Each request is observed (`observe_request`) before the engine sees it, each
-  response end is observed with its finish reason, and after every event the planner is asked for
-  actions (`plan`), which run at once against the simulated cache in virtual time: a touch or warm
-  is a `max_tokens=1` request on the action's blocks (its missing tokens are prefilled and charged
-  through the cost model), a retain is a priority bump that an LRU engine cannot honour.
+  LRU `SimEngine`. Each request is observed (`observe_request`) as it arrives, each response end is
+  observed with its finish reason, and after every event the planner is asked for actions (`plan`),
+  which go through the live executor's rules (`engine_side.ReplayExecutor`) to the engine: a touch
+  or warm is a `max_tokens=1` engine request on the action's blocks, queued and scheduled with the
+  client requests; the core hears back when the engine finished it. A retain is a priority bump
+  that an LRU engine cannot honour.
 - `scout-proxy-priority`: the same planner (with Retain hints on) against a priority-eviction
   engine (SGLang `--radix-eviction-policy priority`): actions carry their priority into the pool.
-- `scout-engine`: the paper's in-engine eviction: every block belongs to the agent that last used
-  it (anchor blocks; other blocks form one p_surv = 0 group) and the victim minimises
+- `scout-engine`: the paper's in-engine eviction, as the engine pool's eviction order: every block
+  belongs to the agent that last used it (anchor blocks; other blocks form one p_surv = 0 group)
+  and the victim minimises
   (p_surv(agent)+δ)·(e^(−λ·age)+δ), with agents and p_surv taken from the same core (its agent
   registry, transition learner and survival BFS, as the planner's sweep
   uses them). It needs no actions, so it reports no signal tables.
@@ -20,17 +22,16 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from proxy.cachemodel.block_pool import BlockPool
+from proxy.cachemodel.policy_pool import ScoredEvictor
 from proxy.core import config as core_config
-from proxy.core.actions import Action
+from proxy.core.actions import Action, ObservedRequest
 from proxy.core.economics import RunningSet
 from proxy.core.policy import ScoutPolicy
 from proxy.core.survival import reachable_agents
 from proxy.core.view import EngineLoad, ResponseOutcome, view_from_blocks
 from proxy.core.yield_book import YieldBook
-from proxy.replay.engine_side import EngineQueue, ReplayExecutor
-from proxy.replay.grouped_cache import GroupedCache
-from proxy.replay.policies import ReplayPolicy, admit, execute_on_pool
+from proxy.replay.engine_side import ReplayExecutor
+from proxy.replay.policies import ReplayPolicy
 from proxy.runtime.policy_config import executor_limits, policy_config
 from proxy.runtime.switchback import SelfEvaluation, switchback_config, yield_config
 from proxy.settings import Settings
@@ -67,7 +68,6 @@ def build_config(
 
 
 class _ScoutBase(ReplayPolicy):
-    wants_responses = True
     retention_s: float = 300.0  # priority engine's retention; make_policy sets the run's value
     # built by each subclass's setup():
     sp: ScoutPolicy
@@ -137,10 +137,10 @@ class ScoutProxyPolicy(_ScoutBase):
         prio = self.eviction == "priority"
         engines = getattr(rec, "engines", 1)
         reload, host = None, 0
-        tier = getattr(rec, "tier", None)
-        if tier is not None:  # the engine has a host tier: reloads are loads
+        cpu = self.driver.engine.config.cpu_blocks
+        if cpu:  # the engine has a host tier: reloads are loads
             reload = (1.0 / cost.transfer_s(1), cost.offload_latency_s)
-            host = tier.stats()["capacity_blocks"]
+            host = cpu
         self.sp = ScoutPolicy(
             build_config(
                 capacity_blocks,
@@ -152,8 +152,6 @@ class ScoutProxyPolicy(_ScoutBase):
                 host_tier_blocks=host,
             )
         )
-        self.pool = BlockPool(capacity_blocks, self.eviction, self.retention_s)
-        self.queue = EngineQueue(engines)
         self.executor = ReplayExecutor(executor_limits(self.settings), self._execute, self.sp.record_action_result)
         # the live yield ledger (throttles a signal whose realised yield is negative), fed by the same
         # rule as live (core/yield_book.py); the switchback's control windows are live-only (the
@@ -170,9 +168,11 @@ class ScoutProxyPolicy(_ScoutBase):
         self._arrivals = [r.t for r in requests]  # the stream's arrival times (the runner's order)
         self._next = 0  # index of the next request not yet arrived
         self._rid: dict[int, int] = {}
+        self._obs: dict[int, ObservedRequest] = {}  # request -> its observation, until the engine schedules it
         self._running = RunningSet()  # distinct tokens of the requests in flight
         self.inflight = 0
         self.executed = 0
+        self._pumping = False
 
     def on_request(self, i, req, now):
         self._next = i  # an action pumped now runs alongside this arrival
@@ -183,79 +183,76 @@ class ScoutProxyPolicy(_ScoutBase):
         self.inflight += 1
         self._next = i + 1
         self._running.add(req.block_hashes, req.block_tokens)
-        hit = (
-            admit(self.pool, i, req.block_hashes, now) if self.pin_running else self.pool.access(req.block_hashes, now)
-        )
         if obs.acted_reason and obs.acted_hash is not None:
-            saved = self.book.credit(
-                req.tenant,
-                obs.acted_hash,
-                obs.acted_tokens,
-                req.prompt_tokens,
-                sum(req.block_tokens[:hit]),
-                self.sp.residency,
-            )
-            if saved is not None:
-                self.selfeval.record_saved(obs.acted_reason, saved, now)
-        self.queue.push(now, self.cost.prefill_s(req.prompt_tokens, sum(req.block_tokens[:hit])))
+            self._obs[i] = obs
         self._plan(now)
-        return hit
+
+    def on_admit(self, i, req, hit_blocks, now):
+        obs = self._obs.pop(i, None)
+        if obs is None or obs.acted_hash is None or obs.acted_reason is None:
+            return
+        saved = self.book.credit(
+            req.tenant,
+            obs.acted_hash,
+            obs.acted_tokens,
+            req.prompt_tokens,
+            sum(req.block_tokens[:hit_blocks]),
+            self.sp.residency,
+        )
+        if saved is not None:
+            self.selfeval.record_saved(obs.acted_reason, saved, now)
 
     def on_response(self, i, req, hit_blocks, now):
-        if self.pin_running:
-            self.pool.free(i, now)
         self._running.remove(req.block_hashes)
         self._observe_response(i, req, hit_blocks, now)
         self._pump(now)
         self._plan(now)
 
     def _pump(self, now: float) -> None:
-        self.executor.pump(now, self.inflight, self.queue.waiting(now))
+        if self._pumping:
+            return
+        self._pumping = True
+        try:
+            self.executor.pump(now, self.inflight, self.driver.waiting())
+        finally:
+            self._pumping = False
+
+    def _load(self, now: float) -> EngineLoad:
+        d = self.driver
+        return EngineLoad(
+            inflight=self.inflight,
+            waiting=d.waiting(),
+            prefilling=d.prefilling(),
+            running_tokens=self._running.tokens,
+            utilisation=d.utilisation(now),
+        )
 
     def _plan(self, now: float) -> None:
-        q = self.queue
-        load = EngineLoad(
-            inflight=self.inflight,
-            waiting=q.waiting(now),
-            prefilling=q.prefilling(now),
-            running_tokens=self._running.tokens,
-            utilisation=q.utilisation(now),
-        )
-        actions = self.sp.plan(now, load)
+        actions = self.sp.plan(now, self._load(now))
         if actions:
             self.executor.submit(actions, now)
             self._pump(now)
 
-    def _execute(self, a: Action, now: float) -> tuple[bool, float, int]:
-        """One action on the simulated engine: its cache effect now, its job in the engine's FIFO;
-        the core hears back when that job ends (as live, when the engine answered)."""
-        jobs = len(self.rec.action_jobs)
+    def _execute(self, a: Action, now: float) -> bool:
+        """Hand an action to the engine (as live, to the engine's queue); the core hears back when
+        the engine finished it (`_done`)."""
         toks = self._tokens_of(a)
-        before = self.pool.match_prefix(a.block_hashes)
-        ok = execute_on_pool(
-            self.pool,
-            self.rec,
-            self.cost,
-            now,
-            a.kind,
-            a.reason,
-            a.block_hashes,
-            toks,
-            a.priority,
-            honours_priority=self.eviction == "priority",
-        )
-        self.executed += ok
-        end = now
-        if len(self.rec.action_jobs) > jobs:
-            end = self.queue.push(now, self.rec.action_jobs[-1][1], client=False)
-        computed = sum(toks[before : self.pool.match_prefix(a.block_hashes)]) if ok and a.kind != "retain" else 0
-        if ok:  # yield: charged before the core's shadow marks the blocks fresh (at the report), as live
-            spent = self.book.charge(a, self.sp.residency, sum(toks), sum(toks[:before]), computed)
-            # contended: a client request overlapped the action's run [now, end] — in flight now, or
-            # arriving before its job ends (live asks the same at the answer: yield_book.ran_alongside_traffic)
-            contended = self.inflight > 0 or self._arrival(self._next) <= end
-            self.selfeval.record_spent(a.reason, spent, contended, now)
-        return ok, end, computed
+        contended_now = self.inflight > 0
+        nxt = self._next
+
+        def done(ok: bool, end: float, cached: int, computed: int) -> None:
+            self.executed += ok
+            if ok and a.kind != "retain":  # yield: charged before the core's shadow marks the blocks
+                # fresh (at the report), as live
+                spent = self.book.charge(a, self.sp.residency, sum(toks), min(cached, sum(toks)), computed)
+                # contended: a client request overlapped the action's run — in flight when it started,
+                # or arriving before it ended (live: yield_book.ran_alongside_traffic)
+                contended = contended_now or self._arrival(nxt) <= end
+                self.selfeval.record_spent(a.reason, spent, contended, end)
+            self.executor.complete(a, ok, end, computed)
+            self._pump(end)
+
+        return self.driver.submit_action(a.kind, a.reason, a.block_hashes, a.tokens, now, a.priority, done)
 
     def _arrival(self, i: int) -> float:
         return self._arrivals[i] if i < len(self._arrivals) else float("inf")
@@ -270,7 +267,6 @@ class ScoutProxyPolicy(_ScoutBase):
 
     def extra(self):
         out = super().extra()
-        self.executor.flush()
         st = self.executor.stats
         ledger = self.selfeval.ledger.snapshot(self._now)
         out.update(
@@ -300,18 +296,34 @@ class ScoutEnginePolicy(_ScoutBase):
 
     def setup(self, requests, capacity_blocks, cost, rec):
         super().setup(requests, capacity_blocks, cost, rec)
+        self.requests = requests
         self.sp = ScoutPolicy(build_config(capacity_blocks, self.block_size, self.settings))
         cfg = self.sp.config
         self.delta = cfg.delta
         self.lam = cfg.age_lambda
-        self.cache = GroupedCache(capacity_blocks, self._score)
         self._rid: dict[int, int] = {}
+        self._agent: dict[int, tuple[str | None, int]] = {}  # request -> (agent, anchor blocks)
         self.inflight = 0
         self._surv: dict = {}
         self._surv_at = -1.0
+        self._cur: tuple | None = None  # (request freeing its blocks, its agent, its anchor blocks)
+
+    def evictor(self):
+        self._ev = ScoredEvictor(self._score, self._group_of)
+        return self._ev
+
+    def _group_of(self, key):
+        j = self.driver.index_of(self._ev.freeing_req)
+        if j is None:
+            return None
+        cur = self._cur
+        if cur is None or cur[0] != j:
+            agent, k = self._agent.pop(j, (None, 0))
+            cur = self._cur = (j, agent, frozenset(self.requests[j].block_hashes[:k]))
+        return cur[1] if key in cur[2] else HISTORY  # only anchors carry an agent's survival
 
     def _score(self, agent, last: float, now: float) -> float:
-        if now != self._surv_at:
+        if now != self._surv_at:  # survival is re-read once per `now` (the evictor's score window)
             self._surv = survival_by_agent(self.sp)
             self._surv_at = now
         p = self._surv.get(agent, 0.0)
@@ -321,18 +333,12 @@ class ScoutEnginePolicy(_ScoutBase):
         obs = self.sp.observe_request(self._view(req), now)
         self._rid[i] = obs.request_id
         self.inflight += 1
-        n = len(req.block_hashes)
         a = self.sp.agents.by_id.get(obs.agent_id) if obs.agent_id else None
-        k = len(a.anchor_hashes) if a is not None else 0
-        groups = [obs.agent_id] * k + [HISTORY] * (n - k)  # only anchors carry an agent's survival
-        hit = self.cache.access(req.block_hashes, groups, now)
-        if self.pin_running:
-            self.cache.hold(i, req.block_hashes)
-        return hit
+        self._agent[i] = (obs.agent_id, len(a.anchor_hashes) if a is not None else 0)
+        self._ev.version += 1  # the core learned: survival may have changed
+        self._surv_at = -1.0
 
     def on_response(self, i, req, hit_blocks, now):
-        if self.pin_running:
-            self.cache.release(i)
         self._observe_response(i, req, hit_blocks, now)
 
 

@@ -25,7 +25,6 @@ from proxy.core.hints import HintConfig
 from proxy.core.view import EngineLoad
 from proxy.replay.hint_stream import PRESET_STREAMS, HintEmitter, HintStreamSpec, resumed_after_tool
 from proxy.replay.measure import RunRecorder
-from proxy.replay.policies import execute_on_pool
 from proxy.replay.scout import ScoutProxyPolicy
 from proxy.replay.traces import ReplayRequest
 
@@ -50,8 +49,9 @@ class ScoutProxyHintsPolicy(ScoutProxyPolicy):
 
     def setup(self, requests, capacity_blocks, cost, rec):
         super().setup(requests, capacity_blocks, cost, rec)
+        self.engine_driver = self.driver  # the replay's engine driver (engine_run.EngineDriver)
         self.requests = requests
-        self.driver = HintDriver(self.sp, HintConfig())
+        self.driver_hints = HintDriver(self.sp, HintConfig())
         self.emitter = HintEmitter(self.stream, requests)
         self._due: list[tuple[float, int, str, Hint]] = []
         self._seq = 0
@@ -61,7 +61,7 @@ class ScoutProxyHintsPolicy(ScoutProxyPolicy):
     def _queue(self, items, now: float) -> None:
         for t, source, hint in items:
             if t <= now:
-                self.driver.submit([hint], source, now)
+                self.driver_hints.submit([hint], source, now)
             else:
                 self._seq += 1
                 heapq.heappush(self._due, (t, self._seq, source, hint))
@@ -70,7 +70,7 @@ class ScoutProxyHintsPolicy(ScoutProxyPolicy):
         due = self._due
         while due and due[0][0] <= now:
             t, _, source, hint = heapq.heappop(due)
-            self.driver.submit([hint], source, t)
+            self.driver_hints.submit([hint], source, t)
 
     # -- events -------------------------------------------------------------------------------------
     def on_request(self, i, req, now):
@@ -78,14 +78,14 @@ class ScoutProxyHintsPolicy(ScoutProxyPolicy):
         obs = self.sp.observe_request(self._view(req), now)
         self._rid[i] = obs.request_id
         self.inflight += 1
-        d = self.driver
+        d = self.driver_hints
         if d.watching or req.agent:
             d.observe(req.tenant, obs.session_id, obs.agent_id, req.agent, now)
         self._queue(self.emitter.on_request(i), now)
-        hit = self.pool.access(req.block_hashes, now)
-        self.queue.push(now, self.cost.prefill_s(req.prompt_tokens, sum(req.block_tokens[:hit])))
         self._plan(now)
-        return hit
+
+    def on_admit(self, i, req, hit_blocks, now):
+        return None
 
     def on_response(self, i, req, hit_blocks, now):
         self._deliver(now)
@@ -94,8 +94,9 @@ class ScoutProxyHintsPolicy(ScoutProxyPolicy):
         self._plan(now)
 
     def _plan(self, now: float) -> None:
-        actions = self.sp.plan(now, EngineLoad(inflight=self.inflight, waiting=self.queue.waiting(now)))
-        offered = self.driver.last_offered
+        e = self.engine_driver
+        actions = self.sp.plan(now, EngineLoad(inflight=self.inflight, waiting=e.waiting()))
+        offered = self.driver_hints.last_offered
         for a in actions:
             if now > a.deadline:
                 self.dropped_stale += 1
@@ -103,27 +104,17 @@ class ScoutProxyHintsPolicy(ScoutProxyPolicy):
                 continue
             hint = offered.get(a.anchor_id)
             label = f"hint:{hint[0]}@{hint[1]}" if hint is not None else a.reason
-            jobs = len(self.rec.action_jobs)
-            ok = execute_on_pool(
-                self.pool,
-                self.rec,
-                self.cost,
-                now,
-                a.kind,
-                label,
-                a.block_hashes,
-                self._tokens_of(a),
-                a.priority,
-                honours_priority=self.eviction == "priority",
-            )
-            self.executed += ok
-            if len(self.rec.action_jobs) > jobs:
-                self.queue.push(now, self.rec.action_jobs[-1][1])
-            self.sp.record_action_result(a, ok, now)
+
+            def done(ok: bool, end: float, cached: int, computed: int, a=a) -> None:
+                self.executed += ok
+                self.sp.record_action_result(a, ok, end, computed)
+
+            if not e.submit_action(a.kind, label, a.block_hashes, a.tokens, now, a.priority, done):
+                self.sp.record_action_result(a, False, now)
 
     def extra(self):
         out = super().extra()
-        out["hints"] = self.driver.report()
+        out["hints"] = self.driver_hints.report()
         return out
 
 
@@ -138,10 +129,7 @@ def resume_latency(rec: RunRecorder, requests: Sequence[ReplayRequest]) -> dict:
     resumes = resumed_after_tool(requests)
     if not resumes:
         return {"tool_resumes": 0, "tool_resume_ttft_mean_s": None, "tool_resume_ttft_p90_s": None}
-    idx, ttft = rec._queue()
-    by_req = np.empty(len(requests))
-    by_req[idx] = ttft
-    sel = by_req[np.asarray(resumes, dtype=np.int64)]
+    sel = rec.ttft_by_request()[np.asarray(resumes, dtype=np.int64)]
     return {
         "tool_resumes": len(resumes),
         "tool_resume_ttft_mean_s": float(sel.mean()),

@@ -5,11 +5,21 @@ import pytest
 
 from proxy.cachemodel.block_pool import BlockPool
 from proxy.cachemodel.cost_model import CostModel
-from proxy.replay.grouped_cache import GroupedCache
+from proxy.cachemodel.policy_pool import PolicyPool, ScoredEvictor
 from proxy.replay.measure import RunRecorder
-from proxy.replay.policies import execute_on_pool
 
 COST = CostModel()
+
+
+def execute_on_pool(pool, rec, cost, now, kind, reason, hashes, tokens):
+    """A touch/warm applied to a bare pool and recorded as the engine driver records it."""
+    before = pool.match_prefix(hashes)
+    cached = sum(tokens[:before])
+    pool.access(hashes, now)
+    after = pool.match_prefix(hashes)
+    warmed = sum(tokens[before:after])
+    service = cost.chunk_s(cached, max(warmed, 1)) + cost.decode_seq_s
+    rec.action(now, kind, reason, hashes, tokens, before, after, cached, warmed, service)
 
 
 def _rec(n=4):
@@ -55,18 +65,6 @@ def test_a_touch_on_resident_blocks_costs_one_token_and_rewarming_voids_stale_ma
     assert sig["transition"]["converted_tokens"] == 32
 
 
-def test_retain_is_unsupported_on_an_lru_engine_and_honoured_on_a_priority_one():
-    rec = _rec()
-    assert not execute_on_pool(BlockPool(4), rec, COST, 0.0, "retain", "hint", (1,), (16,))
-    assert rec.unsupported == 1
-    pool = BlockPool(2, "priority")
-    pool.access((1,), 0.0)
-    assert execute_on_pool(pool, rec, COST, 0.1, "retain", "hint", (1,), (16,), priority=50, honours_priority=True)
-    pool.access((2,), 0.2)
-    pool.access((3,), 0.3)  # evicts 2, not the retained 1
-    assert pool.match_prefix((1,)) == 1 and pool.match_prefix((2,)) == 0
-
-
 def test_pollution_is_lost_hits_against_lru_shared_by_acted_tokens():
     lru, pol = _rec(2), _rec(2)
     for rec, hits in ((lru, (2, 2)), (pol, (0, 2))):
@@ -95,15 +93,32 @@ def test_ttft_queue_and_throughput_at_budget():
     assert 2.5 / one < tp < 3.2 / one
 
 
-def test_grouped_cache_evicts_the_lowest_scored_group_head_deepest_first():
+def test_scored_evictor_takes_the_lowest_scored_group_head_and_unlabelled_blocks_first():
     score = {"keep": 10.0, "drop": 0.0}
-    cache = GroupedCache(4, lambda g, last, now: score[g])
-    cache.access((1, 2), ["keep", "keep"], 0.0)
-    cache.access((3, 4), ["drop", "drop"], 1.0)
-    cache.access((5,), ["keep"], 2.0)  # evicts 4 (the deeper "drop" block)
-    assert cache.match_prefix((3, 4)) == 1 and cache.match_prefix((1, 2)) == 2
-    assert cache.access((3, 4, 6), ["drop"] * 3, 3.0) == 1
-    assert len(cache) == 4
+    groups = {1: "keep", 2: "keep", 3: "drop", 4: "drop", 5: "keep"}
+    ev = ScoredEvictor(lambda g, last, now: score[g], groups.get)
+    pool = PolicyPool(4, ev)
+    pool.access((1, 2), 0.0)
+    pool.access((3, 4), 1.0)
+    pool.access((5,), 2.0)  # evicts 4: the "drop" group's head (deepest block freed first)
+    assert pool.match_prefix((3, 4)) == 1 and pool.match_prefix((1, 2)) == 2
+    pool.access((9,), 3.0)  # 9 has no group: evicted first next time, then "drop" again
+    pool.access((6,), 4.0)
+    assert pool.match_prefix((9,)) == 0 and pool.match_prefix((1, 2)) == 2 and len(ev) == 4
+
+
+def test_scored_evictor_rescores_when_its_version_changes():
+    score = {"a": 0.0, "b": 1.0}
+    ev = ScoredEvictor(lambda g, last, now: score[g], {1: "a", 2: "b", 3: "a", 4: "b"}.get)
+    pool = PolicyPool(2, ev)
+    pool.access((1,), 0.0)
+    pool.access((2,), 0.0)
+    pool.access((3,), 1.0)  # evicts 1 ("a" scores lower)
+    assert pool.match_prefix((2,)) == 1
+    score["a"], score["b"] = 1.0, 0.0
+    ev.version += 1
+    pool.access((4,), 1.0)  # same `now`, new statistics: evicts 2 ("b" now lower)
+    assert pool.match_prefix((2,)) == 0 and pool.match_prefix((3,)) == 1
 
 
 def test_early_share_compares_lead_time_with_the_actions_prefill_time():
@@ -125,15 +140,3 @@ def test_parallel_engines_share_the_queue():
         rec.request(i, 0.0, (i,), (1000,), 0)
     one = COST.prefill_s(1000)
     assert sorted(rec._queue()[1]) == pytest.approx([one, one, 2 * one, 2 * one])
-
-
-def test_grouped_cache_never_evicts_a_prefix_from_under_its_tail():
-    score = {"low": 0.0, "high": 10.0}
-    cache = GroupedCache(4, lambda g, last, now: score[g])
-    cache.access((1, 2, 3), ["low", "high", "high"], 0.0)  # the lowest-scored block is the root
-    cache.access((9,), ["high"], 1.0)
-    cache.access((7,), ["high"], 2.0)  # needs a victim: a leaf, so 3
-    assert cache.match_prefix((1, 2, 3)) == 2 and cache.match_prefix((9,)) == 1
-    cache.access((8,), ["high"], 3.0)  # then 2, and only then the root
-    cache.access((6,), ["high"], 4.0)
-    assert cache.match_prefix((1,)) == 0 and len(cache) == 4

@@ -26,16 +26,16 @@ def test_cpu_capacity_accepts_multiples_shares_and_blocks():
 
 
 def test_gpu_hits_host_loads_and_recompute_split_each_request():
-    reqs = [_req(0.0, [1, 2]), _req(1.0, [3, 4]), _req(2.0, [1, 2, 5]), _req(3.0, [9])]
-    rec = run_policy(make_policy("lru", ReplaySettings()), reqs, 2, COST, cpu_blocks=3)
-    # GPU (2 blocks) lost [1, 2] to [3, 4]; the 3-block host tier evicted block 1 when 4 came in, so
-    # the third request's prefix misses at its first block: nothing to load
+    reqs = [_req(0.0, [1, 2, 10]), _req(1.0, [3, 4, 11]), _req(2.0, [1, 2, 5]), _req(3.0, [9])]
+    rec = run_policy(make_policy("lru", ReplaySettings()), reqs, 3, COST, cpu_blocks=3)
+    # GPU (3 blocks) lost [1, 2, 10] to [3, 4, 11]; so did the 3-block host tier (write-through of
+    # every computed block): the third request's prefix is nowhere, nothing to load
     assert list(rec.hit_blocks) == [0, 0, 0, 0]
     assert list(rec.load_tokens) == [0, 0, 0, 0]
-    rec = run_policy(make_policy("lru", ReplaySettings()), reqs, 2, COST, cpu_blocks=4)
+    rec = run_policy(make_policy("lru", ReplaySettings()), reqs, 3, COST, cpu_blocks=6)
     assert list(rec.load_tokens) == [0, 0, 32, 0]  # [1, 2] loaded, 5 recomputed
     s = rec.summary(3.0, 1.0)
-    assert (s["gpu_hit_tokens"], s["host_load_tokens"], s["recompute_tokens"]) == (0, 32, 16 * 6)
+    assert (s["gpu_hit_tokens"], s["host_load_tokens"], s["recompute_tokens"]) == (0, 32, 16 * 8)
     assert s["load_s"] == pytest.approx(COST.load_s(32))
     assert s["host_tier"]["loads"] == 2
 
@@ -44,7 +44,8 @@ def test_a_load_is_faster_than_the_recompute_it_replaces():
     reqs = [_req(0.0, range(1, 200)), _req(10.0, range(1000, 1200)), _req(20.0, range(1, 200))]
     no_tier = run_policy(make_policy("lru", ReplaySettings()), reqs, 200, COST)
     tier = run_policy(make_policy("lru", ReplaySettings()), reqs, 200, COST, cpu_blocks=800)
-    assert tier.load_tokens[2] == 199 * 16 and no_tier.hit_tokens[2] == 0
+    # the engine recomputes a fully cached prompt's last block: 198 of its 199 blocks load
+    assert tier.load_tokens[2] == 198 * 16 and no_tier.hit_tokens[2] == 0
     assert tier.ttft_by_request()[2] < no_tier.ttft_by_request()[2] / 5
 
 

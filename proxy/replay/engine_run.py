@@ -1,0 +1,404 @@
+"""The replay's engine: every policy runs on `SimEngine`, advanced in virtual time.
+
+Why one engine: the sim server, the demo and the replay must agree on what a cache policy buys,
+so the replay does not keep an engine model of its own. Each trace request becomes an
+`EngineRequest` submitted at its arrival time (prompt = its blocks' tokens, its full blocks named by
+the trace's chained hashes; output length from the trace); the driver interleaves arrivals with
+engine steps, and reads hits (at admission), TTFT (the end of the step that sampled the first
+token − arrival), per-turn latency (finish − arrival) and host-tier loads from the engine. Session
+timing stays the trace's: arrivals are not moved by the engine's latency.
+
+Policies shape the engine in three ways only:
+- an eviction order (`policy.evictor()`): the pool becomes a `PolicyPool` (history, scout-engine,
+  pinned Belady); `None` keeps stock LRU (or SGLang-style priority with `policy.eviction`);
+- actions (`submit_action`): a touch or warm is a `max_tokens=1` engine request submitted at its
+  planned time, competing for the step budget with client requests as a real warmup does; a retain
+  is a priority bump that only a priority engine honours;
+- pins (`ttl`): blocks held in the pool through `engine.pool.allocate`, as Continuum's engine does.
+
+Decode-only stretches are skipped in one go (`_skip_decode`): when every running request is
+decoding and nothing waits (or the waiting head failed to get its blocks and the pool has not
+changed since), the steps up to the next arrival, the next finish or the next block boundary are
+identical, so the driver advances their tokens and clock without calling `step()` (same float
+additions as `step()`, so timings stay bit-identical).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from proxy.cachemodel.cost_model import CostModel
+from proxy.cachemodel.policy_pool import PolicyPool, RetryPool
+from proxy.replay.measure import RunRecorder
+from proxy.replay.traces import ReplayRequest
+from proxy.simengine.engine import EngineConfig, EngineRequest, SimEngine
+
+if TYPE_CHECKING:
+    from proxy.replay.policies import ReplayPolicy
+
+UTILISATION_WINDOW_S = 5.0  # the live proxy's default scrape interval: its utilisation sample
+
+
+def engine_cost(cost: CostModel, engines: int) -> CostModel:
+    """`engines` prefill servers sharing one cache ≈ one engine that computes `engines` times faster."""
+    n = max(1, int(engines))
+    if n == 1:
+        return cost
+    return dataclasses.replace(
+        cost,
+        prefill_token_s=cost.prefill_token_s / n,
+        attn_token2_s=cost.attn_token2_s / n,
+        decode_seq_s=cost.decode_seq_s / n,
+    )
+
+
+def full_blocks(hashes: Sequence[int], tokens: Sequence[int], block_size: int) -> list[int]:
+    """The leading full blocks' hashes (the engine caches only full blocks)."""
+    out: list[int] = []
+    for h, t in zip(hashes, tokens):
+        if t != block_size:
+            break
+        out.append(h)
+    return out
+
+
+class ActionJob:
+    """An action's engine request and what to do when it finishes."""
+
+    __slots__ = ("hashes", "kind", "on_done", "reason", "req", "t", "tokens")
+
+    def __init__(self, req, kind, reason, hashes, tokens, t, on_done):
+        self.req = req
+        self.kind = kind
+        self.reason = reason
+        self.hashes = hashes
+        self.tokens = tokens
+        self.t = t
+        self.on_done = on_done
+
+
+class EngineDriver:
+    """One policy's run: the engine, the stream, and the policy's hooks, in virtual time."""
+
+    def __init__(
+        self,
+        policy: ReplayPolicy,
+        requests: Sequence[ReplayRequest],
+        capacity: int,
+        cost: CostModel,
+        engines: int = 1,
+        cpu_blocks: int = 0,
+        block_size: int = 16,
+        config: EngineConfig | None = None,
+    ):
+        self.policy = policy
+        self.requests = requests
+        self.n = len(requests)
+        self.bs = block_size
+        self.cost = cost
+        cfg = config or EngineConfig(
+            block_size=block_size,
+            capacity_blocks=max(1, int(capacity)),
+            eviction=getattr(policy, "eviction", "lru"),
+            retention_seconds=getattr(policy, "retention_s", 300.0),
+            cost=engine_cost(cost, engines),
+            cpu_blocks=int(cpu_blocks),
+        )
+        self.engine = SimEngine(cfg)
+        self.full = [full_blocks(r.block_hashes, r.block_tokens, block_size) for r in requests]
+        self.ereqs: list[EngineRequest | None] = [None] * self.n
+        self.actions: dict[int, ActionJob] = {}
+        self._next_id = self.n
+        self._busy: deque[tuple[float, float]] = deque()  # (start, end) of steps that prefilled
+        self.clients_inflight = 0
+        self.skipped_steps = 0
+
+    # ------------------------------------------------------------------ for policies
+    def index_of(self, req_id: Any) -> int | None:
+        return req_id if isinstance(req_id, int) and 0 <= req_id < self.n else None
+
+    def waiting(self) -> int:
+        return len(self.engine.waiting)
+
+    def prefilling(self) -> int:
+        """1 while a client prefill runs or waits (live: vLLM's prefill gauge), else 0."""
+        n = self.n
+        eng = self.engine
+        if any(r.req_id < n for r in eng.waiting):
+            return 1
+        return 1 if any(r.prefilling and r.req_id < n for r in eng.running) else 0
+
+    def utilisation(self, now: float) -> float:
+        lo = now - UTILISATION_WINDOW_S
+        busy = self._busy
+        while busy and busy[0][1] <= lo:
+            busy.popleft()
+        spent = sum(min(e, now) - max(s, lo) for s, e in busy if s < now)
+        return min(1.0, max(0.0, spent / UTILISATION_WINDOW_S))
+
+    def submit_action(
+        self,
+        kind: str,
+        reason: str,
+        hashes: Sequence[int],
+        tokens: int,
+        now: float,
+        priority: int = 0,
+        on_done: Callable[[bool, float, int, int], None] | None = None,
+    ) -> bool:
+        """A touch/warm as a `max_tokens=1` request at `now`; a retain as an instant priority bump
+        (priority engine only). `on_done(ok, end, cached_tokens, computed_tokens)` when it ends.
+        Returns False when the engine cannot run it."""
+        rec = self.policy.rec
+        tokens = int(tokens)
+        if kind == "retain":
+            pool = self.engine.pool
+            before = pool.match_prefix(hashes)
+            if self.engine.config.eviction != "priority":
+                rec.unsupported += 1
+                return False
+            if before:
+                pool.access(list(hashes[:before]), now, priority)
+            per = _split(tokens, len(hashes))
+            rec.action(now, kind, reason, hashes, per, before, before, sum(per[:before]), 0, 0.0)
+            if on_done is not None:
+                on_done(True, now, sum(per[:before]), 0)
+            return True
+        bs = self.bs
+        full = list(hashes[: max(tokens, 1) // bs])
+        if tokens <= 0 or not self.engine.fits(tokens, 1):
+            return False
+        if not full:  # no full block to keep: nothing a warmup could cache
+            return False
+        req = EngineRequest(self._next_id, range(tokens), range(1), priority=priority)
+        req.hashes = _named(full, tokens // bs, self._next_id)
+        self._next_id += 1
+        self.engine.submit(req, now)
+        self.actions[req.req_id] = ActionJob(req, kind, reason, tuple(hashes), tokens, now, on_done)
+        return True
+
+    # ------------------------------------------------------------------ the loop
+    def run(self, progress: Callable[[int], None] | None = None) -> None:
+        reqs, eng, pol = self.requests, self.engine, self.policy
+        evictor = pol.evictor()
+        cfg = eng.config
+        eng.pool = (
+            PolicyPool(cfg.capacity_blocks, evictor)
+            if evictor is not None
+            else RetryPool(cfg.capacity_blocks, cfg.eviction, cfg.retention_seconds)
+        )
+        n = self.n
+        tick = max(1, n // 50)
+        i = 0
+        now = reqs[0].t if n else 0.0
+        stalls = 0
+        while True:
+            while i < n and reqs[i].t <= now:
+                self._arrive(i, reqs[i].t)
+                if progress is not None and i % tick == 0:
+                    progress(i)
+                i += 1
+            wake = pol.next_wakeup()
+            if wake <= now:  # a policy timer (the oracle keeper's just-in-time warms)
+                pol.wakeup(now)
+                wake = pol.next_wakeup()
+            nxt = reqs[i].t if i < n else float("inf")
+            if wake < nxt:
+                nxt = wake
+            if not eng.has_work:
+                if nxt == float("inf"):
+                    break
+                now = nxt
+                continue
+            if self._skip_decode(now, nxt):
+                now = self._now
+                continue
+            res = eng.step(now)
+            assert res is not None
+            for r in res.admitted:
+                self._admitted(r, res.start)
+            if res.end == now and not res.emitted:  # nothing could run: wait for an event
+                if nxt < float("inf"):
+                    now = max(now, nxt)
+                    continue
+                stalls += 1
+                if stalls > 2 or not pol.on_stall(now):
+                    raise RuntimeError("the engine cannot make progress (nothing fits)")
+                continue
+            stalls = 0
+            if res.prefill_tokens:
+                self._busy.append((res.start, res.end))
+            while i < n and reqs[i].t < res.end:  # arrived during the step
+                self._arrive(i, reqs[i].t)
+                if progress is not None and i % tick == 0:
+                    progress(i)
+                i += 1
+            for r in res.finished:
+                self._finished(r, res.end)
+            now = res.end
+        pol.on_end(now)
+        if progress is not None and n:
+            progress(n - 1)
+
+    def _skip_decode(self, now: float, nxt: float) -> bool:
+        eng = self.engine
+        if not eng.running or (eng.waiting and not self._head_blocked()):
+            return False
+        bs = self.bs
+        k = None
+        for r in eng.running:
+            if r.prefilling or (r.ready_at is not None and r.ready_at > now):
+                return False
+            left = len(r.output_ids) - r.generated - 1  # the finishing step runs for real
+            # stay inside the current block: no skipped step may write the KV of a block's first
+            # token (an engine that allocates decode blocks as it goes allocates, or preempts, there)
+            pos = (r.prompt_len + r.generated - 1) % bs  # the next step's token, within its block
+            room = 0 if pos == 0 else bs - 1 - pos
+            m = left if left < room else room
+            if k is None or m < k:
+                k = m
+        if not k or k <= 0 or len(eng.running) > eng.config.max_num_batched_tokens:
+            return False
+        dt = eng.config.cost.step_s([], len(eng.running))
+        steps = 0
+        t = now
+        while steps < k and t < nxt:
+            t = t + dt
+            steps += 1
+        if steps == 0:
+            return False
+        for r in eng.running:
+            r.generated += steps
+        eng.steps += steps
+        self.skipped_steps += steps
+        self._now = t
+        return True
+
+    def _head_blocked(self) -> bool:
+        """The waiting queue's head failed to get its blocks at the last step and the pool has not
+        changed since (`RetryPool`): it fails again at every decode-only step, which changes no
+        block (they stay inside their current block), so those steps may be skipped too."""
+        pool = self.engine.pool
+        if not isinstance(pool, RetryPool):
+            return False
+        failed = pool._failed
+        if failed is None or failed[1] != pool._version:
+            return False
+        try:
+            head = self.engine.waiting[0]
+        except (IndexError, TypeError, KeyError):
+            return False
+        return bool(failed[0] == head.req_id)
+
+    def _arrive(self, i: int, t: float) -> None:
+        r = self.requests[i]
+        out = max(1, int(r.output_tokens))
+        prompt = max(1, int(r.prompt_tokens))
+        er = EngineRequest(i, range(prompt), range(out))
+        er.hashes = _named(self.full[i], prompt // self.bs, i)
+        if not self.engine.fits(prompt, out):
+            raise ValueError(
+                f"request {i} needs {self.engine.blocks_needed(prompt, out)} blocks, more than the "
+                f"cache's {self.engine.config.capacity_blocks}: raise the capacity"
+            )
+        self.engine.submit(er, t)
+        self.ereqs[i] = er
+        self.clients_inflight += 1
+        self.policy.on_request(i, r, t)  # after the engine queued it: actions planned now go behind it
+
+    def _admitted(self, er: EngineRequest, now: float) -> None:
+        j = er.req_id
+        bs = self.bs
+        if j < self.n:
+            r = self.requests[j]
+            gpu = (er.cached_tokens - er.loaded_tokens) // bs
+            rec = self.policy.rec
+            rec.request(j, r.t, r.block_hashes, r.block_tokens, gpu, er.loaded_tokens)
+            self.policy.on_admit(j, r, gpu, now)
+
+    def _finished(self, er: EngineRequest, end: float) -> None:
+        j = er.req_id
+        if j < self.n:
+            r = self.requests[j]
+            rec = self.policy.rec
+            rec.ttft[j] = (er.first_token_at or end) - er.arrival
+            rec.turn[j] = end - er.arrival
+            self.clients_inflight -= 1
+            self.policy.on_response(j, r, int(rec.hit_blocks[j]), end)
+            return
+        job = self.actions.pop(j)
+        cached = er.cached_tokens
+        computed = max(job.tokens - cached, 0)
+        per = _split(job.tokens, len(job.hashes))
+        bs = self.bs
+        before = (cached - er.loaded_tokens) // bs
+        after = self.engine.pool.match_prefix(job.hashes)
+        warmed = max(job.tokens - cached, 0)
+        cost = self.cost
+        service = cost.chunk_s(cached, max(warmed, 1)) + cost.decode_seq_s
+        rec = self.policy.rec
+        if er.loaded_tokens:
+            rec.action_load_s += cost.load_s(er.loaded_tokens)
+        rec.action(job.t, job.kind, job.reason, job.hashes, per, before, after, sum(per[:before]), warmed, service)
+        if job.on_done is not None:
+            job.on_done(True, end, cached, computed)
+
+
+def _split(tokens: int, n: int) -> tuple[int, ...]:
+    """Per-block tokens of a chain that only carries its total."""
+    if n <= 0:
+        return ()
+    base, rest = divmod(int(tokens), n)
+    return tuple(base + (1 if j < rest else 0) for j in range(n))
+
+
+def _named(full: Sequence[int], n: int, i: int) -> list[int]:
+    """`n` block names for a prompt: its full blocks' trace hashes, padded (a trace whose blocks are
+    not all full) with names unique to request `i`, which never hit."""
+    out = list(full[:n])
+    while len(out) < n:
+        out.append(-(1 << 40) - (i << 20) - len(out))
+    return out
+
+
+def run_on_engine(
+    policy: ReplayPolicy,
+    requests: Sequence[ReplayRequest],
+    capacity: int,
+    cost: CostModel,
+    progress: Callable[[int], None] | None = None,
+    engines: int = 1,
+    cpu_blocks: int = 0,
+    block_size: int = 16,
+) -> RunRecorder:
+    outputs = np.fromiter((r.output_tokens for r in requests), dtype=np.int64, count=len(requests))
+    rec = RunRecorder(cost, outputs, engines)
+    from proxy.replay.runner import resume_mask
+
+    rec.resume = resume_mask(requests)
+    # a cache smaller than one request's KV (prompt + output) could never run it: the engine gets
+    # at least that much (reported as `engine_capacity_blocks`)
+    need = max((-(-(max(1, r.prompt_tokens) + max(1, r.output_tokens) - 1) // block_size) for r in requests), default=1)
+    rec.engine_capacity = max(int(capacity), need)
+    driver = EngineDriver(policy, requests, rec.engine_capacity, cost, engines, cpu_blocks, block_size)
+    policy.driver = driver
+    policy.setup(requests, capacity, cost, rec)
+    driver.run(progress)
+    rec.engine_steps = driver.engine.steps
+    rec.skipped_steps = driver.skipped_steps
+    host = driver.engine.host
+    if host is not None:
+        rec.host_stats = {
+            "capacity_blocks": int(cpu_blocks),
+            "lookups": host.lookups,
+            "hits": host.hits,
+            "stores": host.stores,
+            "loads": host.loads,
+            "evictions": host.evictions,
+        }
+    return rec
