@@ -38,42 +38,7 @@ class Evictor(Protocol):
     def freeing(self, req_id: Hashable) -> None: ...
 
 
-class RetryPool(BlockPool):
-    """`BlockPool` that answers a repeated failing `allocate` of the same request at once while the
-    pool has not changed since (exact: a failed allocation changes nothing, and only a free or a
-    successful allocation changes what the next attempt finds). A scheduler retries its queue head
-    every step while it does not fit; without this each retry rescans the whole prompt."""
-
-    def __init__(self, capacity_blocks: int, eviction: str = "lru", retention_seconds: float = 300.0):
-        super().__init__(capacity_blocks, eviction, retention_seconds)
-        self._version = 0
-        self._failed: tuple | None = None
-
-    def allocate(
-        self,
-        req_id: Hashable,
-        hashes: Sequence[Hashable],
-        now: float,
-        priority: int = 0,
-        extra_blocks: int = 0,
-        max_hit_blocks: int | None = None,
-    ) -> int | None:
-        key = (req_id, self._version, len(hashes), extra_blocks)
-        if self._failed == key:
-            return None
-        got = super().allocate(req_id, hashes, now, priority, extra_blocks, max_hit_blocks)
-        if got is None:
-            self._failed = key
-        else:
-            self._version += 1
-        return got
-
-    def free(self, req_id: Hashable, now: float, tail_hashes: Sequence[Hashable] = ()) -> None:
-        self._version += 1
-        super().free(req_id, now, tail_hashes)
-
-
-class PolicyPool(RetryPool):
+class PolicyPool(BlockPool):
     """`BlockPool` (LRU mode rules) with the free queue delegated to `evictor`."""
 
     def __init__(self, capacity_blocks: int, evictor: Evictor):

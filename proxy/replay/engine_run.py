@@ -16,11 +16,8 @@ Policies shape the engine in three ways only:
   is a priority bump that only a priority engine honours;
 - pins (`ttl`): blocks held in the pool through `engine.pool.allocate`, as Continuum's engine does.
 
-Decode-only stretches are skipped in one go (`_skip_decode`): when every running request is
-decoding and nothing waits (or the waiting head failed to get its blocks and the pool has not
-changed since), the steps up to the next arrival, the next finish or the next block boundary are
-identical, so the driver advances their tokens and clock without calling `step()` (same float
-additions as `step()`, so timings stay bit-identical).
+Decode-only stretches are run in one call (`SimEngine.fast_forward`, exact: same times, blocks
+and step counts as stepping), up to the next arrival or policy timer.
 """
 
 from __future__ import annotations
@@ -33,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from proxy.cachemodel.cost_model import CostModel
-from proxy.cachemodel.policy_pool import PolicyPool, RetryPool
+from proxy.cachemodel.policy_pool import PolicyPool
 from proxy.replay.measure import RunRecorder
 from proxy.replay.traces import ReplayRequest
 from proxy.simengine.engine import EngineConfig, EngineRequest, SimEngine
@@ -108,6 +105,7 @@ class EngineDriver:
             retention_seconds=getattr(policy, "retention_s", 300.0),
             cost=engine_cost(cost, engines),
             cpu_blocks=int(cpu_blocks),
+            fcfs_priority="ignore",  # vLLM V1 under fcfs ignores a request's priority (vllm#22997)
         )
         self.engine = SimEngine(cfg)
         self.full = [full_blocks(r.block_hashes, r.block_tokens, block_size) for r in requests]
@@ -187,11 +185,8 @@ class EngineDriver:
         reqs, eng, pol = self.requests, self.engine, self.policy
         evictor = pol.evictor()
         cfg = eng.config
-        eng.pool = (
-            PolicyPool(cfg.capacity_blocks, evictor)
-            if evictor is not None
-            else RetryPool(cfg.capacity_blocks, cfg.eviction, cfg.retention_seconds)
-        )
+        if evictor is not None:
+            eng.pool = PolicyPool(cfg.capacity_blocks, evictor)
         n = self.n
         tick = max(1, n // 50)
         i = 0
@@ -215,11 +210,11 @@ class EngineDriver:
                     break
                 now = nxt
                 continue
-            if self._skip_decode(now, nxt):
-                now = self._now
-                continue
-            res = eng.step(now)
-            assert res is not None
+            res = eng.fast_forward(now, nxt)  # decode-only stretches in one call (exact)
+            if res is None:
+                res = eng.step(now)
+            else:
+                self.skipped_steps += res.steps - 1
             for r in res.admitted:
                 self._admitted(r, res.start)
             if res.end == now and not res.emitted:  # nothing could run: wait for an event
@@ -244,56 +239,6 @@ class EngineDriver:
         pol.on_end(now)
         if progress is not None and n:
             progress(n - 1)
-
-    def _skip_decode(self, now: float, nxt: float) -> bool:
-        eng = self.engine
-        if not eng.running or (eng.waiting and not self._head_blocked()):
-            return False
-        bs = self.bs
-        k = None
-        for r in eng.running:
-            if r.prefilling or (r.ready_at is not None and r.ready_at > now):
-                return False
-            left = len(r.output_ids) - r.generated - 1  # the finishing step runs for real
-            # stay inside the current block: no skipped step may write the KV of a block's first
-            # token (an engine that allocates decode blocks as it goes allocates, or preempts, there)
-            pos = (r.prompt_len + r.generated - 1) % bs  # the next step's token, within its block
-            room = 0 if pos == 0 else bs - 1 - pos
-            m = left if left < room else room
-            if k is None or m < k:
-                k = m
-        if not k or k <= 0 or len(eng.running) > eng.config.max_num_batched_tokens:
-            return False
-        dt = eng.config.cost.step_s([], len(eng.running))
-        steps = 0
-        t = now
-        while steps < k and t < nxt:
-            t = t + dt
-            steps += 1
-        if steps == 0:
-            return False
-        for r in eng.running:
-            r.generated += steps
-        eng.steps += steps
-        self.skipped_steps += steps
-        self._now = t
-        return True
-
-    def _head_blocked(self) -> bool:
-        """The waiting queue's head failed to get its blocks at the last step and the pool has not
-        changed since (`RetryPool`): it fails again at every decode-only step, which changes no
-        block (they stay inside their current block), so those steps may be skipped too."""
-        pool = self.engine.pool
-        if not isinstance(pool, RetryPool):
-            return False
-        failed = pool._failed
-        if failed is None or failed[1] != pool._version:
-            return False
-        try:
-            head = self.engine.waiting[0]
-        except (IndexError, TypeError, KeyError):
-            return False
-        return bool(failed[0] == head.req_id)
 
     def _arrive(self, i: int, t: float) -> None:
         r = self.requests[i]

@@ -70,15 +70,16 @@ def test_resume_mask_marks_requests_after_a_tool_call():
 
 def test_tiered_replay_bounds_and_report_rows():
     reqs = generate(preset("selector", sessions=20))
-    out = replay(reqs, [300], ["lru", "scout-proxy", "belady"], ReplaySettings(cpu_capacity="4x"))
+    out = replay(reqs, [600], ["lru", "scout-proxy", "belady"], ReplaySettings(cpu_capacity="4x"))
     row = out["capacities"][0]
-    assert row["cpu_capacity_blocks"] == 1200
+    assert row["cpu_capacity_blocks"] == 2400
     lru, bel, scout = (row["policies"][n] for n in ("lru", "belady", "scout-proxy"))
     assert bel["recompute_tokens"] <= lru["recompute_tokens"]
-    assert bel["ttft_mean_s"] <= lru["ttft_mean_s"]
+    # Belady bounds GPU hits, not TTFT: on the engine model a host load and queueing move TTFT too
+    assert bel["gpu_hit_tokens"] >= lru["gpu_hit_tokens"]
     for s in (lru, bel, scout):
         assert s["gpu_hit_tokens"] + s["host_load_tokens"] + s["recompute_tokens"] == s["prompt_tokens"]
     assert lru["host_load_tokens"] > 0
     assert scout["ttft_gap_closed"] is not None
-    plain = replay(reqs, [300], ["lru"], ReplaySettings())["capacities"][0]["policies"]["lru"]
+    plain = replay(reqs, [600], ["lru"], ReplaySettings())["capacities"][0]["policies"]["lru"]
     assert plain["host_load_tokens"] == 0 and lru["ttft_mean_s"] < plain["ttft_mean_s"]
