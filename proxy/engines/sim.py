@@ -51,11 +51,18 @@ class SimAdapter(VllmAdapter):
             self.enable(CAP_PRIORITY)
         else:
             self.disable(CAP_PRIORITY, f"sim eviction={mode} (priority only orders eviction in 'priority' mode)")
+        policy = self.sim_info.get("scheduling_policy")
+        if self.priority_mode != "off" and policy in ("fcfs", "priority"):
+            # the simulator says which policy it runs (vLLM's own /metrics does not)
+            if CAP_PRIORITY in self.capabilities and policy == "priority":
+                self.set_scheduling("retention", "sim eviction=priority uses the same field")
+            else:
+                self.set_scheduling(str(policy), "sim cache_config_info scheduling_policy")
 
     def warm_fields(self, action: Action) -> dict[str, Any]:
         if CAP_PRIORITY in self.capabilities:
             return {"priority": int(action.priority)}
-        return {}
+        return super().warm_fields(action)
 
     def request_extras(self, survival: float | None) -> dict[str, Any]:
         if not self.priority_on_requests or CAP_PRIORITY not in self.capabilities or survival is None:

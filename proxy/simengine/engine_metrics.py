@@ -114,6 +114,8 @@ class SimEngineMetrics:
             "block_size": str(cfg.block_size),
             "num_gpu_blocks": str(cfg.capacity_blocks),
             "eviction": cfg.eviction,
+            # the proxy's sim adapter reads it (vLLM's own /metrics has no such label)
+            "scheduling_policy": str(getattr(cfg, "scheduling_policy", "fcfs")),
         }
         if cfg.cpu_blocks:  # vLLM CacheConfig: kv_offloading_size (GiB), kv_offloading_backend
             gib = cfg.cpu_blocks * cfg.block_size * cfg.cost.kv_bytes_per_token / (1 << 30)
