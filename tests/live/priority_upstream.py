@@ -67,8 +67,8 @@ def build_app(policy: str = "priority", *, refuse: bool = True, server_info: boo
 
     async def metrics(_: Request) -> Response:
         lines = [
-            f"vllm:num_requests_running{{model_name=\"fake-prio\"}} {load['running']}",
-            f"vllm:num_requests_waiting{{model_name=\"fake-prio\"}} {load['waiting']}",
+            f'vllm:num_requests_running{{model_name="fake-prio"}} {load["running"]}',
+            f'vllm:num_requests_waiting{{model_name="fake-prio"}} {load["waiting"]}',
             'vllm:prefix_cache_queries_total{model_name="fake-prio"} 0.0',
             'vllm:prefix_cache_hits_total{model_name="fake-prio"} 0.0',
             'vllm:cache_config_info{block_size="16",num_gpu_blocks="1000"} 1.0',

@@ -38,7 +38,8 @@ def mock_vllm(server_info: dict | None, refusal: int = 200) -> respx.Route:
     def completions(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         if body.get("prompt") == "probe" and refusal == 400:
-            return httpx.Response(400, json={"error": {"message": "Got priority 1 but Priority scheduling is not enabled."}})
+            msg = "Got priority 1 but Priority scheduling is not enabled."
+            return httpx.Response(400, json={"error": {"message": msg}})
         return httpx.Response(200, json=usage)
 
     return respx.post(f"{BASE}/v1/completions").mock(side_effect=completions)
