@@ -161,3 +161,20 @@ async def test_scraper_counts_the_engines_own_load_apart_from_the_proxys():
         seen.append(sc.external)
     # 0, then 4 seen once (min of two: 0), then 4 twice: 4; then the proxy's own request only: 0
     assert seen == [0, 0, 4, 4, 0]
+
+
+@pytest.mark.parametrize("lane", [True, False])
+@respx.mock
+async def test_a_warmup_that_waits_out_its_timeout_behind_clients_is_not_a_broken_lever(lane):
+    """In the slack lane a warmup queues behind every client request and may time out under load:
+    that must not switch the warm capabilities off (without the lane, 5 failures in a row still do)."""
+    info = {"vllm_config": {"scheduler_config": {"policy": "priority" if lane else "fcfs"}}}
+    mock_vllm(info)
+    respx.post(f"{BASE}/v1/completions").mock(side_effect=httpx.ReadTimeout("queued"))
+    async with httpx.AsyncClient() as client:
+        ad = VllmAdapter(client, BASE)
+        await ad.probe()
+        results = [await ad.warm(action(ActionPayload(CHAT))) for _ in range(6)]
+    assert not any(r.ok for r in results)
+    assert ("warm_tokens" in ad.capabilities) is lane
+    assert ad.counters.get("lane_timeouts", 0) == (6 if lane else 0)
