@@ -138,3 +138,25 @@ def test_engine_load_from_other_clients_stops_actions_without_the_lane(http):
             after = skipped["tick_engine_shared"]
             time.sleep(0.3)
             assert skipped["tick_engine_shared"] == after
+
+
+def test_the_simulator_reports_its_scheduling_policy(http):
+    """The sim adapter reads the `scheduling_policy` label of the simulator's cache_config_info. The
+    simulator's priority scheduling arrives with issue 21's engine (`SimConfig.scheduling_policy`);
+    until then it runs FCFS and says so."""
+    from dataclasses import fields
+
+    from proxy.harness.sim_server import run_sim_server
+    from proxy.simengine.service import SimConfig
+
+    from .conftest import sim_config
+
+    policies = ["fcfs"] + (["priority"] if "scheduling_policy" in {f.name for f in fields(SimConfig)} else [])
+    for policy in policies:
+        extra = {"scheduling_policy": policy} if policy == "priority" else {}
+        with run_sim_server(sim_config(**extra)) as sim, run_proxy_server(proxy_settings(sim.url)) as px:
+            adapter = px.live.adapter
+            assert adapter.name == "sim"
+            assert adapter.scheduling["policy"] == policy
+            assert adapter.scheduling["source"] == "sim cache_config_info scheduling_policy"
+            assert adapter.priority_lane is (policy == "priority")
