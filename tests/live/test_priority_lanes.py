@@ -151,12 +151,16 @@ def test_the_simulator_reports_its_scheduling_policy(http):
 
     from .conftest import sim_config
 
-    policies = ["fcfs"] + (["priority"] if "scheduling_policy" in {f.name for f in fields(SimConfig)} else [])
-    for policy in policies:
-        extra = {"scheduling_policy": policy} if policy == "priority" else {}
+    cases = [("fcfs", {}, None)]
+    if "scheduling_policy" in {f.name for f in fields(SimConfig)}:
+        cases += [
+            ("priority", {"scheduling_policy": "priority"}, LANE_LOWEST),  # vLLM's: lower runs first
+            ("sglang", {"scheduling_policy": "sglang"}, -LANE_LOWEST),  # SGLang's: higher runs first
+        ]
+    for policy, extra, lane in cases:
         with run_sim_server(sim_config(**extra)) as sim, run_proxy_server(proxy_settings(sim.url)) as px:
             adapter = px.live.adapter
             assert adapter.name == "sim"
-            assert adapter.scheduling["policy"] == policy
-            assert adapter.scheduling["source"] == "sim cache_config_info scheduling_policy"
-            assert adapter.priority_lane is (policy == "priority")
+            assert adapter.scheduling["policy"] == ("fcfs" if lane is None else "priority")
+            assert adapter.scheduling["source"] == f"sim cache_config_info {policy}"
+            assert adapter.lane_priority() == lane
