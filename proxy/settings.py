@@ -16,7 +16,7 @@ default so that existing configurations stay valid.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
@@ -117,6 +117,22 @@ class Settings(BaseSettings):
     )
     kv_hints: bool = Field(False, description="opt-in: add vLLM kv_hints to forwarded requests")
     request_priority: bool = Field(False, description="opt-in: add SGLang priority to forwarded requests")
+    # --- i24: priority lanes ----------------------------------------------------------------------
+    engine_priority_scheduling: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="slack lane: auto = probe whether the engine schedules by priority (vLLM --scheduling-policy "
+        "priority, SGLang --enable-priority-scheduling) and then send every warmup/touch at its lowest priority; "
+        "on = assume it (vLLM V1 cannot be probed without VLLM_SERVER_DEV_MODE); off = never",
+    )
+    session_priority: Literal["off", "continue", "las"] = Field(
+        "off",
+        description="session lane (changes the engine's order): set priority on forwarded requests that carry none "
+        "when the engine schedules by priority; continue = a session's later calls before newer sessions' "
+        "(program-level FCFS), las = least attained service first, with an ageing bound",
+    )
+    session_priority_ageing_s: float = Field(
+        30.0, gt=0, description="las: the most a request can be ordered behind requests that arrived after it (s)"
+    )
     host_tier_tokens: int = Field(
         0,
         ge=0,

@@ -24,6 +24,16 @@ request waiting in the engine — so no client prefill queues behind it, and a w
 time is unknown only when quiet (no client prefill running either: the cache is not turning over); with the running set
 alone larger than the cache nothing is done (``overflowing``). ``reload_price`` is the engine-token
 price of bringing one evicted token back: 1.0 = recompute; a host-memory tier sets its load price.
+The slack lane (``Market.priority_lane``): when the engine runs a priority policy and every action
+goes at its lowest priority, a warm is never admitted ahead of a client request already queued
+(vLLM: the waiting queue is a heap on (priority, arrival); SGLang: sorted by priority, then
+arrival), so it is priced by the slack it uses, not by the queue it would delay: the waiting-queue
+term of ``queueing`` is zero and a warm need not wait for an empty queue. What stays: engine time
+(utilisation), arrivals during its run (once admitted, its remaining prefill chunks are scheduled
+before later arrivals' — running requests go first), pollution, and the ``quiet`` rule (about
+turnover, not queueing). ``external`` > 0 (the engine's own gauges show requests that are neither
+this proxy's clients nor its actions): the traffic the proxy sees is not all there is, so the
+engine is never ``quiet``.
 Pure: frozen dataclasses in, numbers out.
 """
 
@@ -58,13 +68,16 @@ class Market:
     touch_cost_tokens: float = 16.0  # a touch: one recomputed block + one decode row
     touch_hidden_tokens: float = 0.0  # measured: tokens a touch found missing after all (the
     # shadow is coarse at the tail) and prefilled: a small warm
+    priority_lane: bool = False  # actions run at the engine's lowest priority: never ahead of a queued request
+    external: int = 0  # engine requests that are neither this proxy's clients nor its actions (scraped)
 
     @property
     def slack(self) -> bool:
         """No client request queued in the engine: a warm started now runs after the requests
         already there (an engine schedules running and earlier-waiting requests first) and can only
-        delay later arrivals, which ``queueing`` prices."""
-        return self.waiting <= 0
+        delay later arrivals, which ``queueing`` prices. In the slack lane the engine itself keeps
+        it behind every queued client request, so there is always slack to offer."""
+        return self.waiting <= 0 or self.priority_lane
 
     @property
     def quiet(self) -> bool:
@@ -72,7 +85,7 @@ class Market:
         Poisson stream has such a pause e^-2 of the time): the traffic has stopped inserting into
         the cache. A warm whose demand time is unknown waits for this, or the traffic still arriving
         evicts it again (its deepest blocks first) before the demand."""
-        if self.waiting > 0 or self.prefilling > 0:
+        if self.waiting > 0 or self.prefilling > 0 or self.external > 0:
             return False
         if self.idle_s is None or self.request_rate <= 0:
             return True
@@ -131,11 +144,13 @@ def pollution(tokens: float, m: Market) -> float:
 
 def queueing(tokens: float, m: Market) -> float:
     """Client prefill time (in tokens) spent waiting behind ``tokens`` of warmup prefill: every
-    request waiting now, plus the ones arriving while it runs (rate·s of them, s/2 each)."""
+    request waiting now, plus the ones arriving while it runs (rate·s of them, s/2 each). In the
+    slack lane the requests waiting now are ahead of it (lowest priority): only arrivals count."""
     if tokens <= 0:
         return 0.0
     s = tokens / max(1e-9, m.prefill_tokens_per_s)
-    return m.waiting * tokens + m.request_rate * s * tokens / 2.0
+    waiting = 0 if m.priority_lane else m.waiting
+    return waiting * tokens + m.request_rate * s * tokens / 2.0
 
 
 def assess(p: Prospect, m: Market) -> Verdict:

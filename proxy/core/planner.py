@@ -45,6 +45,7 @@ DIRTY_SLACK = 2  # dirty sessions kept across busy ticks before dead ones are fi
 # why no action came of a tick or a candidate (Planner.skipped; /debug/state "actions_skipped")
 SKIP_REASONS = (
     "tick_engine_busy",  # the engine queues (max_engine_waiting) or max_concurrent actions in flight
+    "tick_engine_shared",  # the engine serves requests that are not this proxy's (no slack lane)
     "tick_overflow",  # the running set overflows the cache (or did within a cache lifetime)
     "resume_unlikely",  # a paused session's continuation probability is below tool_resume_min_p
     "no_agent",  # a session whose agent is unknown or forgotten
@@ -138,7 +139,11 @@ class Planner(CandidateSources):
         cfg = self.cfg
         self._now = now
         self._refill(now)
-        if load.waiting > cfg.max_engine_waiting or len(self.inflight) >= cfg.max_concurrent:
+        # in the slack lane the engine keeps actions behind its queue; without it, requests the proxy
+        # does not see (another client on the same engine) make any action a guess: stand back
+        queued = load.waiting > cfg.max_engine_waiting and not load.priority_lane
+        shared = load.external > 0 and not load.priority_lane
+        if queued or shared or len(self.inflight) >= cfg.max_concurrent:
             # per-tick clears run whether or not this tick acts (a queued engine must not grow
             # them): parked fan-out parents are only worth acting on now; dirty sessions are kept
             # for a calmer tick, minus those the tracker already dropped
@@ -146,7 +151,7 @@ class Planner(CandidateSources):
             if len(self.dirty) > DIRTY_SLACK * cfg.max_sessions:  # amortised O(1): refiltered rarely
                 live = self.sessions.sessions
                 self.dirty = {k: None for k in self.dirty if k in live}
-            self.skipped["tick_engine_busy"] += 1
+            self.skipped["tick_engine_shared" if shared and not queued else "tick_engine_busy"] += 1
             return []
         slots = min(cfg.max_actions_per_tick, cfg.max_concurrent - len(self.inflight))
         if slots <= 0:
@@ -211,7 +216,9 @@ class Planner(CandidateSources):
         if not cands:
             return []
         cands.sort(key=lambda c: c.score, reverse=True)
-        busy = 0 < cfg.warm_max_inflight < load.inflight or load.waiting > cfg.warm_max_waiting
+        busy = 0 < cfg.warm_max_inflight < load.inflight or (
+            load.waiting > cfg.warm_max_waiting and not load.priority_lane
+        )
         actions = self._select(cands, now, slots, busy, self.market(load))
         if self.hints is not None and actions:
             self.hints.note(actions)  # a hint pays for one warm
@@ -247,7 +254,7 @@ class Planner(CandidateSources):
             # the price of engine time is what it takes from traffic now: nothing when no client request
             # is in flight or queued (arrivals during the action are priced by `queueing`); the recent
             # busy share otherwise (a scrape window that still holds the burst before a pause)
-            utilisation=0.0 if load.inflight == 0 and load.waiting <= 0 else load.utilisation,
+            utilisation=0.0 if load.inflight == 0 and load.waiting <= 0 and load.external <= 0 else load.utilisation,
             running_tokens=float(load.running_tokens),
             idle_s=None
             if res.last_forward_at is None or self._now is None
@@ -255,6 +262,8 @@ class Planner(CandidateSources):
             reload_price=1.0,  # not in the host tier either: recomputed
             touch_cost_tokens=float(cfg.touch_cost_tokens),
             touch_hidden_tokens=max(0.0, self.touch_prefill - cfg.touch_cost_tokens),
+            priority_lane=load.priority_lane,
+            external=load.external,
         )
 
     def _host_prefetch(self, c: Candidate, missing: float, busy: bool) -> bool:

@@ -17,6 +17,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -38,6 +39,21 @@ CAP_RESET = "reset_prefix_cache"  # engine exposes a cache reset (dev mode)
 CAP_KV_EVENTS = "kv_events"  # exact residency stream (vLLM ZMQ KV events)
 CAP_KV_HINTS = "kv_hints"  # request field accepted (vLLM kv_hints envelope)
 CAP_LMCACHE = "lmcache"  # LMCache controller lookup/pin on the offload tier
+CAP_SCHED_PRIORITY = "priority_scheduling"  # engine schedules by request priority: the slack lane
+
+# Slack lane: the priority every action carries when the engine schedules by priority. vLLM: lower
+# runs first (`vllm/v1/core/sched/request_queue.py` PriorityRequestQueue, heap on (priority,
+# arrival)); SGLang: higher runs first unless --schedule-low-priority-values-first
+# (`srt/managers/schedule_policy.py`: priority_sign = 1 if low-first else -1). The magnitude is far
+# past any session-lane value (seconds of virtual time) and inside int64 (vLLM's field bound).
+LANE_LOWEST = 1 << 30
+PRIORITY_MODES = ("auto", "on", "off")
+# vllm-router's consistent_hash reads these in order (its policies/consistent_hash.rs
+# SESSION_HEADER_NAMES) and hashes "header:<name>:<value>"; the per-request ids after them
+# (x-request-id, x-correlation-id, x-trace-id) change with every call, so a warmup cannot repeat them
+ROUTING_HEADERS = ("x-session-id", "x-user-id", "x-tenant-id")
+# ... then these body fields ("session:<v>" / "user:<v>"), when no header carried a key
+ROUTING_BODY_FIELDS = ("session_params.session_id", "user", "session_id", "user_id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +124,7 @@ class WarmSpec:
     key: str = ""  # token-id cache key (tenant + last block hash)
     template: dict = field(default_factory=dict)  # chat_template / chat_template_kwargs of the traffic
     continue_final: bool = False  # the anchor ends inside its last message: render it open
+    routing: tuple[str, str] | None = None  # (header or body field, value) the session's requests route by
 
 
 def warm_spec(action: Action) -> WarmSpec | None:
@@ -149,7 +166,51 @@ def warm_spec(action: Action) -> WarmSpec | None:
         key=f"{tenant}|{len(hashes)}|{key_tail}",
         template={k: request[k] for k in TEMPLATE_FIELDS if request.get(k) is not None},
         continue_final=bool(request.get("continue_final_message")) and assistant is None,
+        routing=_routing_of(payload.prompt),
     )
+
+
+def _routing_of(prompt: object) -> tuple[str, str] | None:
+    """The routing key a kept session context carries (`runtime.payload.BodyPayload.routing`)."""
+    routing = getattr(prompt, "routing", None)
+    if isinstance(routing, tuple) and len(routing) == 2 and all(isinstance(x, str) for x in routing):
+        return (routing[0], routing[1])
+    return None
+
+
+def routing_key(headers: Mapping[str, str], body: object) -> tuple[str, str] | None:
+    """What vllm-router's consistent_hash would route this request by, when a later warmup can
+    repeat it: the first session header present, else the first body field (ROUTING_BODY_FIELDS).
+    Returned as (name, value): a header name, or a body field path. None: nothing repeatable."""
+    for name in ROUTING_HEADERS:
+        value = headers.get(name)
+        if isinstance(value, str) and value:
+            return name, value[:256]
+    if isinstance(body, Mapping):
+        params = body.get("session_params")
+        if isinstance(params, Mapping):
+            sid = params.get("session_id")
+            if isinstance(sid, str) and sid:
+                return "session_params.session_id", sid[:256]
+        for name in ROUTING_BODY_FIELDS[1:]:
+            value = body.get(name)
+            if isinstance(value, str) and value:
+                return name, value[:256]
+    return None
+
+
+def apply_routing(routing: tuple[str, str] | None, headers: dict[str, str], body: dict[str, Any]) -> None:
+    """Make a warmup carry the session's routing key exactly where its requests carry it (the
+    router hashes the source with the value, so X-User-ID: u and user=u land differently)."""
+    if routing is None:
+        return
+    name, value = routing
+    if name in ROUTING_HEADERS:
+        headers[name] = value
+    elif name == "session_params.session_id":
+        body["session_params"] = {"session_id": value}
+    elif name in ROUTING_BODY_FIELDS:
+        body[name] = value
 
 
 def _ints(value: object) -> tuple[int, ...] | None:
@@ -198,6 +259,11 @@ class HttpEngineAdapter:
         self.disabled: dict[str, str] = {}  # capability -> reason it was switched off
         self.tokens = TokenCache()
         self.counters: dict[str, int] = {"warm_requests": 0, "tokenize_requests": 0, "errors": 0}
+        # slack lane (CAP_SCHED_PRIORITY): the engine's scheduling policy as probed, and the sign of
+        # its priority field (+1: lower runs first, vLLM; -1: higher runs first, SGLang's default)
+        self.priority_mode = "auto"  # operator: auto (probe) | on | off (settings.engine_priority_scheduling)
+        self.scheduling: dict[str, str] = {"policy": "unknown", "source": "not probed"}
+        self.priority_sign = 1
 
     # -- capabilities -------------------------------------------------------------------------
     @property
@@ -222,26 +288,59 @@ class HttpEngineAdapter:
             "disabled": dict(self.disabled),
             "token_cache_entries": len(self.tokens),
             "counters": dict(self.counters),
+            "scheduling": {**self.scheduling, "lane_priority": self.lane_priority()},
         }
 
     def request_extras(self, survival: float | None) -> dict[str, Any]:
         """Fields to add to forwarded client requests (opt-in); none by default."""
         return {}
 
+    # -- slack lane -------------------------------------------------------------------------------
+    @property
+    def priority_lane(self) -> bool:
+        """Actions go at the engine's lowest priority (the engine schedules by priority)."""
+        return CAP_SCHED_PRIORITY in self._caps
+
+    def lane_priority(self) -> int | None:
+        """The priority every warmup and touch carries in the slack lane; None without it."""
+        return self.priority_sign * LANE_LOWEST if self.priority_lane else None
+
+    def engine_priority(self, rank: int) -> int:
+        """A session-lane rank (0 = most urgent, larger runs later) in the engine's convention,
+        kept strictly ahead of the slack lane."""
+        return self.priority_sign * max(0, min(int(rank), LANE_LOWEST - 1))
+
+    def set_scheduling(self, policy: str, source: str) -> None:
+        """Record the probed policy and switch the lane: on for "priority" unless the operator said
+        off; the operator's "on" without evidence against it (a refusal) also turns it on."""
+        mode = self.priority_mode
+        self.scheduling = {"policy": policy, "source": source, "mode": mode}
+        if mode == "off":
+            self.disable(CAP_SCHED_PRIORITY, "engine_priority_scheduling=off")
+        elif policy == "priority" or (mode == "on" and policy != "fcfs"):
+            self.disabled.pop(CAP_SCHED_PRIORITY, None)
+            self.enable(CAP_SCHED_PRIORITY)
+        else:
+            self.disable(CAP_SCHED_PRIORITY, f"scheduling policy {policy} ({source})")
+
     # -- HTTP helpers --------------------------------------------------------------------------
-    def headers(self, warmup: bool = True) -> dict[str, str]:
+    def headers(self, warmup: bool = True, routing: tuple[str, str] | None = None) -> dict[str, str]:
         h = {"content-type": "application/json"}
+        if routing is not None and routing[0] in ROUTING_HEADERS:
+            h[routing[0]] = routing[1]
         if warmup:
             h[WARMUP_HEADER] = "1"
         if self._api_key:
             h["authorization"] = f"Bearer {self._api_key}"
         return h
 
-    async def post_json(self, path: str, body: dict, *, warmup: bool = True) -> tuple[int, Any]:
+    async def post_json(
+        self, path: str, body: dict, *, warmup: bool = True, routing: tuple[str, str] | None = None
+    ) -> tuple[int, Any]:
         resp = await self.client.post(
             self.base_url + path,
             content=json.dumps(body, separators=(",", ":")).encode(),
-            headers=self.headers(warmup),
+            headers=self.headers(warmup, routing),
             timeout=self.timeout_s,
         )
         try:

@@ -64,16 +64,21 @@ def make_adapter(
     model: str = "",
     kv_hints: bool = False,
     request_priority: bool = False,
+    priority_scheduling: str = "auto",
 ) -> HttpEngineAdapter:
+    adapter: HttpEngineAdapter
     if kind == "vllm":
-        return VllmAdapter(client, base_url, api_key, default_model=model, kv_hints=kv_hints)
-    if kind == "sglang":
-        return SglangAdapter(client, base_url, api_key, default_model=model, priority_on_requests=request_priority)
-    if kind == "sim":
-        return SimAdapter(client, base_url, api_key, default_model=model, priority_on_requests=request_priority)
-    if kind == "none":
-        return NoEngineAdapter(client, base_url, api_key)
-    raise ValueError(f"unknown engine kind {kind!r}")
+        adapter = VllmAdapter(client, base_url, api_key, default_model=model, kv_hints=kv_hints)
+    elif kind == "sglang":
+        adapter = SglangAdapter(client, base_url, api_key, default_model=model, priority_on_requests=request_priority)
+    elif kind == "sim":
+        adapter = SimAdapter(client, base_url, api_key, default_model=model, priority_on_requests=request_priority)
+    elif kind == "none":
+        adapter = NoEngineAdapter(client, base_url, api_key)
+    else:
+        raise ValueError(f"unknown engine kind {kind!r}")
+    adapter.priority_mode = priority_scheduling
+    return adapter
 
 
 async def build_adapter(

@@ -20,9 +20,11 @@ from proxy.engines.base import (
     CAP_METRICS,
     CAP_PRIORITY,
     CAP_WARM_TOKENS,
+    ROUTING_HEADERS,
     EngineSnapshot,
     WarmResult,
     WarmSpec,
+    apply_routing,
     usage_tokens,
 )
 from proxy.engines.promtext import first, mean, sample_sums
@@ -69,22 +71,47 @@ class SglangAdapter(VllmAdapter):
             log.warning("engine sglang: probe failed (%s)", type(exc).__name__)
         # SGLang has no /tokenize in every version: exact tokens only when the payload carries ids.
         self.disable(CAP_WARM_TOKENS, "uses /generate only when token ids are known")
+        await self.probe_scheduling()
+
+    async def probe_scheduling(self) -> None:
+        """The slack lane from `/get_server_info` (its server_args): `enable_priority_scheduling`,
+        and the sign: higher values run first unless `schedule_low_priority_values_first`
+        (`srt/managers/schedule_policy.py`: priority_sign = 1 if low-first else -1). With
+        `--radix-eviction-policy priority` as well, one `priority` field orders both scheduling and
+        retention (a node keeps the max priority of the requests that inserted it): a warmup at the
+        lowest priority would be evicted first, so the retention lever wins and the lane stays off."""
+        info = self.server_info
+        if self.priority_mode == "off" or not info:
+            reason = "engine_priority_scheduling=off" if info else "no /get_server_info"
+            self.set_scheduling("unknown", reason)
+            return
+        self.priority_sign = 1 if info.get("schedule_low_priority_values_first") else -1
+        if not info.get("enable_priority_scheduling"):
+            self.set_scheduling("fcfs", "/get_server_info enable_priority_scheduling=false")
+        elif CAP_PRIORITY in self.capabilities:
+            self.set_scheduling("retention", "/get_server_info: radix_eviction_policy=priority uses the same field")
+        else:
+            self.set_scheduling("priority", "/get_server_info enable_priority_scheduling=true")
 
     def warm_fields(self, action: Action) -> dict[str, Any]:
         if CAP_PRIORITY in self.capabilities:
             return {"priority": int(action.priority)}
-        return {}
+        return super().warm_fields(action)
 
     async def _warm(self, spec: WarmSpec, action: Action) -> WarmResult:
         extra = self.warm_fields(action)
         if spec.token_ids:
+            apply_routing(spec.routing, {}, extra)
             body = {
                 "input_ids": list(spec.token_ids),
                 "sampling_params": {"max_new_tokens": 1, "temperature": 0},
                 **extra,
             }
             self.counters["warm_requests"] += 1
-            status, data = await self.post_json("/generate", body, warmup=True)
+            route: dict[str, Any] = (
+                {"routing": spec.routing} if spec.routing and spec.routing[0] in ROUTING_HEADERS else {}
+            )
+            status, data = await self.post_json("/generate", body, warmup=True, **route)
             if status == 200 and isinstance(data, dict):
                 meta = data.get("meta_info") or {}
                 return WarmResult(

@@ -19,6 +19,7 @@ blocks to the most-recently-used end of the free queue for the cost of ~one toke
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from typing import Any
@@ -32,10 +33,12 @@ from proxy.engines.base import (
     CAP_RESET,
     CAP_WARM_CHAT,
     CAP_WARM_TOKENS,
+    ROUTING_HEADERS,
     EngineSnapshot,
     HttpEngineAdapter,
     WarmResult,
     WarmSpec,
+    apply_routing,
     usage_tokens,
     warm_spec,
 )
@@ -93,6 +96,51 @@ class VllmAdapter(HttpEngineAdapter):
                 self.enable(CAP_KV_HINTS)
         except httpx.HTTPError as exc:
             log.warning("engine %s: probe failed (%s); keeping default capabilities", self.name, type(exc).__name__)
+        await self.probe_scheduling()
+
+    async def probe_scheduling(self) -> None:
+        """Which scheduling policy the engine runs (the slack lane, CAP_SCHED_PRIORITY).
+
+        1. `GET /server_info?config_format=json` (vLLM dev mode): `vllm_config.scheduler_config.policy`,
+           the `--scheduling-policy` value itself.
+        2. Otherwise a refusal probe: a 1-token completion with `priority: 1`. An engine that checks
+           the field under FCFS answers 400 (vLLM's V0 engine: "Got priority 1 but Priority scheduling
+           is not enabled."; the simulator) — FCFS for sure. vLLM's V1 engine (0.32) has no such
+           check (the protocol's docstring still says it raises; `v1/engine/input_processor.py`
+           passes priority through), so a 200 proves nothing: the policy stays "unknown" and the lane
+           off unless the operator sets engine_priority_scheduling=on.
+        Any failure leaves the lane off (fail-open: today's behaviour)."""
+        if self.priority_mode == "off":
+            self.set_scheduling("unknown", "not probed (engine_priority_scheduling=off)")
+            return
+        try:
+            policy, source = await self._scheduling_from_server_info()
+            if policy is None:
+                policy, source = await self._scheduling_from_refusal()
+        except Exception as exc:  # noqa: BLE001 - a probe must never stop the proxy
+            policy, source = "unknown", f"probe failed: {type(exc).__name__}"
+        self.set_scheduling(policy, source)
+
+    async def _scheduling_from_server_info(self) -> tuple[str | None, str]:
+        status, data = await self._get_json("/server_info?config_format=json")
+        if status != 200 or not isinstance(data, dict):
+            return None, ""
+        cfg = data.get("vllm_config")
+        sched = cfg.get("scheduler_config") if isinstance(cfg, dict) else None
+        policy = sched.get("policy") if isinstance(sched, dict) else None
+        if isinstance(policy, str) and policy in ("fcfs", "priority"):
+            return policy, "/server_info scheduler_config.policy"
+        return None, ""
+
+    async def _scheduling_from_refusal(self) -> tuple[str, str]:
+        body = self._model({"prompt": "probe", "max_tokens": 1, "temperature": 0.0, "priority": self.priority_sign})
+        status, data = await self.post_json("/v1/completions", body, warmup=True)
+        text = json.dumps(data)[:400].lower() if data is not None else ""
+        if status == 400 and "priority" in text:
+            return "fcfs", "a priority-1 request was refused (400)"
+        if status == 200:
+            return "unknown", "a priority-1 request was accepted (vLLM V1 accepts it under fcfs too)"
+        return "unknown", f"refusal probe answered {status}"
 
     async def _get_json(self, path: str) -> tuple[int, Any]:
         resp = await self.client.get(self.base_url + path, headers=self.headers(False), timeout=self.timeout_s)
@@ -108,8 +156,10 @@ class VllmAdapter(HttpEngineAdapter):
         return {"model": name, **body} if name else body
 
     def warm_fields(self, action: Action) -> dict[str, Any]:
-        """Extra body fields for a warmup (the sim adapter adds retention priority)."""
-        return {}
+        """Extra body fields for a warmup: the slack lane's lowest priority when the engine
+        schedules by priority (the sim adapter adds retention priority otherwise)."""
+        lane = self.lane_priority()
+        return {"priority": lane} if lane is not None else {}
 
     async def tokenize(self, spec: WarmSpec) -> tuple[int, ...] | None:
         if spec.token_ids:
@@ -147,6 +197,14 @@ class VllmAdapter(HttpEngineAdapter):
             return WarmResult(ok=False, unsupported=True, error="payload carries no prompt")
         try:
             result = await self._warm(spec, action)
+        except httpx.TimeoutException as exc:
+            if self.priority_lane:
+                # the slack lane: an action waits behind every client request, so under sustained load
+                # it may wait out the timeout. That is the lane working, not a broken lever: it does
+                # not count toward switching the warm capabilities off.
+                self.counters["lane_timeouts"] = self.counters.get("lane_timeouts", 0) + 1
+                return WarmResult(ok=False, error=f"{type(exc).__name__}: waited behind client requests (slack lane)")
+            result = WarmResult(ok=False, error=f"{type(exc).__name__}: {exc}"[:200])
         except (httpx.HTTPError, RuntimeError, ValueError) as exc:
             result = WarmResult(ok=False, error=f"{type(exc).__name__}: {exc}"[:200])
         self._after(result)
@@ -156,11 +214,13 @@ class VllmAdapter(HttpEngineAdapter):
         extra = self.warm_fields(action)
         if spec.cache_salt:
             extra["cache_salt"] = spec.cache_salt
+        if spec.routing is not None:  # land on the replica the session's next request will
+            apply_routing(spec.routing, {}, extra)
         if CAP_WARM_TOKENS in self.capabilities:
             ids = await self.tokenize(spec)
             if ids:
                 body = self._model({"prompt": list(ids), "max_tokens": 1, "temperature": 0.0, **extra}, spec.model)
-                return await self._send("/v1/completions", body, CAP_WARM_TOKENS)
+                return await self._send("/v1/completions", body, CAP_WARM_TOKENS, spec.routing)
         if CAP_WARM_CHAT in self.capabilities and spec.messages:
             body = self._model(
                 {"messages": list(spec.messages), "max_tokens": 1, "temperature": 0.0, **spec.template, **extra},
@@ -172,15 +232,17 @@ class VllmAdapter(HttpEngineAdapter):
             if spec.tools:
                 body["tools"] = list(spec.tools)
                 body["tool_choice"] = "none"  # vLLM refuses "auto" without tool-parser flags
-            return await self._send("/v1/chat/completions", body, CAP_WARM_CHAT)
+            return await self._send("/v1/chat/completions", body, CAP_WARM_CHAT, spec.routing)
         if CAP_WARM_CHAT in self.capabilities and spec.prompt is not None:
             body = self._model({"prompt": spec.prompt, "max_tokens": 1, "temperature": 0.0, **extra}, spec.model)
-            return await self._send("/v1/completions", body, CAP_WARM_CHAT)
+            return await self._send("/v1/completions", body, CAP_WARM_CHAT, spec.routing)
         return WarmResult(ok=False, unsupported=True, error="no warmup capability left")
 
-    async def _send(self, path: str, body: dict, cap: str) -> WarmResult:
+    async def _send(self, path: str, body: dict, cap: str, routing: tuple[str, str] | None = None) -> WarmResult:
         self.counters["warm_requests"] += 1
-        status, data = await self.post_json(path, body, warmup=True)
+        # routing only when there is one (test doubles of post_json predate it)
+        extra: dict[str, Any] = {"routing": routing} if routing is not None and routing[0] in ROUTING_HEADERS else {}
+        status, data = await self.post_json(path, body, warmup=True, **extra)
         if status in REFUSED:
             self.disable(cap, f"{path} answered {status}")
             return WarmResult(ok=False, error=f"{path} answered {status}")

@@ -32,6 +32,14 @@ FLAGS: tuple[tuple[str, str, type, str], ...] = (
     ("--max-body-bytes", "max_body_bytes", int, "largest request body, 413 above (default 64 MiB)"),
     ("--log-level", "log_level", str, "critical|error|warning|info|debug|trace (default info)"),
     ("--upstream-transport", "upstream_transport", str, "aiohttp (default, faster) | httpx"),
+    (
+        "--session-priority",
+        "session_priority",
+        str,
+        "off (default) | continue | las: set `priority` on client requests without one (changes the engine's "
+        "order; only when the engine schedules by priority)",
+    ),
+    ("--engine-priority-scheduling", "engine_priority_scheduling", str, "auto (probe, default) | on | off"),
 )
 
 

@@ -3,7 +3,8 @@
 Why apart from the observer's hooks: by default the forwarder relays the client's bytes exactly, and
 this is the one place that may change them — only when the operator enabled `kv_hints` /
 `request_priority` (the adapter's fields for the request's agent, from the survival the planner last
-gave its anchor) or `hints_strip_fields` (the body without the engines' hint-proposal fields). A
+gave its anchor), `hints_strip_fields` (the body without the engines' hint-proposal fields) or the
+session lane (`session_priority`: a `priority` on requests that carry none, `session_lane.py`). A
 mixin of `LivePolicyObserver`, so it reads the observer's own state.
 """
 
@@ -21,9 +22,14 @@ from proxy.runtime.request_state import request_state
 if TYPE_CHECKING:
     from proxy.contracts import RequestContext
     from proxy.core.policy import ScoutPolicy
+    from proxy.core.view import RequestView
+    from proxy.runtime.session_lane import SessionLane
     from proxy.runtime.switchback import SelfEvaluation
 
 HINT_TTL_S = 60.0  # an anchor's action priority is used for forwarded requests this long
+LANE_PATHS = ("/v1/chat/completions", "/v1/completions")  # vLLM/SGLang read `priority` on these
+LANE_LOOKBACK = 256  # blocks walked back to find the session a request continues
+WARMUP_HEADER = "x-cachescout-warmup"
 
 
 class BodyRewriting:
@@ -39,8 +45,63 @@ class BodyRewriting:
     selfeval: SelfEvaluation | None
     extras_for: Callable[[float | None], dict[str, object]]
     _anchor_priority: OrderedDict[str, tuple[int, float]]  # anchor -> (priority, when), see on_action_result
+    session_lane: SessionLane | None  # opt-in session lane (LiveRuntime sets it)
+    lane_active: Callable[[], bool]  # the adapter reports a priority policy now
+    engine_priority: Callable[[int], int]  # a lane rank in the engine's sign convention
 
     def rewrite_body(self, ctx: RequestContext) -> bytes | None:
+        """The hint rewrite below, plus the opt-in session lane's `priority` (`session_lane.py`) when
+        the engine schedules by priority and the client set none. None: forward the original bytes."""
+        lane = self.session_lane
+        if lane is None or not self.lane_active():
+            return self._hints_body(ctx)
+        extra = self._lane_priority(ctx, lane)
+        hinted = self._hints_body(ctx)
+        if extra is None:
+            return hinted
+        body = json.loads(hinted) if hinted is not None else ctx.json
+        if not isinstance(body, dict) or "priority" in body:
+            return hinted  # an engine hint set one already (never with the lane active)
+        self.counts["session_priority"] = self.counts.get("session_priority", 0) + 1
+        return json.dumps({**body, **extra}, separators=(",", ":"), ensure_ascii=False).encode()
+
+    def _lane_priority(self, ctx: RequestContext, lane: SessionLane) -> dict[str, object] | None:
+        """{"priority": p} for a generation request without one; its session from the explicit id or
+        the core's own continuation index (the deepest earlier prompt this one extends)."""
+        body = ctx.json
+        if ctx.method != "POST" or ctx.path not in LANE_PATHS or not isinstance(body, dict):
+            return None
+        if "priority" in body:
+            lane.counts["kept_client_priority"] += 1
+            return None  # a client's own priority always passes unchanged
+        if ctx.headers.get(WARMUP_HEADER):
+            return None
+        st = request_state(ctx)
+        key: tuple[str, str] | None = None
+        if st is not None and not st.skip and not st.parsing:
+            view = st.view or view_from_openai(
+                ctx.path, body, ctx.headers, block_chars=self.block_chars, chars_per_token=self.chars_per_token
+            )
+            st.view = view
+            if view is not None and not view.is_warmup:
+                key = self._lane_session(view)
+        return {"priority": self.engine_priority(lane.rank(key, self.clock()))}
+
+    def _lane_session(self, view: RequestView) -> tuple[str, str] | None:
+        if view.session_id:
+            return (view.tenant, view.session_id)
+        tracker = self.policy.sessions
+        index = getattr(tracker, "_index", None)  # the core's continuation index: last hash -> session key
+        if not isinstance(index, dict):
+            return None
+        hashes = view.block_hashes
+        for h in reversed(hashes[-LANE_LOOKBACK:]):
+            key = index.get(h)
+            if key is not None and key[0] == view.tenant and key in tracker.sessions:
+                return (str(key[0]), str(key[1]))
+        return None
+
+    def _hints_body(self, ctx: RequestContext) -> bytes | None:
         """Opt-in: the forwarded body plus the adapter's engine hints for this request's agent
         (`priority` from the survival the planner last gave its anchor, or a `kv_hints` envelope).
         None (forward the original bytes) when off, unparsed, unknown agent or nothing to add. Builds

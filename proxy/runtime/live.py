@@ -32,6 +32,7 @@ from proxy.runtime.policy_config import executor_limits, policy_config
 from proxy.runtime.prefill import PrefillRate
 from proxy.runtime.reload_price import ReloadPrice
 from proxy.runtime.scraper import EngineScraper
+from proxy.runtime.session_lane import SessionLane
 from proxy.runtime.state_file import harden_observer as _harden
 from proxy.runtime.state_file import read_state_file, tenant_tag, write_state_file
 from proxy.runtime.switchback import SelfEvaluation, switchback_config, yield_config
@@ -79,7 +80,11 @@ class LiveRuntime:
             metrics,
             clock,
             executor_limits(settings),
-            load=lambda: (self.observer.inflight, self.scraper.waiting if self.scraper else 0),
+            # the slack lane: the engine keeps actions behind its own queue, so its length is no reason to wait
+            load=lambda: (
+                self.observer.inflight,
+                self.scraper.waiting if self.scraper and not self.adapter.priority_lane else 0,
+            ),
             on_result=self._on_result,
         )
         self.observer.executor = self.executor
@@ -122,8 +127,10 @@ class LiveRuntime:
             model=s.engine_model,
             kv_hints=s.kv_hints,
             request_priority=s.request_priority,
+            priority_scheduling=s.engine_priority_scheduling,
         )
         self.executor.adapter = self.adapter
+        self._wire_lanes()
         log.info(
             "cache policy on: engine=%s capabilities=%s disabled=%s",
             self.adapter.name,
@@ -139,7 +146,9 @@ class LiveRuntime:
                 "engine hints on forwarded requests: kv_hints=%s request_priority=%s", s.kv_hints, s.request_priority
             )
         self.scraper = EngineScraper(self.adapter, self.metrics, s.scrape_interval, on_snapshot=self._on_snapshot)
+        self.scraper.own = lambda: self.observer.inflight + self.executor.sending
         self.observer.engine_waiting = lambda: self.scraper.waiting if self.scraper else 0
+        self.observer.engine_external = lambda: self.scraper.external if self.scraper else 0
         await self.executor.start()
         await self.scraper.start()
         if s.kv_events_endpoint:
@@ -147,6 +156,21 @@ class LiveRuntime:
             await self.kv_events.start()
         self.selfeval.tick(self.clock())
         self._tick = asyncio.create_task(self._tick_loop(), name="cachescout-plan-tick")
+
+    def _wire_lanes(self) -> None:
+        """The slack lane follows the adapter's capability; the session lane (opt-in) is built here
+        and acts only while that capability holds (docs/live.md "Priority lanes")."""
+        adapter, s = self.adapter, self.settings
+        self.observer.lane_active = lambda: self.adapter.priority_lane
+        self.observer.engine_priority = lambda rank: self.adapter.engine_priority(rank)
+        if s.session_priority != "off":
+            self.observer.session_lane = SessionLane(s.session_priority, s.session_priority_ageing_s, self.clock())
+        log.info(
+            "priority lanes: engine scheduling=%s slack_lane=%s session_lane=%s",
+            adapter.scheduling.get("policy"),
+            adapter.priority_lane,
+            s.session_priority if adapter.priority_lane else f"{s.session_priority} (inactive: no priority policy)",
+        )
 
     async def stop(self) -> None:
         if self._tick is not None:
@@ -350,6 +374,10 @@ class LiveRuntime:
         info["host_tier"] = self.reload.info()
         info["warmup_budget"] = dict(self.budget)
         info["shadow_capacity_tokens"] = self._capacity
+        lane = self.observer.session_lane
+        info["session_lane"] = (
+            dict(lane.info(), active=self.adapter.priority_lane) if lane is not None else {"mode": "off"}
+        )
         return info
 
     def debug_state(self) -> dict[str, object]:

@@ -38,6 +38,7 @@ from proxy.core.fingerprint import view_from_openai
 from proxy.core.policy import ScoutPolicy
 from proxy.core.view import EngineLoad, RequestView, ResponseOutcome
 from proxy.core.yield_book import YieldBook
+from proxy.engines.base import routing_key
 from proxy.observability.metrics import ProxyMetrics
 from proxy.runtime.body_rewrite import BodyRewriting
 from proxy.runtime.hint_inputs import request_hints
@@ -50,6 +51,7 @@ from proxy.runtime.response_tap import ResponseTap, TapBudget
 if TYPE_CHECKING:  # set by LiveRuntime after construction; imported for their types only
     from proxy.runtime.hint_inputs import HintService
     from proxy.runtime.prefill import PrefillRate
+    from proxy.runtime.session_lane import SessionLane
     from proxy.runtime.switchback import SelfEvaluation
 
 log = logging.getLogger("cachescout.live_policy")
@@ -100,6 +102,10 @@ class LivePolicyObserver(BodyRewriting, UsageAccounting):
         self.defer = defer
         self.executor: ActionSink | None = None  # set by LiveRuntime (the ActionExecutor)
         self.engine_waiting: Callable[[], int] = lambda: 0
+        self.engine_external: Callable[[], int] = lambda: 0  # engine requests not this proxy's (scraped)
+        self.lane_active: Callable[[], bool] = lambda: False  # slack lane: the adapter's priority policy
+        self.engine_priority: Callable[[int], int] = lambda rank: rank  # session-lane rank -> engine priority
+        self.session_lane: SessionLane | None = None  # opt-in session lane (LiveRuntime sets it)
         self._inflight: dict[int, float] = {}
         self._states: dict[int, RequestState] = {}  # in flight: first token seen yet? (slack)
         self.running = RunningSet()  # distinct view tokens of the requests in flight
@@ -146,6 +152,8 @@ class LivePolicyObserver(BodyRewriting, UsageAccounting):
             prefilling=prefilling,
             running_tokens=self.running.tokens,
             utilisation=self.utilisation,
+            priority_lane=self.lane_active(),
+            external=int(self.engine_external() or 0),
         )
 
     def _prefilling(self, rid: int, st: RequestState, now: float) -> bool:
@@ -317,7 +325,7 @@ class LivePolicyObserver(BodyRewriting, UsageAccounting):
         assert view is not None, "only called from _maybe_observe, once the view is built"
         # the session keeps the context as the body bytes (shared with the forwarder), not parsed JSON
         kept = (
-            BodyPayload(ctx.path, ctx.body)
+            BodyPayload(ctx.path, ctx.body, routing_key(ctx.headers, ctx.json))
             if view.context_payload is not None and isinstance(ctx.body, bytes)
             else None
         )
@@ -375,6 +383,9 @@ class LivePolicyObserver(BodyRewriting, UsageAccounting):
             if not st.view.is_warmup and tap.prompt_tokens:
                 self._learn_from_usage(st, tap, ctx.started)
         self.policy.observe_response(st.observed.request_id, outcome, now)
+        if self.session_lane is not None and st.observed.session_id and not st.view.is_warmup:
+            served = max(0, (outcome.prompt_tokens or 0) - (outcome.cached_tokens or 0)) + (outcome.output_tokens or 0)
+            self.session_lane.served((st.view.tenant, st.observed.session_id), served, ctx.started, now)
         if st.hints is not None and self.hints is not None:
             self.hints.on_response(st.hints, ctx.headers, st.observed.session_id, outcome.finish_reason, now)
         self.plan(self.clock())

@@ -17,18 +17,21 @@ from proxy.core.fingerprint import view_from_openai
 
 
 class BodyPayload(KeptPrompt):
-    """The context payload of one chat/completions request, as its body bytes."""
+    """The context payload of one chat/completions request, as its body bytes, and the routing key
+    its request carried (`engines.base.routing_key`: an action for this session carries it too, so
+    that behind vllm-router's consistent_hash it lands on the replica the session's next call will)."""
 
-    __slots__ = ("body", "path")
+    __slots__ = ("body", "path", "routing")
 
-    def __init__(self, path: str, body: bytes) -> None:
+    def __init__(self, path: str, body: bytes, routing: tuple[str, str] | None = None) -> None:
         self.path = path
         self.body = body
+        self.routing = routing
 
     @property
     def nbytes(self) -> int:
         """Bytes held (the core's session byte budget reads this)."""
-        return len(self.body)
+        return len(self.body) + (len(self.routing[1]) if self.routing else 0)
 
     def to_warm_dict(self) -> Mapping[str, object] | None:
         view = view_from_openai(self.path, self.body)

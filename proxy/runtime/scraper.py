@@ -43,6 +43,10 @@ class EngineScraper:
         self._prev: EngineSnapshot | None = None
         self._before: EngineSnapshot | None = None  # the scrape before `latest`
         self._task: asyncio.Task | None = None
+        # the proxy's own requests on the engine (clients in flight + actions sending), set by LiveRuntime:
+        # sampled around each scrape so that `external` counts only what the proxy did not send
+        self.own: Callable[[], int] = lambda: 0
+        self._external: tuple[int, int] = (0, 0)  # (latest, the scrape before)
 
     @property
     def waiting(self) -> int:
@@ -57,7 +61,28 @@ class EngineScraper:
             return now
         return min(now, int(self._before.waiting or 0))
 
+    @property
+    def external(self) -> int:
+        """Requests the engine runs or queues that neither this proxy's clients nor its actions
+        account for (another client on the same engine): the engine's own load, not inferred from
+        the proxy's traffic. The smaller of the last two scrapes, like `waiting`."""
+        return min(self._external)
+
+    def _update_external(self, snap: EngineSnapshot, own_before: int) -> None:
+        if snap.running is None and snap.waiting is None:
+            return
+        own = max(own_before, self._own())  # a request started or ended during the scrape is ours
+        engine = int(snap.running or 0) + int(snap.waiting or 0)
+        self._external = (max(0, engine - own), self._external[0])
+
+    def _own(self) -> int:
+        try:
+            return int(self.own())
+        except Exception:  # noqa: BLE001 - never let bookkeeping break a scrape
+            return 0
+
     async def scrape_once(self) -> EngineSnapshot | None:
+        own_before = self._own()
         try:
             snap = await self.adapter.scrape()
         except Exception as exc:  # noqa: BLE001 - a scrape must never take the proxy down
@@ -69,6 +94,7 @@ class EngineScraper:
             return None
         self.scrapes += 1
         self._update_ratio(snap)
+        self._update_external(snap, own_before)
         self._before = self.latest
         self._prev, self.latest = snap, snap
         if self.on_snapshot is not None:
@@ -134,4 +160,5 @@ class EngineScraper:
                 "waiting": snap.waiting,
             },
             "waiting_used": self.waiting,
+            "external_used": self.external,
         }

@@ -117,6 +117,9 @@ class SimEngineMetrics:
             "block_size": str(cfg.block_size),
             "num_gpu_blocks": str(cfg.capacity_blocks),
             "eviction": cfg.eviction,
+            # the proxy's sim adapter reads these (vLLM's own /metrics has no such labels)
+            "scheduling_policy": str(getattr(cfg, "scheduling_policy", "fcfs")),
+            "low_priority_values_first": str(bool(getattr(cfg, "low_priority_values_first", False))).lower(),
         }
         if cfg.cpu_blocks:  # vLLM CacheConfig: kv_offloading_size (GiB), kv_offloading_backend
             gib = cfg.cpu_blocks * cfg.block_size * cfg.cost.kv_bytes_per_token / (1 << 30)

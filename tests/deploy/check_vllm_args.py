@@ -58,13 +58,14 @@ def main() -> int:
     for name, args, offload in variants:
         ns = make_arg_parser(FlexibleArgumentParser()).parse_args(args)  # exits non-zero on a bad flag
         ok = ns.enable_prefix_caching and ns.enable_prompt_tokens_details and ns.kv_events_config
+        ok = ok and ns.scheduling_policy == "priority"  # the slack lane
         size, backend = getattr(ns, "kv_offloading_size", None), getattr(ns, "kv_offloading_backend", None)
         if offload:
             ok = ok and bool(size) and backend == "native"
         print(
             f"{name}: model={ns.model} prefix_caching={ns.enable_prefix_caching} "
             f"prompt_tokens_details={ns.enable_prompt_tokens_details} kv_events={ns.kv_events_config} "
-            f"kv_offloading_size={size} kv_offloading_backend={backend}"
+            f"kv_offloading_size={size} kv_offloading_backend={backend} scheduling_policy={ns.scheduling_policy}"
         )
         if not ok:
             return 1

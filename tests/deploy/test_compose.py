@@ -21,13 +21,19 @@ COMPOSE = REPO_ROOT / "docker-compose.yml"
 PROM_CONFIG = REPO_ROOT / "deploy" / "compose" / "prometheus.yml"
 SECRETISH = re.compile(r"TOKEN|PASSWORD|SECRET|API_KEY", re.I)
 REQUIRED_FLAGS = {
-    "vllm": ("--enable-prefix-caching", "--enable-prompt-tokens-details", "--kv-events-config"),
+    "vllm": (
+        "--enable-prefix-caching",
+        "--enable-prompt-tokens-details",
+        "--kv-events-config",
+        "--scheduling-policy=priority",
+    ),
     "vllm-offload": (
         "--enable-prefix-caching",
         "--enable-prompt-tokens-details",
         "--kv-events-config",
         "--kv-offloading-size",
         "--kv-offloading-backend=native",
+        "--scheduling-policy=priority",
     ),
     "sglang": (
         "--enable-metrics",
@@ -112,6 +118,14 @@ def test_gpu_engines_have_the_adapter_flags(compose, engine):
         assert any(a == flag or a.startswith(flag + "=") for a in args), f"{engine} lacks {flag}"
     devices = svc["deploy"]["resources"]["reservations"]["devices"]
     assert devices[0]["capabilities"] == ["gpu"]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "vllm-offload"])
+def test_vllm_priority_scheduling_turns_the_proxys_slack_lane_on(compose, engine):
+    """vLLM's V1 engine cannot be asked its policy without dev mode: the proxy is told (docs/live.md)."""
+    assert "--scheduling-policy=priority" in _command(compose["services"][engine])
+    env = compose["services"][f"proxy-{engine}"]["environment"]
+    assert env["CACHESCOUT_ENGINE_PRIORITY_SCHEDULING"] == "on"
 
 
 @pytest.mark.parametrize("engine", ["vllm", "vllm-offload"])

@@ -168,6 +168,7 @@ def test_proxy_points_at_the_engine_in_its_pod(path, engine):
         kv = next(a for a in args if a.startswith("--kv-events-config="))
         endpoint = yaml.safe_load(kv.split("=", 1)[1])["endpoint"]
         assert config["CACHESCOUT_KV_EVENTS_ENDPOINT"] == endpoint
+        assert "--scheduling-policy=priority" in args and config["CACHESCOUT_ENGINE_PRIORITY_SCHEDULING"] == "on"
     if engine in ("vllm", "sglang"):
         assert engine_container(spec)["resources"]["limits"]["nvidia.com/gpu"] == "1"
 

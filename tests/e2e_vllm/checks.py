@@ -12,6 +12,9 @@ stdout and to OUT/results.json + OUT/table.md.
   5 cache_salt        a warmup for tenant X never makes tenant Y's request hit
   6 overload          agents' contexts + concurrent sessions far over the cache, short tool pauses:
                       the proxy's mean latency <= direct + 3%, hit ratio no lower (check_overload.py)
+  7 priority lanes    vLLM with --scheduling-policy priority (its own run: CACHESCOUT_E2E_CHECKS=7):
+                      actions at the lowest priority, accepted; tool resumes still warmed; policy vs
+                      --no-policy latency in interleaved pairs, reported with 2 SE (check_priority.py)
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ sys.path.insert(0, str(HERE))
 from check_engine import check_cache_salt, check_exact_warmup, check_tool_pause  # noqa: E402
 from check_overload import check_overload  # noqa: E402
 from check_passthrough import check_passthrough  # noqa: E402
+from check_priority import check_priority  # noqa: E402
 from flow import run_workflow, table  # noqa: E402
 from vclient import labelled, labelled_delta  # noqa: E402
 from workload import Workflow, make_agents  # noqa: E402
@@ -112,6 +116,7 @@ CHECKS = {
     "4": ("tool-call pause resume", check_tool_pause),
     "5": ("cache_salt isolation", check_cache_salt),
     "6": ("overloaded cache: no harm", check_overload),
+    "7": ("priority lanes: slack lane on a priority vLLM", check_priority),
 }
 
 

@@ -84,6 +84,14 @@ wait_http() {  # url pid name timeout
 }
 
 # ---- 3. vLLM -----------------------------------------------------------------------------------
+# Check 7 (priority lanes) needs vLLM with --scheduling-policy priority, which would change the
+# engine under checks 1-6: it runs alone (make e2e-vllm runs it as a second, separate job).
+CHECKS="${CACHESCOUT_E2E_CHECKS:-1,2,3,4,5,6}"
+VLLM_EXTRA=()
+if [[ ",$CHECKS," == *",7,"* ]]; then
+  [[ "$CHECKS" == "7" ]] || die "check 7 runs alone (CACHESCOUT_E2E_CHECKS=7): it restarts vLLM with --scheduling-policy priority"
+  VLLM_EXTRA=(--scheduling-policy priority)
+fi
 VPORT="$(free_port)"
 log "starting vLLM on 127.0.0.1:$VPORT (blocks=$BLOCKS x 32 tokens, max-model-len=$MAX_MODEL_LEN)"
 env VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_NUM_OF_RESERVED_CPU=1 VLLM_SERVER_DEV_MODE=1 \
@@ -94,7 +102,7 @@ env VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_NUM_OF_RESERVED_CPU=1 VLLM_SERVER_DEV_MODE
       --enable-prompt-tokens-details --block-size 32 --enforce-eager \
       --kv-cache-metrics --kv-cache-metrics-sample 1.0 --num-gpu-blocks-override "$BLOCKS" \
       --enable-auto-tool-choice --tool-call-parser hermes \
-      --seed 0 --host 127.0.0.1 --port "$VPORT" >"$OUT/vllm.log" 2>&1 &
+      --seed 0 --host 127.0.0.1 --port "$VPORT" ${VLLM_EXTRA[@]+"${VLLM_EXTRA[@]}"} >"$OUT/vllm.log" 2>&1 &
 VLLM_PID=$!
 PIDS+=("$VLLM_PID")
 wait_http "http://127.0.0.1:$VPORT/health" "$VLLM_PID" vllm "$READY_TIMEOUT"
@@ -133,7 +141,7 @@ log "running checks"
 set +e
 # Bounded: a hung engine must not hold CI for its 90 minutes (124 = timed out).
 timeout "${CACHESCOUT_E2E_CHECKS_TIMEOUT:-1800}" "$PROJECT_PY" "$HERE/checks.py" --vllm "http://127.0.0.1:$VPORT" --proxy "http://127.0.0.1:$PPORT" \
-  --model tiny-llama --out "$OUT" --checks "${CACHESCOUT_E2E_CHECKS:-1,2,3,4,5,6}" ${CACHESCOUT_E2E_CHECK_ARGS:-}
+  --model tiny-llama --out "$OUT" --checks "$CHECKS" ${CACHESCOUT_E2E_CHECK_ARGS:-}
 rc=$?
 set -e
 [[ $rc == 124 ]] && echo "[e2e-vllm] FAILED: checks did not finish within ${CACHESCOUT_E2E_CHECKS_TIMEOUT:-1800}s" >&2

@@ -122,6 +122,9 @@ def test_learns_the_agents_of_the_workflow(proxied_run):
     top = {(t["from"], t["to"]) for t in state["top_transitions"][:3]}
     assert len(top) == 3  # A→B, B→C, C→A
     assert proxied_run["engine"]["engine"] == "sim" and "warm_tokens" in proxied_run["engine"]["capabilities"]
+    # only the proxy uses this engine: its own gauges never show load the proxy did not send
+    assert state["stats"]["actions_skipped"].get("tick_engine_shared", 0) == 0
+    assert proxied_run["engine"]["scrape"]["external_used"] == 0
 
 
 def test_warmed_anchor_is_a_real_hit(direct_run, proxied_run):

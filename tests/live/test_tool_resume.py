@@ -110,6 +110,7 @@ def test_tool_calls_pause_the_session_and_its_context_is_warmed(http):
     assert warmed_msgs[:2] == messages  # the session's prompt...
     assert warmed_msgs[-1]["tool_calls"][0]["function"] == first["tool_calls"][0]["function"]  # ...+ its turn
     warm = [b for b in sent if b["path"] == "/v1/completions"][-1]
+    assert warm["user"] == "sess-1"  # the session's routing key (vllm-router consistent_hash reads `user`)
     block = 16
     got = resumed["usage"]["prompt_tokens_details"]["cached_tokens"]
     assert got >= (len(warm["prompt"]) // block) * block  # the warmed context is a real hit
