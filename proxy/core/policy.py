@@ -19,9 +19,6 @@ from .residency import ResidencyShadow
 from .sessions import Session, SessionTracker, session_bytes
 from .view import EngineLoad, RequestView, ResponseOutcome
 
-_SRC = 1 << 64
-
-
 NO_LOAD = EngineLoad()  # an idle engine: the default when the caller knows no load
 
 
@@ -83,11 +80,9 @@ class ScoutPolicy:
         agents = self.agents
         if self._dormant and view.tenant not in agents.tenants:
             self._adopt(view.tenant)
-        sid = view.session_id
-        # an explicit session is the prefix index's source: an int (negative or above 2**64, never one
-        # of the index's own counters; ints keep its source tuples out of the GC's tracked containers;
-        # tenants have their own roots, so equal ids in two tenants never meet)
-        agent = agents.identify(view, now, hash(sid) | _SRC if sid else None)
+        # recurrence is counted over conversation lineage, never over the explicit id: real apps send
+        # one id (a run, a constant `user` or prompt_cache_key) over many agents and calls (issue 23)
+        agent = agents.identify(view, now)
         anchor_len = len(agent.anchor_hashes) if agent else 0
         hit = self.residency.on_forward(view, now, anchor_len if agent else None)
         if self.host_residency is not None:

@@ -89,6 +89,7 @@ class SessionTracker:
         self.inferred_hits = 0
         self.bytes = 0  # sum of the sessions' nbytes
         self.dropped_for_bytes = 0  # sessions dropped to stay within session_max_bytes
+        self.created = 0  # sessions ever created ("sessions seen")
 
     def __len__(self) -> int:
         return len(self.sessions)
@@ -144,6 +145,7 @@ class SessionTracker:
                 key = (tenant, f"~{self._inferred_seq:x}")
             s = Session(key=key, inferred=inferred)
             self.sessions[key] = s
+            self.created += 1
             if len(self.sessions) > self.config.max_sessions:
                 self.expire(now)
         self.sessions.move_to_end(s.key)
