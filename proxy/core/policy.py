@@ -93,21 +93,24 @@ class ScoutPolicy:
         floor = anchor_len if agent is not None else max(view.anchor_blocks, agents.shared_depth)
         session = self.sessions.resolve(view, now, max(floor - 1, agents.shared_depth) if agent else floor)
         predicted = None
-        prev = session.agent
+        # the conversation's previous agent; a conversation just started in a run: the run's last
+        prev_s = session if session.requests else self.sessions.run_prev
+        prev = prev_s.agent if prev_s is not None else None
         if (
             agent is not None
             and prev is not None
+            and prev_s is not None
             and agents.by_id.get(prev.agent_id) is prev  # alive
             and prev.tenant == agent.tenant
         ):
             # a session resumed by its own agent after a tool_calls answer is the same turn going
             # on (the tool result), not an agent->agent transition: learning it as a self-loop
             # would teach "A follows A" where the workflow says "B follows A"
-            if not (prev is agent and session.finish == "tool_calls"):
+            if not (prev is agent and prev_s.finish == "tool_calls"):
                 predicted = agents.tenant(agent.tenant).learner.update(prev.slot, agent.slot)
             else:
                 self.tool_resumes += 1
-            if session.last_end is not None and session.inflight == 0:
+            if prev_s is session and session.last_end is not None and session.inflight == 0:
                 agents.record_gap(prev, now - session.last_end, session.finish)
         acted = self._conversion(agent, session, now) if self._acted else None
         if self.config.fanout_enabled:

@@ -40,10 +40,13 @@ def test_sessions_are_inferred_from_chain_extension():
     assert o2.session_id == o1.session_id != other.session_id
     # a system prompt followed by the conversation: an agent on first sight (tentatively)
     assert o1.agent_id == o2.agent_id == other.agent_id is not None
-    # a different agent (system prompt) never continues a session by chain
+    # a different agent (system prompt) never continues a session by chain, but the same
+    # conversation after it does continue it (a group chat: issue 23)
     o3 = p.observe_request(chat(coder_sys, turn2), 3.0)
-    assert o3.session_id not in (o1.session_id, other.session_id)
+    assert o3.session_id == o1.session_id
     assert o3.agent_id != o1.agent_id
+    o4 = p.observe_request(chat(coder_sys, [{"role": "user", "content": "task C"}]), 4.0)
+    assert o4.session_id not in (o1.session_id, other.session_id)
 
 
 def test_inference_handles_a_re_cut_partial_last_block():
@@ -226,3 +229,60 @@ def test_agent_churn_keeps_bfs_sources_consistent():
     )
     assert set(pol.sessions.on_agent) <= live
     assert dict(pol.sessions.on_agent) == dict(expected)
+
+
+def _groupchat(p, sys_of, chats, rounds, ids, t0=0.0):
+    """``chats`` group chats interleaved; each turn a different agent's system prompt + the shared
+    conversation (by content). ``ids``: None, "per" (one id per chat) or "const" (one for all)."""
+    conv = {c: [{"role": "user", "content": f"task {c} " + "w " * 30}] for c in range(chats)}
+    out = []
+    t = t0
+    for r in range(rounds):
+        for c in range(chats):
+            kw = {} if ids is None else {"user": f"chat-{c}" if ids == "per" else "app"}
+            sys_p = sys_of[(r + c) % len(sys_of)]
+            o = p.observe_request(chat(sys_p, conv[c], **kw), t)
+            p.observe_response(o.request_id, ResponseOutcome("stop"), t + 0.5)
+            out.append((c, o))
+            conv[c] = conv[c] + [{"role": "user", "name": f"a{r}", "content": f"reply {c}/{r} " + "v " * 20}]
+            t += 1.0
+    return out
+
+
+def test_a_conversation_continues_across_agents_with_or_without_ids():
+    """Issue 23: the group chat's sessions are its conversations, whatever ids the app sends: none,
+    one per chat, or one constant `user` for the whole app (which must not collapse them)."""
+    sys_of = [f"You are agent {k}. " + "rules " * 40 for k in range(3)]
+    for ids in (None, "per", "const"):
+        p = ScoutPolicy()
+        out = _groupchat(p, sys_of, chats=4, rounds=6, ids=ids)
+        by_chat: dict = {}
+        for c, o in out:
+            by_chat.setdefault(c, set()).add(o.session_id)
+        assert all(len(v) == 1 for v in by_chat.values()), (ids, by_chat)
+        assert len(set().union(*by_chat.values())) == 4, ids
+        assert p.sessions.created == 4, ids
+        # transitions learned per conversation: agent k -> k+1, never across chats
+        ts = next(iter(p.agents.tenants.values()))
+        assert p.stats().transitions >= 4 * 5 - 3, ids
+        slots = {a.agent_id: a.slot for a in ts.agents.values()}
+        assert len(slots) == 3
+
+
+def test_a_run_id_over_many_conversations_learns_the_run_transition():
+    """One id over a run: the supervisor's conversation, then a researcher's own conversation. The
+    researcher's first call continues nothing, so it starts a new session in the run, and the
+    transition supervisor -> researcher is learned from the run."""
+    p = ScoutPolicy()
+    sup, res = "You supervise. " * 30, "You research. " * 30
+    for run in range(3):
+        kw = {"metadata": {"session_id": f"run{run}"}}
+        o1 = p.observe_request(chat(sup, [{"role": "user", "content": f"brief {run} " + "b " * 30}], **kw), 10.0 * run)
+        p.observe_response(o1.request_id, ResponseOutcome("tool_calls"), 10.0 * run + 1)
+        o2 = p.observe_request(
+            chat(res, [{"role": "user", "content": f"topic {run} " + "t " * 30}], **kw), 10.0 * run + 2
+        )
+        assert o2.session_id != o1.session_id and o2.session_id.startswith(f"run{run}")
+        assert o1.agent_id and o2.agent_id and o1.agent_id != o2.agent_id
+    assert p.sessions.run_splits == 3
+    assert p.stats().transitions >= 2  # supervisor -> researcher, learned per run
