@@ -93,7 +93,8 @@ def main() -> None:
         for ids in modes:
             r = evaluate(shape, ids=ids)
             print(
-                f"{shape:11s} {ids:4s} requests {r['requests']:4d}  agents found {r['found']:2d} / true {r['true_agents']}  "
+                f"{shape:11s} {ids:4s} requests {r['requests']:4d}  "
+                f"agents found {r['found']:2d} / true {r['true_agents']}  "
                 f"task contexts as agents {r['task_agents']}  sessions {r['sessions']}  "
                 f"purity {r['purity']:.3f}  recall {r['recall']:.3f}  late misses {r['late_misses']}  "
                 f"one-offs assigned {r['one_off_assigned']:.1%}  promotions {r['promotions']} "
