@@ -122,6 +122,7 @@ class PrefixIndex:
         mid.agents_below = child.agents_below + (1 if child.agent is not None else 0)
         mid.children = {e[k]: child}
         mid.last_gen, mid.gen, child.last_gen = child.last_gen, 1, 1
+        mid.rec = 1 if len(child.srcs) >= 2 else 0
         parent.children[e[0]] = mid  # type: ignore[index]
         child.edge = e[k:]
         child.parent = mid
@@ -239,17 +240,19 @@ class PrefixIndex:
         leaves = self._leaves
         agent_node = cand = None
         shared = 0
-        up = self.roots[tenant]
+        parent = self.roots[tenant]
         below_tpl = False  # under a template agent: per-task contexts, never agents
         for node in path:
             node.passes += 1
-            node.last_gen = up.gen
-            up = node
+            node.last_gen = parent.gen
             if node.depth == mark:
                 node.marked = True
             srcs = node.srcs
             if source not in srcs and len(srcs) < MAX_SOURCES:
                 node.srcs = srcs = srcs + (source,)
+                if len(srcs) == 2:
+                    parent.rec += 1
+            parent = node
             if below_tpl:
                 continue
             if node.agent is not None:

@@ -30,6 +30,7 @@ class Node:
         "marked",
         "parent",
         "passes",
+        "rec",
         "recut",
         "srcs",
         "template",
@@ -54,6 +55,7 @@ class Node:
         self.gen = 0  # children born here so far (the clock of per-task contexts below)
         self.last_gen = 0  # the parent's ``gen`` when a request last passed here
         self.template = False  # its children are per-task contexts (``is_template``)
+        self.rec = 0  # children that reached >= 2 sources (about: gates the scan in is_template)
 
     @property
     def key(self) -> int:
@@ -99,7 +101,7 @@ def is_template(node: Node) -> bool:
     if node.template:
         return True
     ch = node.children
-    if ch is None or node.gen < CONTEXT_MIN + CONTEXT_GONE - 1:
+    if ch is None or node.rec < CONTEXT_MIN or node.gen < CONTEXT_MIN + CONTEXT_GONE - 1:
         return False
     gone = 0
     horizon = node.gen - CONTEXT_GONE
