@@ -66,3 +66,4 @@ class PolicyStats:
     inflight_actions: int = 0
     residency_tokens: int = 0
     residency_capacity_tokens: int = 0
+    sessions_seen: int = 0  # sessions (conversations) ever started: each run's new ones included

@@ -177,14 +177,17 @@ def _session_id(body: Mapping[str, Any], headers: Mapping[str, str] | None) -> s
 
 
 def _history_keys(tenant: str, msgs: list[dict[str, Any]], start: int) -> tuple[int, ...]:
-    """Chained content hashes of ``msgs[start:]`` (role and name left out: a group chat shows one
-    agent's turn to the others as a user message)."""
+    """Chained content hashes of the conversation messages in ``msgs[start:]``: role and name left
+    out (a group chat shows one agent's turn to the others as a user message), tool exchanges left
+    out (an agent's tool calls and their results stay in its own rounds; the others see its answer)."""
     h = tenant_root(tenant) ^ 0x5A5A5A5A5A5A5A5A
     h64 = xxhash.xxh3_64_intdigest
     out = []
     for cm in msgs[start:]:
+        if cm["role"] == "tool" or "tool_calls" in cm or "function_call" in cm or "tool_call_id" in cm:
+            continue
         c = cm.get("content")
-        data = c if isinstance(c, str) else _canon([c, cm.get("tool_calls"), cm.get("function_call")])
+        data = c if isinstance(c, str) else _canon(c)
         h = h64(data.encode("utf-8", "surrogatepass"), h)
         out.append(h)
     return tuple(out)

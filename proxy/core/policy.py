@@ -93,8 +93,14 @@ class ScoutPolicy:
         floor = anchor_len if agent is not None else max(view.anchor_blocks, agents.shared_depth)
         session = self.sessions.resolve(view, now, max(floor - 1, agents.shared_depth) if agent else floor)
         predicted = None
-        # the conversation's previous agent; a conversation just started in a run: the run's last
-        prev_s = session if session.requests else self.sessions.run_prev
+        # the conversation's previous agent; a conversation just started in a run: the run's latest
+        # one, when that handed off by a tool call (a supervisor's ConductResearch, a handoff tool).
+        # Not otherwise: a constant id (`user`, prompt_cache_key) over concurrent unrelated chats
+        # would teach noise from one chat's agent to another's first.
+        prev_s = session
+        if not session.requests:
+            run_prev = self.sessions.run_prev
+            prev_s = run_prev if run_prev is not None and run_prev.finish == "tool_calls" else None
         prev = prev_s.agent if prev_s is not None else None
         if (
             agent is not None
@@ -288,6 +294,7 @@ class ScoutPolicy:
             inflight_actions=len(p.inflight),
             residency_tokens=self.residency.used_tokens,
             residency_capacity_tokens=self.residency.capacity_tokens,
+            sessions_seen=self.sessions.created,
         )
 
     # --- persistence ---------------------------------------------------------------------------------

@@ -233,7 +233,8 @@ def test_agent_churn_keeps_bfs_sources_consistent():
 
 def _groupchat(p, sys_of, chats, rounds, ids, t0=0.0):
     """``chats`` group chats interleaved; each turn a different agent's system prompt + the shared
-    conversation (by content). ``ids``: None, "per" (one id per chat) or "const" (one for all)."""
+    conversation (by content); on odd rounds the agent calls a tool first (its own rounds; the
+    others see only its answer). ``ids``: None, "per" (one id per chat) or "const" (one for all)."""
     conv = {c: [{"role": "user", "content": f"task {c} " + "w " * 30}] for c in range(chats)}
     out = []
     t = t0
@@ -241,9 +242,18 @@ def _groupchat(p, sys_of, chats, rounds, ids, t0=0.0):
         for c in range(chats):
             kw = {} if ids is None else {"user": f"chat-{c}" if ids == "per" else "app"}
             sys_p = sys_of[(r + c) % len(sys_of)]
-            o = p.observe_request(chat(sys_p, conv[c], **kw), t)
-            p.observe_response(o.request_id, ResponseOutcome("stop"), t + 0.5)
-            out.append((c, o))
+            own: list = []
+            for tool_round in range(2 if r % 2 else 1):  # odd rounds: a tool call, then the answer
+                o = p.observe_request(chat(sys_p, conv[c] + own, **kw), t)
+                done = tool_round == (1 if r % 2 else 0)
+                p.observe_response(o.request_id, ResponseOutcome("stop" if done else "tool_calls"), t + 0.5)
+                out.append((c, o))
+                call = {"id": f"c{r}", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                own = [
+                    {"role": "assistant", "content": None, "tool_calls": [call]},
+                    {"role": "tool", "tool_call_id": f"c{r}", "content": f"result {c}/{r}"},
+                ]
+                t += 0.25
             conv[c] = conv[c] + [{"role": "user", "name": f"a{r}", "content": f"reply {c}/{r} " + "v " * 20}]
             t += 1.0
     return out
