@@ -97,7 +97,7 @@ class ScoutPolicy:
         # one, when that handed off by a tool call (a supervisor's ConductResearch, a handoff tool).
         # Not otherwise: a constant id (`user`, prompt_cache_key) over concurrent unrelated chats
         # would teach noise from one chat's agent to another's first.
-        prev_s = session
+        prev_s: Session | None = session
         if not session.requests:
             run_prev = self.sessions.run_prev
             prev_s = run_prev if run_prev is not None and run_prev.finish == "tool_calls" else None
