@@ -91,7 +91,12 @@ class ScoutPolicy:
         # prefix (while no agent is known: the view's marked anchor, or what other sources share).
         # A parent whose whole prompt later became the agent's anchor still counts (floor - 1).
         floor = anchor_len if agent is not None else max(view.anchor_blocks, agents.shared_depth)
-        session = self.sessions.resolve(view, now, max(floor - 1, agents.shared_depth) if agent else floor)
+        session = self.sessions.resolve(
+            view,
+            now,
+            max(floor - 1, agents.shared_depth) if agent else floor,
+            anchor_len if agent else max(view.anchor_blocks, view.header_blocks),
+        )
         predicted = None
         # the conversation's previous agent; a conversation just started in a run: the run's latest
         # one, when that handed off by a tool call (a supervisor's ConductResearch, a handoff tool).

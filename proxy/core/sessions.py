@@ -94,6 +94,18 @@ def session_bytes(n_blocks: int, *payloads: object) -> int:
     return n_blocks * (HASH_BYTES + TOKEN_BYTES) + sum(payload_bytes(p) for p in payloads)
 
 
+def common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    """Blocks two chained-hash chains share (equal at i means equal before i: a binary search)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[mid - 1] == b[mid - 1]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 class SessionTracker:
     def __init__(self, config: PolicyConfig) -> None:
         self.config = config
@@ -144,9 +156,12 @@ class SessionTracker:
             else:
                 self.on_agent.pop(k, None)
 
-    def resolve(self, view: RequestView, now: float, anchor_len: int = 0) -> Session:
+    def resolve(self, view: RequestView, now: float, anchor_len: int = 0, agent_len: int | None = None) -> Session:
         """The session ``view`` belongs to (created when new); marks it active.
-        ``anchor_len``: blocks of the agent's fixed context, never a session boundary."""
+        ``anchor_len``: blocks of the agent's fixed context, never a session boundary.
+        ``agent_len``: blocks of the agent's own anchor (default ``anchor_len``): a request of a run
+        that shares more than that with the run's latest conversation (a fan-out sibling, a task's
+        re-rendered call) is that conversation's, not a new one."""
         if len(self.sessions) > self.config.max_sessions or now - self._expired_at >= 1.0:
             self.expire(now)  # (its own early-out, checked here to save the call)
         tenant = view.tenant
@@ -164,7 +179,11 @@ class SessionTracker:
                 if latest is None:
                     s = self.sessions.get(rkey)  # (no run kept: the id's own session, if any)
                     key = rkey
-                elif view.history_keys and latest.chat:  # a new conversation in the run
+                elif (
+                    view.history_keys
+                    and latest.chat
+                    and common_prefix(view.block_hashes, latest.hashes) <= (anchor_len if agent_len is None else agent_len)
+                ):  # a new conversation in the run
                     self.run_prev = latest
                     self.run_splits += 1
                     key = (tenant, f"{rid}~{run[1] + 1:x}")  # type: ignore[index]
