@@ -142,12 +142,13 @@ class ScoutPolicy:
         return ObservedRequest(
             rid,
             agent.agent_id if agent else None,
-            session.sid,
+            view.session_id or session.sid,  # the client's id names its run (hints key on it)
             predicted,
             hit,
             acted[0] if acted else None,
             acted[1] if acted else 0,
             acted[2] if acted else None,
+            session.sid,
         )
 
     def _detect_fanout(

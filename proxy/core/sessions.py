@@ -182,7 +182,8 @@ class SessionTracker:
                 elif (
                     view.history_keys
                     and latest.chat
-                    and common_prefix(view.block_hashes, latest.hashes) <= (anchor_len if agent_len is None else agent_len)
+                    and common_prefix(view.block_hashes, latest.hashes)
+                    <= (anchor_len if agent_len is None else agent_len)
                 ):  # a new conversation in the run
                     self.run_prev = latest
                     self.run_splits += 1
@@ -215,6 +216,14 @@ class SessionTracker:
         self.sessions.move_to_end(s.key)
         s.last_activity = now
         return s
+
+    def run_key(self, tenant: str, sid: str) -> tuple[str, str] | None:
+        """The session an explicit id names today (hints, the session lane): its run's latest
+        conversation, else the session keyed by the id itself (None: neither is tracked)."""
+        run = self._runs.get((tenant, sid))
+        if run is not None and run[0] in self.sessions:
+            return run[0]
+        return (tenant, sid) if (tenant, sid) in self.sessions else None
 
     def _infer(self, view: RequestView, anchor_len: int) -> Session | None:
         hashes = view.block_hashes

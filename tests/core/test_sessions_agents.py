@@ -268,7 +268,7 @@ def test_a_conversation_continues_across_agents_with_or_without_ids():
         out = _groupchat(p, sys_of, chats=4, rounds=6, ids=ids)
         by_chat: dict = {}
         for c, o in out:
-            by_chat.setdefault(c, set()).add(o.session_id)
+            by_chat.setdefault(c, set()).add(o.conversation)
         assert all(len(v) == 1 for v in by_chat.values()), (ids, by_chat)
         assert len(set().union(*by_chat.values())) == 4, ids
         assert p.sessions.created == 4, ids
@@ -292,7 +292,8 @@ def test_a_run_id_over_many_conversations_learns_the_run_transition():
         o2 = p.observe_request(
             chat(res, [{"role": "user", "content": f"topic {run} " + "t " * 30}], **kw), 10.0 * run + 2
         )
-        assert o2.session_id != o1.session_id and o2.session_id.startswith(f"run{run}")
+        assert o2.conversation != o1.conversation and o2.conversation.startswith(f"run{run}")
+        assert o1.session_id == o2.session_id == f"run{run}"  # the client's own id, for hints
         assert o1.agent_id and o2.agent_id and o1.agent_id != o2.agent_id
     assert p.sessions.run_splits == 3
     assert p.stats().transitions >= 2  # supervisor -> researcher, learned per run
