@@ -15,9 +15,11 @@ that agree at block i agree on every block before i, so one comparison checks a 
 the divergence point inside an edge is a binary search.
 
 Sources. A session's own growth is not recurrence: turn 2 re-sends turn 1. A request's source is
-its explicit session id when it has one; otherwise the source of the request it extends (it
-passes through a node where an earlier request ended, or diverges only in that request's partial
-last block), else a fresh source. Fan-out siblings of one context therefore share one source.
+its conversation lineage: the source of the request it extends (it passes through a node where an
+earlier request ended, or diverges only in that request's partial last block), else a fresh one;
+never an explicit id (one id often spans a whole run or app: issue 23). Fan-out siblings of one
+context share one source. A node whose children are finished per-task contexts is a *template*
+(``prefix_node.is_template``): it is the agent, agents below it are retired, none is promoted there.
 
 Agents (the rules, in the order applied):
 1. a node is *recurring* when it has >= 2 children and >= 2 sources, or >= 2 end sources, or
