@@ -297,3 +297,28 @@ def test_a_run_id_over_many_conversations_learns_the_run_transition():
         assert o1.agent_id and o2.agent_id and o1.agent_id != o2.agent_id
     assert p.sessions.run_splits == 3
     assert p.stats().transitions >= 2  # supervisor -> researcher, learned per run
+
+
+def test_a_template_re_rendered_per_task_is_one_agent_and_a_preamble_is_not_a_template():
+    """Issue 23 rule 2 on block chains. A template (blocks 1-4) re-rendered per task: the task's
+    blocks, then a fresh state per call (no call extends another): one agent, the template; each
+    task's prefix stays its context. Five agents behind a shared preamble, called in every task,
+    stay five agents: they keep being reached while no new siblings are born."""
+    p = ScoutPolicy()
+    t = 0.0
+    for task in range(12):
+        for call in range(3):
+            ids = [1, 2, 3, 4, 1000 + task, 2000 + task, 10_000 + 10 * task + call]
+            p.observe_request(view_from_blocks("", ids, 16), t)
+            t += 1.0
+    assert len(p.agents) == 1
+    (agent,) = p.agents.by_id.values()
+    assert agent.anchor_len == 4 and agent.node is not None and agent.node.template
+    q = ScoutPolicy()
+    for task in range(12):
+        for k in range(5):
+            ids = [1, 2, 3, 4, 100 * (k + 1), 100 * (k + 1) + 1, 50_000 + 10 * task + k]
+            q.observe_request(view_from_blocks("", ids, 16), t)
+            t += 1.0
+    assert len(q.agents) == 5
+    assert not any(a.node is not None and a.node.template for a in q.agents.by_id.values())
