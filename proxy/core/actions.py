@@ -46,6 +46,8 @@ class ObservedRequest:
     acted_reason: str | None = None  # an executed action (within conversion_window_s) prepared
     acted_tokens: int = 0  # ... this request's anchor/context: its reason and tokens
     acted_hash: int | None = None  # ... and the last block hash of the prefix it acted on
+    # the tracker's conversation (``session_id`` is the client's own id when it sent one: the run)
+    conversation: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,3 +68,4 @@ class PolicyStats:
     inflight_actions: int = 0
     residency_tokens: int = 0
     residency_capacity_tokens: int = 0
+    sessions_seen: int = 0  # sessions (conversations) ever started: each run's new ones included

@@ -130,22 +130,67 @@ def _int_or_none(v: Any) -> int | None:
     return int(v)
 
 
+# Session headers agent harnesses send, most specific first: ours / routers' X-Session-ID, Claude
+# Code's X-Claude-Code-Session-Id, Codex's session-id, OpenCode's x-session-affinity (OpenCode also
+# sends X-Session-Id; a subagent's x-parent-session-id names its parent's run).
+SESSION_HEADERS = (
+    SESSION_HEADER,
+    "x-claude-code-session-id",
+    "session-id",
+    "x-session-affinity",
+    "x-parent-session-id",
+)
+_XARGS_IDS = ("program_id", "session_id", "task_id")  # vllm_xargs.agentic_context (vllm router #286)
+
+
+def _str_id(v: Any) -> str | None:
+    if isinstance(v, Mapping):
+        v = v.get("id")  # Responses API `conversation`: a string or {"id": ...}
+    return v if isinstance(v, str) and v else None
+
+
 def _session_id(body: Mapping[str, Any], headers: Mapping[str, str] | None) -> str | None:
-    sid = _get_header(headers, SESSION_HEADER)
-    if isinstance(sid, str) and sid:
-        return sid
-    user = body.get("user")
-    if isinstance(user, str) and user:
-        return user
+    """The explicit id a request carries, if any. It names a *run* (or less: a constant `user` or
+    prompt_cache_key for a whole app), never a conversation: sessions are split by continuity and
+    agents recur over lineage, whatever this says (``sessions.py``, ``prefix_index.py``)."""
+    for name in SESSION_HEADERS:
+        sid = _str_id(_get_header(headers, name))
+        if sid:
+            return sid
+    xargs = body.get("vllm_xargs")
+    ctx = xargs.get("agentic_context") if isinstance(xargs, Mapping) else None
+    if isinstance(ctx, Mapping):
+        for k in _XARGS_IDS:
+            sid = _str_id(ctx.get(k))
+            if sid:
+                return sid
     meta = body.get("metadata")
-    if isinstance(meta, Mapping):
-        msid = meta.get("session_id")
-        if isinstance(msid, str) and msid:
-            return msid
-    pck = body.get("prompt_cache_key")
-    if isinstance(pck, str) and pck:
-        return pck
+    for sid in (
+        _str_id(body.get("conversation")),
+        _str_id(meta.get("session_id")) if isinstance(meta, Mapping) else None,
+        _str_id(body.get("prompt_cache_key")),
+        _str_id(body.get("user")),
+    ):
+        if sid:
+            return sid
     return None
+
+
+def _history_keys(tenant: str, msgs: list[dict[str, Any]], start: int) -> tuple[int, ...]:
+    """Chained content hashes of the conversation messages in ``msgs[start:]``: role and name left
+    out (a group chat shows one agent's turn to the others as a user message), tool exchanges left
+    out (an agent's tool calls and their results stay in its own rounds; the others see its answer)."""
+    h = tenant_root(tenant) ^ 0x5A5A5A5A5A5A5A5A
+    h64 = xxhash.xxh3_64_intdigest
+    out = []
+    for cm in msgs[start:]:
+        if cm["role"] == "tool" or "tool_calls" in cm or "function_call" in cm or "tool_call_id" in cm:
+            continue
+        c = cm.get("content")
+        data = c if isinstance(c, str) else _canon(c)
+        h = h64(data.encode("utf-8", "surrogatepass"), h)
+        out.append(h)
+    return tuple(out)
 
 
 def view_from_openai(
@@ -218,6 +263,10 @@ def _chat_view(
         return None
     tenant, model, max_tokens, is_warmup, sid = _common(body, headers)
     canon_msgs = [_canon_message(m) for m in messages]
+    n_sys = 0
+    while n_sys < len(canon_msgs) and canon_msgs[n_sys]["role"] in _ANCHOR_ROLES:
+        n_sys += 1
+    history = _history_keys(tenant, canon_msgs, n_sys)  # before _segment pops the content
     tools = src.get("tools")
     if tools is not None and not isinstance(tools, list):
         return None
@@ -231,9 +280,6 @@ def _chat_view(
     tokens: list[int] = []
     parent = chain_text(tenant_root(tenant), "H" + _canon(header), block_chars, cpt, hashes, tokens)
     header_blocks = len(hashes)
-    n_sys = 0
-    while n_sys < len(canon_msgs) and canon_msgs[n_sys]["role"] in _ANCHOR_ROLES:
-        n_sys += 1
     anchor_msgs = n_sys  # the marked anchor: the system/developer messages (none: 0)
     anchor_blocks = 0
     segs: list[tuple[int, int, bool]] = []
@@ -264,6 +310,7 @@ def _chat_view(
         },
         context_payload=None if hidden_history else {**base, "messages": list(messages)},
         header_blocks=header_blocks,
+        history_keys=history,
     )
 
 

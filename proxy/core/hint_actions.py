@@ -173,10 +173,10 @@ class HintDriver:
         """The tracked session with this id (hints need not carry the tenant's salt)."""
         if not sid:
             return None
-        sessions = self.policy.sessions.sessions
+        tracker = self.policy.sessions
         for tenant in self.policy.agents.tenants:
-            key = (tenant, sid)
-            if key in sessions:
+            key = tracker.run_key(tenant, sid)  # an id names a run: its latest conversation
+            if key is not None:
                 return key
         return None
 
@@ -213,7 +213,7 @@ class HintDriver:
         released = 0
         pol = self.policy
         for tenant in list(pol.agents.tenants):
-            key = (tenant, sid)
+            key = pol.sessions.run_key(tenant, sid) or (tenant, sid)  # the run's latest conversation
             self.plans.pop(key, None)
             self.pins.pop(("s", key), None)
             planner = pol.planner

@@ -19,9 +19,6 @@ from .residency import ResidencyShadow
 from .sessions import Session, SessionTracker, session_bytes
 from .view import EngineLoad, RequestView, ResponseOutcome
 
-_SRC = 1 << 64
-
-
 NO_LOAD = EngineLoad()  # an idle engine: the default when the caller knows no load
 
 
@@ -83,11 +80,9 @@ class ScoutPolicy:
         agents = self.agents
         if self._dormant and view.tenant not in agents.tenants:
             self._adopt(view.tenant)
-        sid = view.session_id
-        # an explicit session is the prefix index's source: an int (negative or above 2**64, never one
-        # of the index's own counters; ints keep its source tuples out of the GC's tracked containers;
-        # tenants have their own roots, so equal ids in two tenants never meet)
-        agent = agents.identify(view, now, hash(sid) | _SRC if sid else None)
+        # recurrence is counted over conversation lineage, never over the explicit id: real apps send
+        # one id (a run, a constant `user` or prompt_cache_key) over many agents and calls (issue 23)
+        agent = agents.identify(view, now)
         anchor_len = len(agent.anchor_hashes) if agent else 0
         hit = self.residency.on_forward(view, now, anchor_len if agent else None)
         if self.host_residency is not None:
@@ -96,23 +91,37 @@ class ScoutPolicy:
         # prefix (while no agent is known: the view's marked anchor, or what other sources share).
         # A parent whose whole prompt later became the agent's anchor still counts (floor - 1).
         floor = anchor_len if agent is not None else max(view.anchor_blocks, agents.shared_depth)
-        session = self.sessions.resolve(view, now, max(floor - 1, agents.shared_depth) if agent else floor)
+        session = self.sessions.resolve(
+            view,
+            now,
+            max(floor - 1, agents.shared_depth) if agent else floor,
+            anchor_len if agent else max(view.anchor_blocks, view.header_blocks),
+        )
         predicted = None
-        prev = session.agent
+        # the conversation's previous agent; a conversation just started in a run: the run's latest
+        # one, when that handed off by a tool call (a supervisor's ConductResearch, a handoff tool).
+        # Not otherwise: a constant id (`user`, prompt_cache_key) over concurrent unrelated chats
+        # would teach noise from one chat's agent to another's first.
+        prev_s: Session | None = session
+        if not session.requests:
+            run_prev = self.sessions.run_prev
+            prev_s = run_prev if run_prev is not None and run_prev.finish == "tool_calls" else None
+        prev = prev_s.agent if prev_s is not None else None
         if (
             agent is not None
             and prev is not None
+            and prev_s is not None
             and agents.by_id.get(prev.agent_id) is prev  # alive
             and prev.tenant == agent.tenant
         ):
             # a session resumed by its own agent after a tool_calls answer is the same turn going
             # on (the tool result), not an agent->agent transition: learning it as a self-loop
             # would teach "A follows A" where the workflow says "B follows A"
-            if not (prev is agent and session.finish == "tool_calls"):
+            if not (prev is agent and prev_s.finish == "tool_calls"):
                 predicted = agents.tenant(agent.tenant).learner.update(prev.slot, agent.slot)
             else:
                 self.tool_resumes += 1
-            if session.last_end is not None and session.inflight == 0:
+            if prev_s is session and session.last_end is not None and session.inflight == 0:
                 agents.record_gap(prev, now - session.last_end, session.finish)
         acted = self._conversion(agent, session, now) if self._acted else None
         if self.config.fanout_enabled:
@@ -133,12 +142,13 @@ class ScoutPolicy:
         return ObservedRequest(
             rid,
             agent.agent_id if agent else None,
-            session.sid,
+            view.session_id or session.sid,  # the client's id names its run (hints key on it)
             predicted,
             hit,
             acted[0] if acted else None,
             acted[1] if acted else 0,
             acted[2] if acted else None,
+            session.sid,
         )
 
     def _detect_fanout(
@@ -290,6 +300,7 @@ class ScoutPolicy:
             inflight_actions=len(p.inflight),
             residency_tokens=self.residency.used_tokens,
             residency_capacity_tokens=self.residency.capacity_tokens,
+            sessions_seen=self.sessions.created,
         )
 
     # --- persistence ---------------------------------------------------------------------------------

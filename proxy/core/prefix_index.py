@@ -15,9 +15,11 @@ that agree at block i agree on every block before i, so one comparison checks a 
 the divergence point inside an edge is a binary search.
 
 Sources. A session's own growth is not recurrence: turn 2 re-sends turn 1. A request's source is
-its explicit session id when it has one; otherwise the source of the request it extends (it
-passes through a node where an earlier request ended, or diverges only in that request's partial
-last block), else a fresh source. Fan-out siblings of one context therefore share one source.
+its conversation lineage: the source of the request it extends (it passes through a node where an
+earlier request ended, or diverges only in that request's partial last block), else a fresh one;
+never an explicit id (one id often spans a whole run or app: issue 23). Fan-out siblings of one
+context share one source. A node whose children are finished per-task contexts is a *template*
+(``prefix_node.is_template``): it is the agent, agents below it are retired, none is promoted there.
 
 Agents (the rules, in the order applied):
 1. a node is *recurring* when it has >= 2 children and >= 2 sources, or >= 2 end sources, or
@@ -65,7 +67,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from .prefix_node import HASH_BYTES, MAX_SOURCES, NODE_BYTES, Node
+from .prefix_node import HASH_BYTES, MAX_SOURCES, NODE_BYTES, Node, is_template
 
 if TYPE_CHECKING:
     from .agents import Agent
@@ -105,6 +107,10 @@ class PrefixIndex:
             ch = parent.children = {}
             self._leaves.pop(parent, None)
         ch[edge[0]] = leaf
+        parent.gen += 1
+        leaf.last_gen = parent.gen
+        if not parent.template:
+            is_template(parent)
         self.bytes += NODE_BYTES + HASH_BYTES * len(edge)
         self.nodes += 1
         self._leaves[leaf] = None
@@ -117,6 +123,8 @@ class PrefixIndex:
         mid.passes, mid.srcs = child.passes, child.srcs
         mid.agents_below = child.agents_below + (1 if child.agent is not None else 0)
         mid.children = {e[k]: child}
+        mid.last_gen, mid.gen, child.last_gen = child.last_gen, 1, 1
+        mid.rec = 1 if len(child.srcs) >= 2 else 0
         parent.children[e[0]] = mid  # type: ignore[index]
         child.edge = e[k:]
         child.parent = mid
@@ -234,19 +242,32 @@ class PrefixIndex:
         leaves = self._leaves
         agent_node = cand = None
         shared = 0
+        parent = self.roots[tenant]
+        below_tpl = False  # under a template agent: per-task contexts, never agents
         for node in path:
             node.passes += 1
+            node.last_gen = parent.gen
             if node.depth == mark:
                 node.marked = True
             srcs = node.srcs
             if source not in srcs and len(srcs) < MAX_SOURCES:
                 node.srcs = srcs = srcs + (source,)
+                if len(srcs) == 2:
+                    parent.rec += 1
+            parent = node
+            if below_tpl:
+                continue
             if node.agent is not None:
                 agent_node = node
                 cand = None
+                below_tpl = node.template
                 continue
             ch = node.children
-            if ch is not None and len(ch) >= 2 and len(srcs) >= 2:
+            if node.template and node.depth > floor:
+                cand = node  # the template is the agent, whatever was promoted below it
+                shared = node.depth
+                below_tpl = True
+            elif ch is not None and len(ch) >= 2 and len(srcs) >= 2:
                 shared = node.depth
                 if node.agents_below == 0 and shared > floor:
                     cand = node
@@ -264,11 +285,26 @@ class PrefixIndex:
             need = 2 if agent_node is None else self.min_sources_below
             if cand.evidence(self.min_children) >= need:
                 promoted = cand
-                retired = self._mark_agent(cand)
+                below = self._agents_under(cand) if cand.agents_below else ()
+                retired = self._mark_agent(cand) + below
                 agent_node = cand
+        elif agent_node is not None and agent_node.template and agent_node.agents_below:
+            retired = self._agents_under(agent_node)  # promoted before it was known a template
         if self.bytes > self.max_bytes:
             self._evict(now)
         return agent_node, promoted, retired, repeat, shared  # an Observation's fields
+
+    def _agents_under(self, node: Node) -> tuple[Node, ...]:
+        """Agent nodes below ``node`` (retired when it turns out to be their template)."""
+        out: list[Node] = []
+        stack = [node]
+        while stack:
+            for c in (stack.pop().children or {}).values():
+                if c.agent is not None:
+                    out.append(c)
+                if c.agents_below:
+                    stack.append(c)
+        return tuple(out)
 
     def attach(self, node: Node, agent: Agent) -> None:
         """Name a promoted node (the registry calls this with the Agent it created)."""
@@ -358,6 +394,7 @@ class PrefixIndex:
             grand = parent.parent
             only.edge = parent.edge + only.edge
             only.parent = grand
+            only.last_gen = parent.last_gen
             grand.children[parent.edge[0]] = only  # type: ignore[index]
             self.bytes -= NODE_BYTES
             self.nodes -= 1

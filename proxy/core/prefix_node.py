@@ -24,12 +24,16 @@ class Node:
         "edge",
         "end_srcs",
         "ends",
+        "gen",
+        "last_gen",
         "lineage",
         "marked",
         "parent",
         "passes",
+        "rec",
         "recut",
         "srcs",
+        "template",
         "tenant",
     )
 
@@ -48,6 +52,10 @@ class Node:
         self.lineage: int | None = 0  # source of the latest request that ended here
         self.marked = False  # a view marked its end as the fixed context (system message)
         self.recut: int | None = None  # source of a request ending one (re-cut partial) block later
+        self.gen = 0  # children born here so far (the clock of per-task contexts below)
+        self.last_gen = 0  # the parent's ``gen`` when a request last passed here
+        self.template = False  # its children are per-task contexts (``is_template``)
+        self.rec = 0  # children that reached >= 2 sources (about: gates the scan in is_template)
 
     @property
     def key(self) -> int:
@@ -65,7 +73,7 @@ class Node:
         """Distinct sources that support this node being an agent now (0: not yet)."""
         if len(self.end_srcs) >= 2:
             return len(self.end_srcs)  # exact repeats
-        if self.marked:
+        if self.marked or self.template:
             return max(2, len(self.srcs))  # a marked fixed context (recurring, or followed by
             # variable content: promoted on sight, tentatively)
         ch = self.children
@@ -75,6 +83,37 @@ class Node:
             if len(c.srcs) >= 2:
                 return 0
         return len(self.srcs)
+
+
+# Per-task contexts (issue 23). A child is a *finished context* when it recurred (>= 2 sources) and
+# then ``CONTEXT_GONE`` newer siblings were born without it being reached again; a node with
+# ``CONTEXT_MIN`` finished contexts below it is a *template*: one fixed prompt re-rendered per task
+# (a task's calls re-render it with the current state, so each task's prefix recurs, then dies).
+# The template is the agent; its children never are. Agents behind a shared preamble keep being
+# reached while no new siblings are born, so they never finish.
+CONTEXT_GONE = 3
+CONTEXT_MIN = 3
+SCAN_CHILDREN = 64  # children looked at per birth (bounded work; enough to decide)
+
+
+def is_template(node: Node) -> bool:
+    """Called when a child is born at ``node``: does it now show finished per-task contexts?"""
+    if node.template:
+        return True
+    ch = node.children
+    if ch is None or node.rec < CONTEXT_MIN or node.gen < CONTEXT_MIN + CONTEXT_GONE - 1:
+        return False
+    gone = 0
+    horizon = node.gen - CONTEXT_GONE
+    for i, c in enumerate(ch.values()):
+        if i >= SCAN_CHILDREN:
+            break
+        if len(c.srcs) >= 2 and c.last_gen <= horizon:
+            gone += 1
+            if gone >= CONTEXT_MIN:
+                node.template = True
+                return True
+    return False
 
 
 class Observation(NamedTuple):

@@ -1,18 +1,34 @@
 """Sessions: which earlier request a new request continues.
 
-Explicit ids win (header X-Session-ID, then ``user``, ``metadata.session_id``,
-``prompt_cache_key``; the view carries the first present). Otherwise a request continues the
-session whose last prompt its block chain extends: every request indexes the hash of its last
-block (and, for globally cut raw/trace prompts, of the block before when the last is partial and
-will be re-cut in the follow-up), and a new request walks its own chain backwards looking them up,
-so the deepest matching parent wins. Blocks inside the agent's anchor are never session keys:
-every request of that agent shares them.
+A session is a *conversation*, found by continuity; an explicit id (``view.session_id``: a
+session header, ``metadata.session_id``, ``prompt_cache_key``, ``user``...) names a *run*, which
+may hold many conversations (a LangGraph run's supervisor and its parallel researchers) or be one
+constant for a whole app (issue 23). Continuity, deepest first:
+
+- the block chain: every request indexes the hash of its last block (and, for globally cut
+  raw/trace prompts, of the block before when the last is partial and will be re-cut in the
+  follow-up), and a new request walks its own chain backwards looking them up. Blocks inside the
+  agent's anchor are never session keys: every request of that agent shares them;
+- the history: every chat request also indexes the last of its ``history_keys`` (the messages after
+  its system prompt, by content), and a new request walks its own backwards. In a group chat each
+  agent's call is its own instructions then the shared conversation: the chain changes with the
+  system message, the history does not, so the conversation continues across agents.
+
+With an id: a request continuing one of the run's conversations joins it (ids never merge across
+runs); one continuing none starts a new conversation in the run when it has a history to compare
+(a chat view) and the run's latest conversation had one too (a constant ``user`` over concurrent
+chats is split, not collapsed); otherwise (block traces, a selector prompt with the history inside
+its system message) it joins the run's latest conversation, as the id says. ``run_prev`` tells the
+policy the run's previous conversation when a new one starts in it, so a transition is learned
+across conversations of one run (supervisor -> researcher). Without an id and without continuity
+a request starts a new inferred session.
 
 Bounded in count (``max_sessions``) and in bytes (``session_max_bytes``: each session's hash chain
 and kept payloads, estimated on insert by ``session_bytes``), oldest activity evicted first, and
 TTL-expired; an OrderedDict in activity order makes all three O(1) amortised. A session dropped for
 bytes also lets go of its chain and payloads at once, so a request still pointing at it (the
-policy's pending map) does not pin them. Also keeps, per (tenant, current agent), how many live sessions
+policy's pending map) does not pin them. Runs (id -> its latest conversation) are bounded by
+``max_sessions`` too. Also keeps, per (tenant, current agent), how many live sessions
 sit on that agent: the sources of the survival BFS.
 """
 
@@ -43,6 +59,8 @@ class Session:
     assistant_payload: Mapping[str, object] | None = None
     inferred: bool = False
     index_keys: tuple[int, ...] = ()
+    run: str | None = None  # the explicit id (run) it belongs to
+    chat: bool = False  # its latest request had a history to compare (a chat view)
     nbytes: int = 0  # estimated bytes held (chain + payloads), see session_bytes
 
     @property
@@ -76,6 +94,18 @@ def session_bytes(n_blocks: int, *payloads: object) -> int:
     return n_blocks * (HASH_BYTES + TOKEN_BYTES) + sum(payload_bytes(p) for p in payloads)
 
 
+def common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    """Blocks two chained-hash chains share (equal at i means equal before i: a binary search)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[mid - 1] == b[mid - 1]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 class SessionTracker:
     def __init__(self, config: PolicyConfig) -> None:
         self.config = config
@@ -89,6 +119,11 @@ class SessionTracker:
         self.inferred_hits = 0
         self.bytes = 0  # sum of the sessions' nbytes
         self.dropped_for_bytes = 0  # sessions dropped to stay within session_max_bytes
+        self.created = 0  # sessions ever created ("sessions seen")
+        # (tenant, id) -> (the run's latest conversation, conversations started in it)
+        self._runs: OrderedDict[tuple[str, str], tuple[tuple[str, str], int]] = OrderedDict()
+        self.run_prev: Session | None = None  # set by resolve: see the module docstring
+        self.run_splits = 0  # conversations started inside an existing run
 
     def __len__(self) -> int:
         return len(self.sessions)
@@ -121,34 +156,74 @@ class SessionTracker:
             else:
                 self.on_agent.pop(k, None)
 
-    def resolve(self, view: RequestView, now: float, anchor_len: int = 0) -> Session:
+    def resolve(self, view: RequestView, now: float, anchor_len: int = 0, agent_len: int | None = None) -> Session:
         """The session ``view`` belongs to (created when new); marks it active.
-        ``anchor_len``: blocks of the agent's fixed context, never a session boundary."""
+        ``anchor_len``: blocks of the agent's fixed context, never a session boundary.
+        ``agent_len``: blocks of the agent's own anchor (default ``anchor_len``): a request of a run
+        that shares more than that with the run's latest conversation (a fan-out sibling, a task's
+        re-rendered call) is that conversation's, not a new one."""
         if len(self.sessions) > self.config.max_sessions or now - self._expired_at >= 1.0:
             self.expire(now)  # (its own early-out, checked here to save the call)
         tenant = view.tenant
-        key: tuple[str, str] | None
-        if view.session_id:
-            key = (tenant, view.session_id)
-            s = self.sessions.get(key)
-            inferred = False
-        else:
-            s = self._infer(view, anchor_len)
-            inferred = True
-            key = s.key if s is not None else None
-            if s is not None:
-                self.inferred_hits += 1
+        rid = view.session_id
+        self.run_prev = None
+        s = self._infer(view, anchor_len)
+        key: tuple[str, str] | None = None
+        if rid:
+            if s is not None and s.run != rid:
+                s = None  # another run's conversation: ids never merge
+            if s is None:
+                rkey = (tenant, rid)
+                run = self._runs.get(rkey)
+                latest = self.sessions.get(run[0]) if run is not None else None
+                if latest is None:
+                    s = self.sessions.get(rkey)  # (no run kept: the id's own session, if any)
+                    key = rkey
+                elif (
+                    view.history_keys
+                    and latest.chat
+                    and common_prefix(view.block_hashes, latest.hashes)
+                    <= (anchor_len if agent_len is None else agent_len)
+                ):  # a new conversation in the run
+                    self.run_prev = latest
+                    self.run_splits += 1
+                    key = (tenant, f"{rid}~{run[1] + 1:x}")  # type: ignore[index]
+                    while key in self.sessions:
+                        key = (tenant, key[1] + "~")
+                else:
+                    s = latest
+        elif s is not None:
+            self.inferred_hits += 1
         if s is None:
             if key is None:
                 self._inferred_seq += 1
                 key = (tenant, f"~{self._inferred_seq:x}")
-            s = Session(key=key, inferred=inferred)
+            s = Session(key=key, inferred=not rid, run=rid)
             self.sessions[key] = s
+            self.created += 1
+            if rid:
+                run = self._runs.get((tenant, rid))
+                self._runs[(tenant, rid)] = (key, run[1] + 1 if run is not None else 1)
+                if len(self._runs) > self.config.max_sessions:
+                    self._runs.popitem(last=False)
             if len(self.sessions) > self.config.max_sessions:
                 self.expire(now)
+        elif rid:
+            run = self._runs.get((tenant, rid))
+            self._runs[(tenant, rid)] = (s.key, run[1] if run is not None else 1)
+        if rid:
+            self._runs.move_to_end((tenant, rid))
         self.sessions.move_to_end(s.key)
         s.last_activity = now
         return s
+
+    def run_key(self, tenant: str, sid: str) -> tuple[str, str] | None:
+        """The session an explicit id names today (hints, the session lane): its run's latest
+        conversation, else the session keyed by the id itself (None: neither is tracked)."""
+        run = self._runs.get((tenant, sid))
+        if run is not None and run[0] in self.sessions:
+            return run[0]
+        return (tenant, sid) if (tenant, sid) in self.sessions else None
 
     def _infer(self, view: RequestView, anchor_len: int) -> Session | None:
         hashes = view.block_hashes
@@ -156,10 +231,18 @@ class SessionTracker:
         tenant = view.tenant
         stop = max(anchor_len, len(hashes) - self.config.infer_max_lookback)
         get = index.get
+        sessions = self.sessions
         for i in range(len(hashes) - 1, stop - 1, -1):
             key = get(hashes[i])
             if key is not None and key[0] == tenant:
-                s = self.sessions.get(key)
+                s = sessions.get(key)
+                if s is not None:
+                    return s
+        hist = view.history_keys
+        for i in range(len(hist) - 1, max(0, len(hist) - self.config.infer_max_lookback) - 1, -1):
+            key = get(hist[i])
+            if key is not None and key[0] == tenant:
+                s = sessions.get(key)
                 if s is not None:
                     return s
         return None
@@ -197,6 +280,9 @@ class SessionTracker:
             # globally cut prompts (raw/trace views) re-cut a partial last block in the follow-up
             if view.anchor_blocks == 0 and n - 2 >= anchor_len and t[-1] < t[-2]:
                 keys += (h[-2],)
+        if view.history_keys:
+            keys += (view.history_keys[-1],)
+        s.chat = bool(view.history_keys)
         for new in keys:
             self._index[new] = s.key
         s.index_keys = keys

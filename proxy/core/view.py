@@ -24,6 +24,9 @@ class RequestView:
     context_payload: object = None  # opaque: what an adapter needs to rebuild the whole prompt (tool_resume)
     n: int = 1  # choices requested (n > 1: the engine forks the prompt: fan-out)
     header_blocks: int = 0  # leading blocks that are only the envelope (model + tools): never an agent alone
+    # chained hashes of the messages after the system/developer ones, by content only (not role,
+    # name or the system prompt before them): the conversation every agent of a group chat shares
+    history_keys: tuple[int, ...] = ()
 
     @property
     def total_tokens(self) -> int:

@@ -206,10 +206,34 @@ def test_cache_salt_isolates_tenants():
 def test_session_id_priority():
     body = _chat(user="x", metadata={"session_id": "meta"}, prompt_cache_key="pck")
     assert view_from_openai(CHAT, {**body, "user": "u"}, {"X-Session-ID": "hdr"}).session_id == "hdr"
-    assert view_from_openai(CHAT, {**body, "user": "u"}, {}).session_id == "u"
+    # the end-user field comes last: it is most often one constant for a whole app (issue 23)
+    assert view_from_openai(CHAT, {**body, "user": "u"}, {}).session_id == "meta"
     assert view_from_openai(CHAT, body, {}).session_id == "meta"
     assert view_from_openai(CHAT, {**body, "metadata": {}}, {}).session_id == "pck"
+    assert view_from_openai(CHAT, {**body, "metadata": {}, "prompt_cache_key": None, "user": "u"}, {}).session_id == "u"
     assert view_from_openai(CHAT, _chat(), {}).session_id is None
+
+
+def test_session_ids_agent_harnesses_send():
+    """Claude Code, Codex, OpenCode headers; vllm_xargs.agentic_context; Responses `conversation`."""
+    body = _chat()
+    for name in ("X-Claude-Code-Session-Id", "session-id", "x-session-affinity", "x-parent-session-id"):
+        assert view_from_openai(CHAT, body, {name: "h1"}).session_id == "h1", name
+    xargs = {"vllm_xargs": {"agentic_context": {"program_id": "p7", "task_id": "t"}}}
+    assert view_from_openai(CHAT, {**body, **xargs}, {}).session_id == "p7"
+    assert view_from_openai(CHAT, {**body, "conversation": {"id": "conv_1"}}, {}).session_id == "conv_1"
+    assert view_from_openai(CHAT, {**body, "conversation": "conv_2", "user": "u"}, {}).session_id == "conv_2"
+
+
+def test_history_keys_follow_the_conversation_not_the_system_prompt():
+    msgs = [{"role": "user", "content": "task"}, {"role": "assistant", "content": "a", "name": "x"}]
+    a = view_from_openai(CHAT, {"model": "m", "messages": [{"role": "system", "content": "A " * 40}, *msgs]}, {})
+    b_msgs = [{"role": "user", "content": "task"}, {"role": "user", "content": "a", "name": "x"}]
+    b = view_from_openai(CHAT, {"model": "m", "messages": [{"role": "system", "content": "B " * 40}, *b_msgs]}, {})
+    assert len(a.history_keys) == 2 and a.history_keys == b.history_keys  # content only
+    assert not set(a.block_hashes[1:]) & set(b.block_hashes[1:])
+    c = view_from_openai(CHAT, {"model": "m", "messages": msgs, "cache_salt": "t2"}, {})
+    assert not set(c.history_keys) & set(a.history_keys)  # tenants never share them
 
 
 def test_warmups_are_flagged():

@@ -40,10 +40,13 @@ def test_sessions_are_inferred_from_chain_extension():
     assert o2.session_id == o1.session_id != other.session_id
     # a system prompt followed by the conversation: an agent on first sight (tentatively)
     assert o1.agent_id == o2.agent_id == other.agent_id is not None
-    # a different agent (system prompt) never continues a session by chain
+    # a different agent (system prompt) never continues a session by chain, but the same
+    # conversation after it does continue it (a group chat: issue 23)
     o3 = p.observe_request(chat(coder_sys, turn2), 3.0)
-    assert o3.session_id not in (o1.session_id, other.session_id)
+    assert o3.session_id == o1.session_id
     assert o3.agent_id != o1.agent_id
+    o4 = p.observe_request(chat(coder_sys, [{"role": "user", "content": "task C"}]), 4.0)
+    assert o4.session_id not in (o1.session_id, other.session_id)
 
 
 def test_inference_handles_a_re_cut_partial_last_block():
@@ -226,3 +229,96 @@ def test_agent_churn_keeps_bfs_sources_consistent():
     )
     assert set(pol.sessions.on_agent) <= live
     assert dict(pol.sessions.on_agent) == dict(expected)
+
+
+def _groupchat(p, sys_of, chats, rounds, ids, t0=0.0):
+    """``chats`` group chats interleaved; each turn a different agent's system prompt + the shared
+    conversation (by content); on odd rounds the agent calls a tool first (its own rounds; the
+    others see only its answer). ``ids``: None, "per" (one id per chat) or "const" (one for all)."""
+    conv = {c: [{"role": "user", "content": f"task {c} " + "w " * 30}] for c in range(chats)}
+    out = []
+    t = t0
+    for r in range(rounds):
+        for c in range(chats):
+            kw = {} if ids is None else {"user": f"chat-{c}" if ids == "per" else "app"}
+            sys_p = sys_of[(r + c) % len(sys_of)]
+            own: list = []
+            for tool_round in range(2 if r % 2 else 1):  # odd rounds: a tool call, then the answer
+                o = p.observe_request(chat(sys_p, conv[c] + own, **kw), t)
+                done = tool_round == (1 if r % 2 else 0)
+                p.observe_response(o.request_id, ResponseOutcome("stop" if done else "tool_calls"), t + 0.5)
+                out.append((c, o))
+                call = {"id": f"c{r}", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                own = [
+                    {"role": "assistant", "content": None, "tool_calls": [call]},
+                    {"role": "tool", "tool_call_id": f"c{r}", "content": f"result {c}/{r}"},
+                ]
+                t += 0.25
+            conv[c] = conv[c] + [{"role": "user", "name": f"a{r}", "content": f"reply {c}/{r} " + "v " * 20}]
+            t += 1.0
+    return out
+
+
+def test_a_conversation_continues_across_agents_with_or_without_ids():
+    """Issue 23: the group chat's sessions are its conversations, whatever ids the app sends: none,
+    one per chat, or one constant `user` for the whole app (which must not collapse them)."""
+    sys_of = [f"You are agent {k}. " + "rules " * 40 for k in range(3)]
+    for ids in (None, "per", "const"):
+        p = ScoutPolicy()
+        out = _groupchat(p, sys_of, chats=4, rounds=6, ids=ids)
+        by_chat: dict = {}
+        for c, o in out:
+            by_chat.setdefault(c, set()).add(o.conversation)
+        assert all(len(v) == 1 for v in by_chat.values()), (ids, by_chat)
+        assert len(set().union(*by_chat.values())) == 4, ids
+        assert p.sessions.created == 4, ids
+        # transitions learned per conversation: agent k -> k+1, never across chats
+        ts = next(iter(p.agents.tenants.values()))
+        assert p.stats().transitions >= 4 * 5 - 3, ids
+        slots = {a.agent_id: a.slot for a in ts.agents.values()}
+        assert len(slots) == 3
+
+
+def test_a_run_id_over_many_conversations_learns_the_run_transition():
+    """One id over a run: the supervisor's conversation, then a researcher's own conversation. The
+    researcher's first call continues nothing, so it starts a new session in the run, and the
+    transition supervisor -> researcher is learned from the run."""
+    p = ScoutPolicy()
+    sup, res = "You supervise. " * 30, "You research. " * 30
+    for run in range(3):
+        kw = {"metadata": {"session_id": f"run{run}"}}
+        o1 = p.observe_request(chat(sup, [{"role": "user", "content": f"brief {run} " + "b " * 30}], **kw), 10.0 * run)
+        p.observe_response(o1.request_id, ResponseOutcome("tool_calls"), 10.0 * run + 1)
+        o2 = p.observe_request(
+            chat(res, [{"role": "user", "content": f"topic {run} " + "t " * 30}], **kw), 10.0 * run + 2
+        )
+        assert o2.conversation != o1.conversation and o2.conversation.startswith(f"run{run}")
+        assert o1.session_id == o2.session_id == f"run{run}"  # the client's own id, for hints
+        assert o1.agent_id and o2.agent_id and o1.agent_id != o2.agent_id
+    assert p.sessions.run_splits == 3
+    assert p.stats().transitions >= 2  # supervisor -> researcher, learned per run
+
+
+def test_a_template_re_rendered_per_task_is_one_agent_and_a_preamble_is_not_a_template():
+    """Issue 23 rule 2 on block chains. A template (blocks 1-4) re-rendered per task: the task's
+    blocks, then a fresh state per call (no call extends another): one agent, the template; each
+    task's prefix stays its context. Five agents behind a shared preamble, called in every task,
+    stay five agents: they keep being reached while no new siblings are born."""
+    p = ScoutPolicy()
+    t = 0.0
+    for task in range(12):
+        for call in range(3):
+            ids = [1, 2, 3, 4, 1000 + task, 2000 + task, 10_000 + 10 * task + call]
+            p.observe_request(view_from_blocks("", ids, 16), t)
+            t += 1.0
+    assert len(p.agents) == 1
+    (agent,) = p.agents.by_id.values()
+    assert agent.anchor_len == 4 and agent.node is not None and agent.node.template
+    q = ScoutPolicy()
+    for task in range(12):
+        for k in range(5):
+            ids = [1, 2, 3, 4, 100 * (k + 1), 100 * (k + 1) + 1, 50_000 + 10 * task + k]
+            q.observe_request(view_from_blocks("", ids, 16), t)
+            t += 1.0
+    assert len(q.agents) == 5
+    assert not any(a.node is not None and a.node.template for a in q.agents.by_id.values())

@@ -302,6 +302,112 @@ def swe_task(rng: random.Random) -> Iterator[tuple[str, dict, str]]:
         ]
 
 
+def odr_run_task(rng: random.Random) -> Iterator[tuple[str, dict, str]]:
+    """One whole LangGraph open_deep_research run (`deep_researcher.py`, `prompts.py`), six agents:
+    ``clarify_with_user`` and ``write_research_brief`` (human-message templates: a few hundred
+    fixed characters, then the conversation, the date and more fixed text), the supervisor (system
+    prompt + the brief; its history grows with the ConductResearch results), researchers run *in
+    parallel* by ``asyncio.gather`` (each its own conversation: research system prompt + its topic
+    + tool rounds), each researcher's ``compress_research`` (compress system prompt + that
+    researcher's messages + a fixed human message) and the final report (a human message).
+    Summarisation of pages is off (as in the traces this mirrors)."""
+    ask = text(rng, rng.randint(100, 400))
+    conv = f"human: {ask}"
+    clarify = (
+        "These are the messages that have been exchanged so far from the user asking for the report, "
+        "read them all before deciding:\n<Messages>\n"
+        + conv
+        + f"\n</Messages>\n\nToday's date is {DATE}.\n\n"
+        + fixed("odr/clarify", 1400)
+    )
+    yield (*chat([{"role": "user", "content": clarify}]), "odr.clarify")
+    brief_p = (
+        "You will be given a set of messages that have been exchanged so far between yourself and the "
+        "user. Your job is to translate these messages into a more detailed and concrete research "
+        "question that will be used to guide the research.\n\nThe messages are:\n<Messages>\n"
+        + conv
+        + f"\n</Messages>\n\nToday's date is {DATE}.\n\n"
+        + fixed("odr/brief", 1600)
+    )
+    yield (*chat([{"role": "user", "content": brief_p}]), "odr.brief")
+    brief = text(rng, rng.randint(300, 900))
+    sup_sys = (
+        "You are a research supervisor. Your job is to conduct research by calling the "
+        f'"ConductResearch" tool. For context, today\'s date is {DATE}.\n\n' + fixed("odr/sup", 2400)
+    )
+    res_sys = (
+        "You are a research assistant conducting research on the user's input topic. For context, "
+        f"today's date is {DATE}.\n\n" + fixed("odr/res", 2600)
+    )
+    comp_sys = (
+        "You are a research assistant that has conducted research on a topic by calling several "
+        f"tools and web searches. For context, today's date is {DATE}.\n\n" + fixed("odr/comp", 1500)
+    )
+    comp_human = "All above messages are about research conducted by an AI Researcher. " + fixed("odr/comp-h", 300)
+    sup_tools = [tool("ConductResearch"), tool("ResearchComplete"), tool("think_tool")]
+    res_tools = [tool("tavily_search"), tool("think_tool"), tool("ResearchComplete")]
+    sup = [{"role": "system", "content": sup_sys}, {"role": "user", "content": brief}]
+    findings: list[str] = []
+
+    def researcher(topic: str) -> Iterator[tuple[str, dict, str]]:
+        rh = [{"role": "user", "content": topic}]
+        for _step in range(rng.randint(2, 4)):
+            yield (*chat([{"role": "system", "content": res_sys}] + rh, res_tools), "odr.researcher")
+            rh = rh + [
+                {"role": "assistant", "content": text(rng, 120)},
+                {"role": "tool", "tool_call_id": "c1", "content": text(rng, rng.randint(800, 2500))},
+            ]
+        yield (
+            *chat([{"role": "system", "content": comp_sys}] + rh + [{"role": "user", "content": comp_human}]),
+            "odr.compress",
+        )
+        findings.append(text(rng, 600))
+
+    for _round in range(rng.randint(1, 2)):
+        yield (*chat(sup, sup_tools), "odr.supervisor")
+        live = [researcher(text(rng, 200)) for _ in range(rng.randint(2, 4))]  # parallel researchers
+        while live:
+            it = rng.choice(live)
+            try:
+                yield next(it)
+            except StopIteration:
+                live.remove(it)
+        sup = (
+            sup
+            + [{"role": "assistant", "content": text(rng, 80)}]
+            + [{"role": "tool", "tool_call_id": f"r{i}", "content": f} for i, f in enumerate(findings[-4:])]
+        )
+    yield (*chat(sup, sup_tools), "odr.supervisor")
+    report = (
+        "Based on all the research conducted, create a comprehensive, well-structured answer to the "
+        "overall research brief:\n<Research Brief>\n"
+        + brief
+        + "\n</Research Brief>\n\n"
+        + fixed("odr/report", 2500)
+        + f"\nToday's date is {DATE}.\n\nHere are the findings:\n"
+        + "\n".join(findings)
+    )
+    yield (*chat([{"role": "user", "content": report}]), "odr.final_report")
+
+
+def terminal_task(rng: random.Random) -> Iterator[tuple[str, dict, str]]:
+    """A terminal agent (Terminus-style, terminal-bench): ONE prompt template, rendered afresh on
+    every call as a single user message: fixed instructions, the task, then the current terminal
+    screen. A call is not an extension of the previous one (the screen is re-rendered), so the
+    task's prefix recurs over the task's calls and then never again: a per-task context, not an
+    agent. One agent."""
+    task = text(rng, rng.randint(150, 700))
+    head = (
+        "You are an AI assistant tasked with solving command-line tasks in a Linux environment. "
+        + fixed("term/instr", 1800)
+        + "\n\nTask Description:\n"
+    )
+    for _step in range(rng.randint(2, 4)):
+        screen = text(rng, rng.randint(600, 2400))
+        msg = head + task + "\n\n" + fixed("term/mid", 200) + "\n\nCurrent terminal state:\n" + screen
+        yield (*chat([{"role": "user", "content": msg}]), "terminal.agent")
+
+
 SHAPES = {
     "odr": (odr_task, 5),
     "autogen": (autogen_task, 4),
@@ -309,27 +415,54 @@ SHAPES = {
     "agents_sdk": (agents_sdk_task, 3),
     "swe": (swe_task, 1),
 }
+# shapes of issue 23 (real runs: ids name runs, templates re-rendered per task), own acceptance
+RUN_SHAPES = {"odr_run": (odr_run_task, 6), "terminal": (terminal_task, 1)}
+ALL_SHAPES = {**SHAPES, **RUN_SHAPES}
+IDS = ("none", "run", "user", "key")  # what the app sends: nothing, one id per run, a constant user / key
+
+
+def with_ids(body: dict, ids: str, task: int) -> dict:
+    """``body`` as an app that sends ``ids`` would: ``run``: one id per task (LangGraph thread_id, an
+    SDK trace, SWE-agent's instance: here as ``metadata.session_id``); ``user``: OpenAI's end-user
+    field fixed for the whole app; ``key``: one ``prompt_cache_key`` for the whole app."""
+    if ids == "run":
+        return {**body, "metadata": {"session_id": f"run-{task}"}}
+    if ids == "user":
+        return {**body, "user": "app-user"}
+    if ids == "key":
+        return {**body, "prompt_cache_key": "app"}
+    return body
 
 
 def corpus(
-    shape: str, tasks: int = 12, concurrent: int = 3, one_off_share: float = 0.1, seed: int = 0
-) -> list[tuple[str, dict, str | None]]:
+    shape: str,
+    tasks: int = 12,
+    concurrent: int = 3,
+    one_off_share: float = 0.1,
+    seed: int = 0,
+    ids: str = "none",
+    with_task: bool = False,
+) -> list:
     """The requests of ``tasks`` tasks of one shape, ``concurrent`` of them interleaved at a time,
-    with one-off prompts mixed in (about ``one_off_share`` of all requests)."""
+    with one-off prompts mixed in (about ``one_off_share`` of all requests). ``ids``: see
+    ``with_ids`` (one-offs carry the constant ones too). ``with_task``: (path, body, truth, task)
+    with task None for one-offs."""
     rng = random.Random(f"{shape}/{seed}")
-    make = SHAPES[shape][0]
-    pending = [make(random.Random(f"{shape}/{seed}/{t}")) for t in range(tasks)]
-    live: list[Iterator] = []
-    out: list[tuple[str, dict, str | None]] = []
+    make = ALL_SHAPES[shape][0]
+    pending = [(t, make(random.Random(f"{shape}/{seed}/{t}"))) for t in range(tasks)]
+    live: list[tuple[int, Iterator]] = []
+    out: list = []
     while pending or live:
         while pending and len(live) < concurrent:
             live.append(pending.pop(0))
-        it = rng.choice(live)
+        t, it = entry = rng.choice(live)
         try:
-            out.append(next(it))
+            path, body, truth = next(it)
         except StopIteration:
-            live.remove(it)
+            live.remove(entry)
             continue
+        out.append((path, with_ids(body, ids, t), truth, t))
         if rng.random() < one_off_share:
-            out.append(one_off(rng))
-    return out
+            path, body, truth = one_off(rng)
+            out.append((path, with_ids(body, "none" if ids == "run" else ids, -1), truth, None))
+    return out if with_task else [r[:3] for r in out]

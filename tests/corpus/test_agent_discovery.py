@@ -1,6 +1,11 @@
 """Acceptance of agent discovery on the framework corpus (issue 12): for every framework shape,
 agents found = true agents after at most 3 calls per agent, purity >= 0.98, <= 5% of one-off
-requests given an agent; the same agent on chat and on the Responses API."""
+requests given an agent; the same agent on chat and on the Responses API.
+
+Issue 23: the same, and the run shapes (a whole open_deep_research run with parallel researchers;
+a terminal agent's one template re-rendered per call over many tasks), with every id mode an app
+uses: none, one id per run, one constant `user`, one constant `prompt_cache_key`. Ids never change
+what is found; a per-task context is never an agent."""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import pytest
 
 from proxy.core import PolicyConfig, ScoutPolicy, view_from_openai
 
-from .frameworks import SHAPES, fixed, text
+from .frameworks import IDS, RUN_SHAPES, SHAPES, fixed, text
 from .measure import evaluate
 
 
@@ -21,6 +26,36 @@ def test_agents_found_match_the_frameworks_agents(shape, seed):
     assert r["late_misses"] == 0, r  # every agent recognised from its 4th call on
     assert r["purity"] >= 0.98, r
     assert r["one_off_assigned"] <= 0.05, r
+
+
+@pytest.mark.parametrize("ids", IDS)
+@pytest.mark.parametrize("shape", sorted(SHAPES) + sorted(RUN_SHAPES))
+def test_ids_never_change_the_agents_found(shape, ids):
+    r = evaluate(shape, seed=0, ids=ids)
+    assert r["found"] == r["true_agents"], r
+    assert r["purity"] >= 0.98, r
+    assert r["task_agents"] == 0, r  # no per-task context kept as an agent
+    assert r["one_off_assigned"] <= 0.05, r
+    if shape in SHAPES:
+        assert r["late_misses"] == 0, r
+    # the sessions follow the conversations: a constant id over every task collapses nothing
+    if ids in ("user", "key"):
+        assert r["sessions"] >= r["truths_seen"] and r["sessions"] > 12, r
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_template_re_rendered_per_task_is_one_agent(seed):
+    """48 tasks of a terminal agent (the issue's trace shape): one agent, found within the first
+    tasks; every task's own prefix stays that task's context."""
+    r = evaluate("terminal", seed=seed, tasks=48)
+    assert r["found"] == 1 and r["task_agents"] == 0, r
+    assert r["recall"] >= 0.85, r
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_deep_research_run_finds_its_six_agents(seed):
+    r = evaluate("odr_run", seed=seed, ids="run")
+    assert r["found"] == 6 and r["purity"] >= 0.98 and r["late_misses"] == 0, r
 
 
 def test_one_off_prompts_never_become_agents():
