@@ -163,6 +163,7 @@ PRESETS: dict[str, WorkloadSpec] = {
         pause_mix=((0.86, 0.05, 1.0), (0.09, 1.0, 10.0), (0.05, 10.0, 120.0)),
         gap_mix=((0.9, 0.02, 0.3), (0.1, 0.3, 2.0)),
         max_context_tokens=60_000,
+        block_size=64,  # 10–60k-token prompts: 64-token blocks keep the replay fast (<= 63 tokens lost per prompt)
     ),
     "chat-agents": WorkloadSpec(
         name="chat-agents",
@@ -390,8 +391,10 @@ def generate(spec: WorkloadSpec) -> list[ReplayRequest]:
     if spec.busy:
         from proxy.replay.regimes import session_work_s
 
+        # steady state: busy share = session-arrival rate × work per session (so the rate is
+        # proportional to `busy` and the sessions, pauses included, are the same at every busy)
         work = session_work_s(sessions, CostModel(), _BUSY_DECODE_BATCH)
-        rate = len(sessions) / max(work / spec.busy - mean_len, mean_len / len(sessions), 1e-6)
+        rate = spec.busy * len(sessions) / max(work, 1e-6)
     elif spec.load:
         cost = CostModel()
         cold = sum(cost.prefill_s(r.prompt_tokens) for sess in sessions for _, r in sess)
