@@ -57,16 +57,16 @@ class GridSpec:
     cache_x: tuple[float, ...] = (1.0, 2.0, 4.0)  # capacity / running-set p90 at `ref_busy`
     pauses: tuple[str, ...] = ("fast", "slow")
     ref_busy: float = 0.7
-    extra_busy: tuple[float, ...] = (1.25, 1.6, 2.2, 3.2)  # ladder levels above the grid, run only when needed
+    extra_busy: tuple[float, ...] = (1.5, 2.5)  # ladder levels above the grid, run only when needed
     seed: int = 0
 
 
 GRIDS: dict[str, GridSpec] = {
     "default": GridSpec(
         presets=(
-            GridPreset("coding-agent", 24, 10.0),  # 10–60k-token prompts: an 8 s cold prefill at 60k
-            GridPreset("chat-agents", 320, 2.0),
-            GridPreset("swebench", 32, 2.0),
+            GridPreset("coding-agent", 32, 10.0),  # 10–60k-token prompts: an 8 s cold prefill at 60k
+            GridPreset("chat-agents", 480, 2.0),
+            GridPreset("swebench", 40, 2.0),
             GridPreset("gaia", 48, 2.0),
         ),
     ),
@@ -108,7 +108,6 @@ def _job(job: tuple) -> dict:
     t0 = time.perf_counter()
     res = replay(reqs, caps, policies, settings)
     span = res["span_s"]
-    work = regimes.session_work_s([[(r.t, r)] for r in reqs], settings.cost, 16)
     rows = []
     for row in res["capacities"]:
         pols = {n: {k: v for k, v in s.items() if not k.startswith("_")} for n, s in row["policies"].items()}
@@ -120,7 +119,7 @@ def _job(job: tuple) -> dict:
         "requests": len(reqs),
         "span_s": span,
         "request_rate": len(reqs) / span if span > 0 else 0.0,
-        "busy_offered": work / span if span > 0 else 0.0,
+        **regimes.busy_share(reqs, settings.cost),
         "running_set": regimes.running_set(reqs, settings.cost),
         "occupancy": regimes.occupancy(reqs, settings.cost),
         "rows": rows,
@@ -198,6 +197,9 @@ def cell(level: dict, row: dict, gp: GridPreset, cache_x: float, ref_rs: int) ->
                 "sessions_idle_mean": round(occ["sessions_idle_mean"], 3),
                 "sessions_tool_idle_mean": round(occ["sessions_tool_idle_mean"], 3),
                 "busy_offered": round(level["busy_offered"], 4),
+                "busy_offered_steady": None
+                if level["busy_offered_steady"] is None
+                else round(level["busy_offered_steady"], 4),
                 "requests": level["requests"],
                 "span_s": round(level["span_s"], 3),
                 "request_rate": round(level["request_rate"], 4),
@@ -287,6 +289,11 @@ def run_grid(
             "gap_scale": {p: regimes.GAP_SCALE[p] for p in g.pauses},
         },
         "ladder_levels": {f"{p}/{q}": sorted(x["busy"] for x in v) for (p, q), v in ladders.items()},
+        "levels": [
+            {k: lv[k] for k in ("preset", "pause", "busy", "requests", "busy_offered", "busy_offered_steady", "replay_s")}
+            for lvs in ladders.values()
+            for lv in sorted(lvs, key=lambda x: x["busy"])
+        ],
         "grid": cells,
         "wall_s": round(time.perf_counter() - t0, 2),
         "jobs": jobs,

@@ -151,3 +151,37 @@ def scale_session_starts(requests: Sequence[ReplayRequest], factor: float) -> li
         out.append((t, i, r))
     out.sort(key=lambda x: (x[0], x[1]))
     return [replace(r, t=round(t, 6)) for t, _, r in out]
+
+
+def busy_share(requests: Sequence[ReplayRequest], cost: CostModel | None = None, batch: int = 16) -> dict:
+    """Offered engine busy share at a perfect cache (`session_work_s`' work / time): over the whole
+    stream, and over its steady window (from the first session start + the median session length to
+    the last session start; None when sessions are so long the stream never gets there)."""
+    cost = cost or CostModel()
+    if not requests:
+        return {"busy_offered": 0.0, "busy_offered_steady": None}
+    seen: set[int] = set()
+    per_out = decode_token_s(cost, batch)
+    work = []
+    for r in requests:
+        cached = 0
+        for h, n in zip(r.block_hashes, r.block_tokens, strict=True):
+            if h not in seen:
+                break
+            cached += n
+        seen.update(r.block_hashes)
+        work.append(cost.prefill_s(r.prompt_tokens, cached) + r.output_tokens * per_out)
+    span = max(nominal_end(r, cost, batch) for r in requests) - requests[0].t
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    for r in requests:
+        if r.session_id is not None:
+            first.setdefault(r.session_id, r.t)
+            last[r.session_id] = r.t
+    steady = None
+    if first:
+        length = float(np.median([last[s] - first[s] for s in first]))
+        a, b = min(first.values()) + length, max(first.values())
+        if b > a:
+            steady = sum(w for r, w in zip(requests, work, strict=True) if a <= r.t < b) / (b - a)
+    return {"busy_offered": sum(work) / max(span, 1e-9), "busy_offered_steady": steady}
