@@ -27,6 +27,7 @@ in `results.unavailable_policies` and left out of the cells.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import multiprocessing
@@ -40,6 +41,7 @@ from proxy.replay.runner import HINT_POLICIES, POLICIES, ReplaySettings, replay
 from proxy.replay.workloads import generate, preset
 
 WANTED = ("lru", "history", "oracle-keeper", "belady", "scout-proxy")
+LEVEL_KEYS = ("preset", "pause", "busy", "requests", "busy_offered", "busy_offered_steady", "replay_s")
 MIN_GAIN = 0.01  # a bound's gain below this share of LRU's TTFT is no gap: shares are None there
 
 
@@ -68,7 +70,7 @@ GRIDS: dict[str, GridSpec] = {
             GridPreset("chat-agents", 480, 2.0),
             GridPreset("swebench", 40, 2.0),
             GridPreset("gaia", 48, 2.0),
-        ),
+        )
     ),
     "quick": GridSpec(
         presets=(GridPreset("swebench", 6, 2.0), GridPreset("chat-agents", 24, 2.0)),
@@ -146,7 +148,7 @@ def crossing(points: list[tuple[float, float]], budget: float) -> tuple[float, s
     lowest level is already outside: 0.0), 'above' (the highest is inside: its rate)."""
     if not points or points[0][1] > budget:
         return 0.0, "below"
-    for (r0, p0), (r1, p1) in zip(points, points[1:], strict=False):
+    for (r0, p0), (r1, p1) in itertools.pairwise(points):
         if p1 > budget >= p0:
             lo, hi = math.log(max(p0, 1e-9)), math.log(p1)
             f = (math.log(budget) - lo) / (hi - lo) if hi > lo else 0.0
@@ -218,9 +220,7 @@ def _pool_map(jobs: list[tuple], n: int) -> list[dict]:
         return pool.map(_job, jobs, chunksize=1)
 
 
-def run_grid(
-    name: str, jobs: int = 2, proxy_settings=None, log=None, grid: GridSpec | None = None
-) -> dict:  # noqa: C901
+def run_grid(name: str, jobs: int = 2, proxy_settings=None, log=None, grid: GridSpec | None = None) -> dict:
     """Every cell of the grid; returns the `results` dict (with `grid`, the list of cells)."""
     g = grid or GRIDS[name]
     policies, unavailable = available_policies()
@@ -250,9 +250,10 @@ def run_grid(
         for (pname, pause), lvls in ladders.items():
             gp = by_name[pname]
             top = max(lvls, key=lambda lv: lv["busy"])
-            if any(
-                s["ttft_p99_s"] <= gp.budget_s for row in top["rows"] for s in row["policies"].values()
-            ) and top["busy"] < extra:
+            if (
+                any(s["ttft_p99_s"] <= gp.budget_s for row in top["rows"] for s in row["policies"].values())
+                and top["busy"] < extra
+            ):
                 need.append((gp, pause, extra, g.seed, caps[(pname, pause)][0], policies, proxy_settings))
         if need:
             say(f"grid {name}: throughput ladder at busy {extra} for {len(need)} (preset, pause) rows")
@@ -262,7 +263,7 @@ def run_grid(
     for lv in levels:
         gp = by_name[lv["preset"]]
         ladder = sorted(ladders[(lv["preset"], lv["pause"])], key=lambda x: x["busy"])
-        cap_list, ref_rs = caps[(lv["preset"], lv["pause"])]
+        _, ref_rs = caps[(lv["preset"], lv["pause"])]
         for k, row in enumerate(lv["rows"]):
             c = cell(lv, row, gp, g.cache_x[k], ref_rs)
             for pname, s in c["policies"].items():
@@ -271,7 +272,7 @@ def run_grid(
                 s["throughput_replanned_rps"] = rate
                 s["throughput_replanned_censored"] = censored
             lru_t = c["policies"]["lru"]["throughput_replanned_rps"]
-            for pname, s in c["policies"].items():
+            for s in c["policies"].values():
                 s["throughput_replanned_x_lru"] = s["throughput_replanned_rps"] / lru_t if lru_t > 0 else None
             cells.append(c)
     return {
@@ -290,9 +291,7 @@ def run_grid(
         },
         "ladder_levels": {f"{p}/{q}": sorted(x["busy"] for x in v) for (p, q), v in ladders.items()},
         "levels": [
-            {k: lv[k] for k in ("preset", "pause", "busy", "requests", "busy_offered", "busy_offered_steady", "replay_s")}
-            for lvs in ladders.values()
-            for lv in sorted(lvs, key=lambda x: x["busy"])
+            {k: lv[k] for k in LEVEL_KEYS} for lvs in ladders.values() for lv in sorted(lvs, key=lambda x: x["busy"])
         ],
         "grid": cells,
         "wall_s": round(time.perf_counter() - t0, 2),
@@ -319,13 +318,11 @@ def run_cli(args: argparse.Namespace, proxy_settings=None) -> int:
     doc = {"meta": meta, "results": results, "plots": plots}
     (out / "report.json").write_text(json.dumps(doc, indent=1, default=float))
     (out / "report.md").write_text(markdown(results, meta, plots, note))
-    big = [
-        c["params"]
-        for c in results["grid"]
-        if (c["headroom"]["ttft_mean"] or 0) >= 0.10
-    ]
-    print(f"grid {args.grid}: {len(results['grid'])} cells in {results['wall_s']:.1f} s; "
-          f"{len(big)} with LRU→belady headroom >= 10% mean TTFT")
+    big = [c["params"] for c in results["grid"] if (c["headroom"]["ttft_mean"] or 0) >= 0.10]
+    print(
+        f"grid {args.grid}: {len(results['grid'])} cells in {results['wall_s']:.1f} s; "
+        f"{len(big)} with LRU→belady headroom >= 10% mean TTFT"
+    )
     if results["unavailable_policies"]:
         print(f"unavailable in this runner: {', '.join(results['unavailable_policies'])}")
     print(f"report: {out / 'report.md'}")

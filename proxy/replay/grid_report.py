@@ -29,8 +29,10 @@ def markdown(results: dict, meta: dict, plots: list[str], note: str | None = Non
     key, bound = _share_key(results)
     pols = results["policies"]
     md = [f"# CacheScout replay: {meta['title']}", ""]
-    md.append(f"Command: `{meta['command']}`. {len(results['grid'])} cells, wall time {results['wall_s']} s "
-              f"({results['jobs']} worker processes). Policies: {', '.join(pols)}.")
+    md.append(
+        f"Command: `{meta['command']}`. {len(results['grid'])} cells, wall time {results['wall_s']} s "
+        f"({results['jobs']} worker processes). Policies: {', '.join(pols)}."
+    )
     if results["unavailable_policies"]:
         md.append(f"Unavailable in this runner (not run): {', '.join(results['unavailable_policies'])}.")
     md.append("")
@@ -53,8 +55,17 @@ def markdown(results: dict, meta: dict, plots: list[str], note: str | None = Non
         m0 = cells[0]["params"]
         md.append(f"## {preset} ({m0['sessions']} sessions, budget {m0['latency_budget_s']} s)")
         md.append("")
-        hdr = ["pauses", "cache×", "busy", "blocks", "live/idle", "LRU TTFT ms", "belady ms", "headroom",
-               "resume headroom"]
+        hdr = [
+            "pauses",
+            "cache×",
+            "busy",
+            "blocks",
+            "live/idle",
+            "LRU TTFT ms",
+            "belady ms",
+            "headroom",
+            "resume headroom",
+        ]
         if "oracle-keeper" in pols:
             hdr.append("oracle headroom")
         hdr += [f"{n} captured" for n in pols if n not in ("lru", "belady", "oracle-keeper")]
@@ -66,9 +77,17 @@ def markdown(results: dict, meta: dict, plots: list[str], note: str | None = Non
         for c in cells:
             p, h, m = c["params"], c["headroom"], c["params"]["measured"]
             lru, bel = c["policies"]["lru"], c["policies"]["belady"]
-            row = [p["pauses"], f"{p['cache_x_running_set']:g}", f"{p['busy']:g}", str(p["capacity_blocks"]),
-                   f"{m['sessions_live_mean']:.1f}/{m['sessions_idle_mean']:.1f}", _ms(lru["ttft_mean_s"]),
-                   _ms(bel["ttft_mean_s"]), _pct(h["ttft_mean"]), _pct(h["ttft_resume_mean"])]
+            row = [
+                p["pauses"],
+                f"{p['cache_x_running_set']:g}",
+                f"{p['busy']:g}",
+                str(p["capacity_blocks"]),
+                f"{m['sessions_live_mean']:.1f}/{m['sessions_idle_mean']:.1f}",
+                _ms(lru["ttft_mean_s"]),
+                _ms(bel["ttft_mean_s"]),
+                _pct(h["ttft_mean"]),
+                _pct(h["ttft_resume_mean"]),
+            ]
             if "oracle-keeper" in pols:
                 row.append(_pct(h["oracle_ttft_mean"]))
             row += [_pct(c["captured"][n][key]) for n in pols if n not in ("lru", "belady", "oracle-keeper")]

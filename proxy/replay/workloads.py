@@ -255,10 +255,13 @@ def random_cycle(agents: int, rng: random.Random) -> list[int]:
 def _mix(mix: tuple[tuple[float, float, float], ...], rng: random.Random) -> float:
     """A draw from a mixture of log-uniform ranges: (weight, lo, hi) per component."""
     u = rng.random() * sum(w for w, _, _ in mix)
-    for w, lo, hi in mix:
-        if u < w:
+    pick = mix[-1]
+    for comp in mix:
+        if u < comp[0]:
+            pick = comp
             break
-        u -= w
+        u -= comp[0]
+    _, lo, hi = pick
     return lo * (hi / lo) ** rng.random()
 
 
