@@ -250,11 +250,13 @@ def run_grid(name: str, jobs: int = 2, proxy_settings=None, log=None, grid: Grid
         for (pname, pause), lvls in ladders.items():
             gp = by_name[pname]
             top = max(lvls, key=lambda lv: lv["busy"])
-            if (
-                any(s["ttft_p99_s"] <= gp.budget_s for row in top["rows"] for s in row["policies"].values())
-                and top["busy"] < extra
-            ):
-                need.append((gp, pause, extra, g.seed, caps[(pname, pause)][0], policies, proxy_settings))
+            inside = [
+                n
+                for n in policies
+                if any(row["policies"].get(n, {}).get("ttft_p99_s", math.inf) <= gp.budget_s for row in top["rows"])
+            ]
+            if inside and top["busy"] < extra:  # only the policies still inside the budget climb on
+                need.append((gp, pause, extra, g.seed, caps[(pname, pause)][0], inside, proxy_settings))
         if need:
             say(f"grid {name}: throughput ladder at busy {extra} for {len(need)} (preset, pause) rows")
             for lv in _pool_map(need, jobs):
@@ -267,7 +269,11 @@ def run_grid(name: str, jobs: int = 2, proxy_settings=None, log=None, grid: Grid
         for k, row in enumerate(lv["rows"]):
             c = cell(lv, row, gp, g.cache_x[k], ref_rs)
             for pname, s in c["policies"].items():
-                pts = [(x["request_rate"], x["rows"][k]["policies"][pname]["ttft_p99_s"]) for x in ladder]
+                pts = [
+                    (x["request_rate"], x["rows"][k]["policies"][pname]["ttft_p99_s"])
+                    for x in ladder
+                    if pname in x["rows"][k]["policies"]
+                ]
                 rate, censored = crossing(pts, gp.budget_s)
                 s["throughput_replanned_rps"] = rate
                 s["throughput_replanned_censored"] = censored
