@@ -188,14 +188,19 @@ def test_cli_grid_writes_report_and_map(tmp_path):
     assert (tmp_path / "headroom_map.png").stat().st_size > 1000 and path.endswith(".png")
 
 
-def test_cli_flag(tmp_path, capsys):
+def test_cli_flag(tmp_path, monkeypatch):
     from proxy import cli
+    from proxy.replay import grid
+
+    tiny = GridSpec(presets=(GridPreset("gaia", 3, 2.0),), busy=(0.5,), cache_x=(1.0,), pauses=("fast",), extra_busy=())
+    monkeypatch.setitem(grid.GRIDS, "quick", tiny)
 
     out = tmp_path / "g"
     rc = cli.main(["replay", "--grid", "quick", "--out", str(out), "--jobs", "1", "--no-progress", "--no-plots"])
     assert rc == 0
     doc = json.loads((out / "report.json").read_text())
-    assert doc["results"]["grid"] and (out / "report.md").is_file()
+    assert len(doc["results"]["grid"]) == 1 and (out / "report.md").is_file()
+    assert doc["meta"]["command"] == f"cachescout replay --grid quick --out {out}"
 
 
 def test_new_presets_keep_their_spec_fields():
