@@ -24,6 +24,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--workload", choices=sorted(PRESETS), help="generated multi-agent workload preset")
     src.add_argument("--trace", metavar="FILE", help="jsonl trace file")
+    src.add_argument(
+        "--grid",
+        choices=("default", "quick"),
+        help="the headroom map: sweep presets × regimes (busy share, cache × running set, pauses) and "
+        "write report.json (results.grid), report.md and headroom_map.png to --out (proxy/replay/grid.py)",
+    )
+    p.add_argument("--jobs", type=int, default=2, help="--grid: worker processes")
     p.add_argument("--format", default="auto", choices=("auto", *FORMATS), help="trace format (default: detect)")
     p.add_argument("--limit", type=int, default=None, help="read only the first N trace lines")
     p.add_argument(
@@ -165,6 +172,16 @@ def _stream(args):
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "grid", None):
+        from proxy.replay.grid import run_cli
+        from proxy.settings import SettingsError, load_settings
+
+        try:
+            proxy_settings = load_settings()
+        except SettingsError as exc:
+            print(f"cachescout replay: {exc}", file=sys.stderr)
+            return 2
+        return run_cli(args, proxy_settings)
     try:
         overrides = parse_overrides(args.scout_set)
         policies = [p.strip() for p in args.policies.split(",") if p.strip()]

@@ -31,7 +31,10 @@ import xxhash
 from proxy.cachemodel.cost_model import CostModel
 from proxy.replay.traces import ReplayRequest
 
-TOPOLOGIES = ("pipeline", "debate", "selector", "random")
+TOPOLOGIES = ("pipeline", "debate", "selector", "random", "solo")
+# decode work per output token in the busy-share rate: one row of a batch of this size (the
+# runner's nominal decode batch; runner.DECODE_BATCH)
+_BUSY_DECODE_BATCH = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +65,16 @@ class WorkloadSpec:
     fanout_prob: float = 0.0  # P(a turn forks): map steps, parallel tool calls
     fanout_stagger_s: float = 0.3  # delay between the branches' starts
     branch_tokens: tuple[int, int] = (32, 96)  # each branch's own instruction after the shared parent
+    # --- regime parameters (issue 21); every default keeps the presets above bit-identical
+    busy: float | None = None  # target engine busy share at a perfect cache (prefill + decode work /
+    # span, cost model); overrides `load` when set (see `regimes.py`)
+    tool_from: int = 1  # agents tool_from..tool_agents may call tools ("solo" agents: 0)
+    pause_mix: tuple[tuple[float, float, float], ...] = ()  # tool durations: (weight, lo s, hi s)
+    # log-uniform mixture; empty: `tool_seconds`
+    gap_mix: tuple[tuple[float, float, float], ...] = ()  # think/orchestration gap after a turn, same
+    # form; empty: the constant `gap_seconds`
+    user_tokens: tuple[int, int] = (0, 0)  # a user message appended before every turn after the first
+    max_context_tokens: int = 0  # >0: a session ends before a prompt could pass this size
 
 
 PRESETS: dict[str, WorkloadSpec] = {
@@ -132,7 +145,40 @@ PRESETS: dict[str, WorkloadSpec] = {
         fanout_prob=0.5,
         branch_tokens=(16, 48),
     ),
+    # regime presets (issue 21): a long-context coding agent and many short chat agents; their pause
+    # and think-time mixtures are calibrated in docs/replay.md "Regimes"
+    "coding-agent": WorkloadSpec(
+        name="coding-agent",
+        topology="solo",
+        agents=1,
+        anchor_tokens=(4000, 6000),  # system prompt + tool schemas of a coding scaffold
+        task_tokens=(6000, 9000),  # the issue text and the repository context it opens with
+        reply_tokens=(60, 300),
+        steps=(10, 22),
+        sessions=12,
+        tool_from=0,
+        tool_agents=0,
+        tool_prob=0.9,
+        tool_result_tokens=(600, 2400),  # file views, grep hits, test output
+        pause_mix=((0.86, 0.05, 1.0), (0.09, 1.0, 10.0), (0.05, 10.0, 120.0)),
+        gap_mix=((0.9, 0.02, 0.3), (0.1, 0.3, 2.0)),
+        max_context_tokens=60_000,
+        block_size=64,  # 10–60k-token prompts: 64-token blocks keep the replay fast (<= 63 tokens lost per prompt)
+    ),
+    "chat-agents": WorkloadSpec(
+        name="chat-agents",
+        topology="solo",
+        agents=24,  # many assistants, each with its own system prompt
+        anchor_tokens=(300, 900),
+        task_tokens=(30, 200),
+        user_tokens=(20, 160),
+        reply_tokens=(80, 320),
+        steps=(2, 6),
+        sessions=160,
+        gap_mix=((0.5, 2.0, 10.0), (0.4, 10.0, 60.0), (0.1, 60.0, 300.0)),  # human think time
+    ),
 }
+PAPER_PRESETS = ("pipeline", "debate", "selector", "random", "gsm8k", "mtbench", "gaia", "swebench", "fanout")
 
 
 def preset(name: str, **overrides) -> WorkloadSpec:
@@ -158,6 +204,7 @@ class _Chains:
                 chain.append(parent)
             self.anchor.append(tuple(chain))
         self.hist: dict[tuple[int, int], list[int]] = {}
+        self.anchor_tokens = [len(a) * self.bs for a in self.anchor]
 
     def prompt(self, agent: int, session: int, hist_tokens: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         bs = self.bs
@@ -205,8 +252,23 @@ def random_cycle(agents: int, rng: random.Random) -> list[int]:
     return nxt
 
 
+def _mix(mix: tuple[tuple[float, float, float], ...], rng: random.Random) -> float:
+    """A draw from a mixture of log-uniform ranges: (weight, lo, hi) per component."""
+    u = rng.random() * sum(w for w, _, _ in mix)
+    pick = mix[-1]
+    for comp in mix:
+        if u < comp[0]:
+            pick = comp
+            break
+        u -= comp[0]
+    _, lo, hi = pick
+    return lo * (hi / lo) ** rng.random()
+
+
 def _next_agent(spec: WorkloadSpec, cur: int | None, step: int, script: list[int], rng: random.Random) -> int:
     n = spec.agents
+    if spec.topology == "solo":  # one agent per session, picked at its start
+        return cur if cur is not None else rng.randrange(n)
     if spec.topology == "pipeline":
         return step % n
     if spec.topology == "debate":  # debaters 0 and 1 alternate; judge 2 every third turn
@@ -259,7 +321,12 @@ def _session(
         )
         return prompt / spec.prefill_tokens_per_s + out_tokens / spec.decode_tokens_per_s
 
+    reserve = max(chains.anchor_tokens) + 2 * (spec.reply_tokens[1] + spec.tool_result_tokens[1] + spec.user_tokens[1])
     for step in range(steps):
+        if spec.max_context_tokens and hist + reserve > spec.max_context_tokens:
+            break  # the context is full: the agent stops here
+        if step and spec.user_tokens[1] > 0:
+            hist += rng.randint(*spec.user_tokens)
         if spec.second_user_turn and step == steps // 2:
             hist += rng.randint(*spec.task_tokens)
         if sel_agent is not None:  # the supervisor's own call picks the speaker
@@ -296,14 +363,17 @@ def _session(
             hist += joined
             t = end + spec.gap_seconds
             continue
-        uses_tool = 1 <= cur <= spec.tool_agents and rng.random() < spec.tool_prob
+        uses_tool = spec.tool_from <= cur <= spec.tool_agents and rng.random() < spec.tool_prob
         if uses_tool:
-            lo, hi = spec.tool_seconds
-            tool_s = lo * (hi / lo) ** rng.random()
+            if spec.pause_mix:
+                tool_s = _mix(spec.pause_mix, rng)
+            else:
+                lo, hi = spec.tool_seconds
+                tool_s = lo * (hi / lo) ** rng.random()
             call_tokens = min(reply, 60)
             t += emit(cur, call_tokens, "tool_calls", tool_s) + tool_s
             hist += call_tokens + rng.randint(*spec.tool_result_tokens)
-        t += emit(cur, reply, "stop") + spec.gap_seconds
+        t += emit(cur, reply, "stop") + (_mix(spec.gap_mix, rng) if spec.gap_mix else spec.gap_seconds)
         hist += reply
     return out
 
@@ -321,7 +391,14 @@ def generate(spec: WorkloadSpec) -> list[ReplayRequest]:
     sel_agent = spec.agents if spec.selector_calls else None
     sessions = [_session(spec, s, chains, script, sel_agent, rng) for s in range(spec.sessions)]
     mean_len = sum(s[-1][0] for s in sessions if s) / max(1, len(sessions))
-    if spec.load:
+    if spec.busy:
+        from proxy.replay.regimes import session_work_s
+
+        # steady state: busy share = session-arrival rate × work per session (so the rate is
+        # proportional to `busy` and the sessions, pauses included, are the same at every busy)
+        work = session_work_s(sessions, CostModel(), _BUSY_DECODE_BATCH)
+        rate = spec.busy * len(sessions) / max(work, 1e-6)
+    elif spec.load:
         cost = CostModel()
         cold = sum(cost.prefill_s(r.prompt_tokens) for sess in sessions for _, r in sess)
         rate = len(sessions) / max(cold / spec.load - mean_len, mean_len / len(sessions), 1e-6)
