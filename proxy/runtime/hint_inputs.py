@@ -16,7 +16,17 @@ Endpoint body (JSON, one object or a batch of at most ``MAX_BATCH``)::
 Unknown fields are ignored (newer senders work with older proxies). The source is the hash of the
 caller's API key (``Authorization: Bearer``), combined with ``X-CacheScout-Source`` when present;
 the header alone without a key. Errors are OpenAI-style: 400 (bad JSON / shape, nothing applied),
-403 (a directive from an unlisted source, nothing applied), 413 (body too large), 503 (policy off).
+401 (a credential the engine has not accepted), 403 (a directive from an unlisted or unkeyed
+source, nothing applied), 413 (body too large), 503 (policy off).
+
+Who may send hints (issue 22), the request path's rule: a hint counts only from a caller the engine
+accepts. Hints riding on model calls are read only after that call's 2xx (the observer's rule);
+the endpoint accepts a batch only when the caller's credential (its ``Authorization`` or
+``x-api-key`` header, hashed: the *principal*) got a 2xx from the engine on a model call within
+``hints_credential_ttl_s`` (and passed ``policy_client_auth_sha256`` when set). Everything a hint
+names is scoped to the caller: its tenant (``cache_salt`` of the batch, as on model calls) and its
+principal (``proxy.core.hint_scope``). Directives need a keyed source (``k…`` ids) the operator
+listed; ids derived from a name alone are ignored in ``hints_directive_sources``.
 
 Fields read from forwarded requests (the body is forwarded unchanged unless
 ``hints_strip_fields``): agent identity from ``X-CacheScout-Agent``, ``metadata.agent`` /
@@ -32,21 +42,39 @@ objects — SGLang's/vLLM's ``agent_hints`` (``agent_id``, ``expected_tool_durat
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from proxy.core.hint_actions import Hint, HintDriver
-from proxy.core.hints import ACCEPTED, FACT, HINT_KINDS, PREDICTION, REFUSED, SESSION_ENDED, HintConfig, source_id
+from proxy.core.hint_tables import ByteLRU
+from proxy.core.hints import (
+    ACCEPTED,
+    FACT,
+    HINT_KINDS,
+    PREDICTION,
+    REFUSED,
+    SESSION_ENDED,
+    HintConfig,
+    keyed,
+    source_id,
+)
 
 if TYPE_CHECKING:
     from proxy.core.policy import ScoutPolicy
     from proxy.observability.metrics import ProxyMetrics
     from proxy.settings import Settings
 
+log = logging.getLogger("cachescout.hints")
+
 HINTS_PATH = "/v1/cachescout/hints"
+AUTH_HEADERS = ("authorization", "x-api-key")
+MAX_SALT = 4096  # a batch's cache_salt (the tenant its hints are about)
+UNAUTHORIZED = "unauthorized"  # cachescout_hints_total{kind="invalid", outcome=...}: a batch not read
 SOURCE_HEADER = "x-cachescout-source"
 AGENT_HEADER = "x-cachescout-agent"
 MAX_BATCH = 64
@@ -139,9 +167,35 @@ def _bearer(headers: Mapping[str, str]) -> str | None:
     return value.strip() or None if scheme.lower() == "bearer" else None
 
 
-def source_of(headers: Mapping[str, str]) -> str:
+def source_of(headers: Mapping[str, str], tenant: str = "") -> str:
     src = headers.get(SOURCE_HEADER)
-    return source_id(_bearer(headers), src[:MAX_STR] if src else None)
+    return source_id(_bearer(headers), src[:MAX_STR] if src else None, tenant)
+
+
+_PRINCIPALS: dict[str, str] = {}  # header value -> principal (bounded: cleared when full)
+
+
+def principal_of(headers: Mapping[str, str]) -> str:
+    """The caller's credential as a short hash (``""`` without one): what scopes its hints."""
+    value = next((v for n in AUTH_HEADERS if (v := headers.get(n))), None)
+    if not value:
+        return ""
+    p = _PRINCIPALS.get(value)
+    if p is None:
+        if len(_PRINCIPALS) >= 1024:
+            _PRINCIPALS.clear()
+        p = _PRINCIPALS[value] = "p" + hashlib.sha256(value.encode("latin-1", "replace")).hexdigest()[:16]
+    return p
+
+
+def batch_salt(data: object) -> str:
+    """The tenant a batch is about: its ``cache_salt`` (as on model calls), "" without one."""
+    salt = data.get("cache_salt") if isinstance(data, Mapping) else None
+    if salt is None:
+        return ""
+    if not isinstance(salt, str) or len(salt) > MAX_SALT:
+        raise HintError(f"'cache_salt' must be a string of at most {MAX_SALT} characters", "cache_salt")
+    return salt
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,18 +275,53 @@ def strip_fields(body: Mapping) -> dict | None:
 
 def hint_config(settings: Settings) -> HintConfig:
     sources = [s.strip() for s in settings.hints_directive_sources.split(",") if s.strip()]
-    return HintConfig(directive_sources=frozenset(sources), directive_cache_share=settings.hints_directive_cache_share)
+    unkeyed = [s for s in sources if not keyed(s)]
+    if unkeyed:  # a name alone is forgeable by anyone who sends the header: never a directive source
+        log.warning(
+            "hints_directive_sources: %d id(s) not derived from an API key ignored (directive sources "
+            "must be keyed: 'k…' ids)",
+            len(unkeyed),
+        )
+    return HintConfig(
+        directive_sources=frozenset(s for s in sources if keyed(s)),
+        directive_cache_share=settings.hints_directive_cache_share,
+        sources_max_bytes=settings.hints_sources_max_bytes,
+        checks_max_bytes=settings.hints_checks_max_bytes,
+        state_max_bytes=settings.hints_state_max_bytes,
+    )
 
 
 class HintService:
     """The endpoint's logic and the observer's request-field hints, over one HintDriver."""
 
-    def __init__(self, driver: HintDriver, metrics: ProxyMetrics | None = None, max_body_bytes: int = 65536) -> None:
+    def __init__(
+        self,
+        driver: HintDriver,
+        metrics: ProxyMetrics | None = None,
+        max_body_bytes: int = 65536,
+        credential_ttl_s: float = 900.0,
+    ) -> None:
         self.driver = driver
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
-        self.counts = {"batches": 0, "invalid": 0, "refused_batches": 0}
+        self.credential_ttl_s = credential_ttl_s
+        self.counts = {"batches": 0, "invalid": 0, "refused_batches": 0, UNAUTHORIZED: 0}
         self.after_submit: Callable[[], object] | None = None  # LiveRuntime: plan at once, not on the next tick
+        # principal -> when the engine last accepted (2xx) a model call with that credential
+        self.accepted: ByteLRU[str, float] = ByteLRU(driver.cfg.state_max_bytes)
+
+    # -- who may send hints ---------------------------------------------------------------------------
+    def credential_seen(self, headers: Mapping[str, str], now: float) -> None:
+        """A model call with these headers got a 2xx from the engine (the observer calls this)."""
+        p = principal_of(headers)
+        seen = self.accepted.get(p)
+        if seen is not None and now - seen < self.credential_ttl_s / 4:
+            return  # fresh enough: not worth a write per request
+        self.accepted.put(p, now, 80 + len(p))
+
+    def credential_ok(self, principal: str, now: float) -> bool:
+        seen = self.accepted.get(principal)
+        return seen is not None and now - seen <= self.credential_ttl_s
 
     def handle(self, raw: bytes, headers: Mapping[str, str], now: float) -> tuple[int, dict]:
         """(status, JSON body) for one POST; applies nothing unless the whole batch is acceptable."""
@@ -240,15 +329,28 @@ class HintService:
             return 413, _err(
                 f"hint body larger than {self.max_body_bytes} bytes", "invalid_request_error", "request_too_large"
             )
+        principal = principal_of(headers)
+        if not self.credential_ok(principal, now):
+            self.counts[UNAUTHORIZED] += 1
+            self._count("invalid", UNAUTHORIZED)
+            return 401, _err(
+                "hints are accepted only from a caller the engine accepts: send them with the "
+                "credential (Authorization / x-api-key) of a model call that got a 2xx within "
+                f"{self.credential_ttl_s:g} s",
+                "invalid_request_error",
+                "invalid_api_key",
+            )
         try:
-            hints = parse_batch(json.loads(raw))
+            data = json.loads(raw)
+            hints = parse_batch(data)
+            tenant = batch_salt(data)
         except (ValueError, RecursionError) as exc:
             self.counts["invalid"] += 1
             self._count("invalid", "invalid")
             param = exc.param if isinstance(exc, HintError) else None
             msg = str(exc) if isinstance(exc, HintError) else "body is not valid JSON"
             return 400, _err(msg, "invalid_request_error", "invalid_hint", param)
-        source = source_of(headers)
+        source = source_of(headers, tenant)
         refused = self.driver.refused(hints, source)
         if refused:
             self.counts["refused_batches"] += 1
@@ -257,13 +359,13 @@ class HintService:
                 self._count(hints[i].kind, REFUSED)
             return 403, _err(
                 f"hints[{refused[0]}]: directives (pin/retain) are accepted only from sources the "
-                f"operator lists in CACHESCOUT_HINTS_DIRECTIVE_SOURCES; this source is {source}",
+                f"operator lists in CACHESCOUT_HINTS_DIRECTIVE_SOURCES (keyed 'k…' ids only); this source is {source}",
                 "permission_error",
                 "directive_not_allowed",
                 f"hints[{refused[0]}].type",
             )
         self.counts["batches"] += 1
-        outcomes = self._submit(hints, source, now)
+        outcomes = self._submit(hints, source, now, tenant, principal)
         if self.after_submit is not None:
             self.after_submit()
         return 200, {
@@ -274,9 +376,9 @@ class HintService:
             ],
         }
 
-    def _submit(self, hints: list[Hint], source: str, now: float) -> list[str]:
+    def _submit(self, hints: list[Hint], source: str, now: float, tenant: str, principal: str) -> list[str]:
         before = self.driver.released_tokens
-        outcomes = self.driver.submit(hints, source, now)
+        outcomes = self.driver.submit(hints, source, now, tenant, principal)
         for h, o in zip(hints, outcomes, strict=True):
             self._count(h.kind, o)
         released = self.driver.released_tokens - before
@@ -299,25 +401,28 @@ class HintService:
         now: float,
     ) -> None:
         d = self.driver
+        principal = principal_of(headers)
+        if session_id:
+            d.scope.own(tenant, session_id, principal)  # the engine accepted it: the session is theirs
         if req is None:
             if d.watching:
-                d.observe(tenant, session_id, agent_id, None, now)
+                d.observe(tenant, session_id, agent_id, None, now, principal)
             return
-        d.observe(tenant, session_id, agent_id, req.agent, now)
+        d.observe(tenant, session_id, agent_id, req.agent, now, principal)
         if session_id and (req.children or req.ttl_s is not None):
             hints = []
             if req.children:
                 hints.append(Hint("fanout", session_id, branches=len(req.children), branch_ids=req.children))
             if req.ttl_s is not None:
                 hints.append(Hint("retain", session_id, ttl_s=req.ttl_s))
-            source = source_of(headers)
+            source = source_of(headers, tenant)
             allowed = [h for h in hints if not d.refused([h], source)]
             for h in hints:
                 if h not in allowed:
                     d.trust.admit(source, h.kind, now)
                     self._count(h.kind, REFUSED)
             if allowed:
-                self._submit(allowed, source, now)
+                self._submit(allowed, source, now, tenant, principal)
 
     def on_response(
         self,
@@ -326,6 +431,7 @@ class HintService:
         session_id: str | None,
         finish: str | None,
         now: float,
+        tenant: str = "",
     ) -> None:
         if req is None or not session_id:
             return
@@ -335,7 +441,7 @@ class HintService:
         if req.discard:
             hints.append(Hint(SESSION_ENDED, session_id))
         if hints:
-            self._submit(hints, source_of(headers), now)
+            self._submit(hints, source_of(headers, tenant), now, tenant, principal_of(headers))
 
     def update_gauges(self, top: int = 16) -> None:
         m = self.metrics
@@ -365,6 +471,7 @@ __all__ = [
     "hint_config",
     "parse_batch",
     "parse_hint",
+    "principal_of",
     "request_hints",
     "source_of",
     "strip_fields",
@@ -380,4 +487,5 @@ def build_hint_service(
     if not settings.hints_enabled:
         return None
     driver = HintDriver(policy, hint_config(settings))
-    return HintService(driver, metrics, settings.hints_max_body_bytes)
+    driver.scope.strict = True  # live: a session whose owner is unknown is nobody's
+    return HintService(driver, metrics, settings.hints_max_body_bytes, settings.hints_credential_ttl_s)

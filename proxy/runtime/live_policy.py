@@ -217,6 +217,8 @@ class LivePolicyObserver(BodyRewriting, UsageAccounting):
         st.status = status
         if 200 <= status < 300:
             st.accepted = True
+            if self.hints is not None:  # a credential the engine accepts may send hints (docs/hints.md)
+                self.hints.credential_seen(ctx.headers, now)
             if status == 200:
                 st.tap = ResponseTap("text/event-stream" in headers.get("content-type", ""), self.tap_budget)
             self._later(self._maybe_observe, ctx, st)
@@ -376,7 +378,9 @@ class LivePolicyObserver(BodyRewriting, UsageAccounting):
                 self._learn_from_usage(st, tap, ctx.started)
         self.policy.observe_response(st.observed.request_id, outcome, now)
         if st.hints is not None and self.hints is not None:
-            self.hints.on_response(st.hints, ctx.headers, st.observed.session_id, outcome.finish_reason, now)
+            self.hints.on_response(
+                st.hints, ctx.headers, st.observed.session_id, outcome.finish_reason, now, st.view.tenant
+            )
         self.plan(self.clock())
 
     # -- planning and results -----------------------------------------------------------------------
