@@ -29,7 +29,7 @@ HINTS = "/v1/cachescout/hints"
 A = {"authorization": "Bearer good"}
 B = {"authorization": "Bearer good-b"}
 BAD = {"authorization": "Bearer bad"}
-SALT_A, SALT_B = "tenant-a", "tenant-b"
+SALT_A, SALT_B = "tenant-a", "tenant-b-longer"  # distinct lengths: distinct tags in /debug/state
 SYSTEM = {"coder": "You write the code for the fault suite. " * 25, "planner": "You plan the fault suite. " * 25}
 
 
@@ -148,12 +148,10 @@ def test_agent_names_cannot_be_hijacked_across_tenants(engine_url, tmp_path):
         r = hint(c, px, A, {"type": "pin", "agent": "coder", "ttl_s": 60}, salt=SALT_A)
         assert r.status_code == 200 and outcomes(r) == ["accepted"], r.text
         pinned = hints_state(px)["pinned_agents"]
-        tenant_of = {a["agent_id"]: a["tenant"] for a in agents}
+        tenant_of = {a["id"]: a["tenant"] for a in agents}
         measure("agent_name_hijack", pinned_tenants=[tenant_of.get(p) for p in pinned], tenants=sorted(set(tenant_of.values())))
-        assert len(pinned) == 1
-        a_tenant = {a["tenant"] for a in agents if a["agent_id"] == pinned[0]}
-        b_tenants = {a["tenant"] for a in agents if a["agent_id"] != pinned[0]}
-        assert a_tenant and not (a_tenant & b_tenants)  # A's agent: not one of B's
+        assert len(tenant_of) >= 2 and len(set(tenant_of.values())) == 2  # both tenants' agents known
+        assert len(pinned) == 1 and tenant_of[pinned[0]] == f"salt:{len(SALT_A)}c"  # A's agent, not B's
         r = hint(c, px, B, {"type": "pin", "agent": "coder", "ttl_s": 60}, salt=SALT_A)  # B is not listed
         assert r.status_code == 403
 
