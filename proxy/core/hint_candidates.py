@@ -79,6 +79,7 @@ def plan_candidates(d: HintDriver, now: float, out: list[HintCandidate]) -> None
     for key in stale:
         d.plans.pop(key)
 
+
 def pin_candidates(d: HintDriver, now: float, out: list[HintCandidate]) -> None:
     pol = d.policy
     cap = pol.residency.capacity_tokens * d.cfg.directive_cache_share
@@ -121,4 +122,3 @@ def pin_candidates(d: HintDriver, now: float, out: list[HintCandidate]) -> None:
         )
     for slot in stale:
         d.pins.pop(slot)
-

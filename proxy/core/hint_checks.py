@@ -29,6 +29,8 @@ DURATION = "tool_duration"  # the prediction half of a tool_started (its expecte
 Key = tuple[str, str, str]  # (tenant, principal, session id)
 HEAP_ENTRY_BYTES = 120  # one deadline-heap tuple and its list slot
 WATCH_BYTES = 2 * OBJECT_BYTES + 80  # a Watch, its Check, and the list slots that file it
+DEAD_BYTES = HEAP_ENTRY_BYTES + WATCH_BYTES  # a settled watch still in the heap (its strings freed)
+VICTIM_REFRESH = 256  # drops before the lowest-standing source is looked up again
 
 
 @dataclass(slots=True, eq=False)
@@ -65,8 +67,11 @@ class CheckBook:
         self.by_source: dict[str, list[Watch]] = {}  # source -> its open checks, oldest first
         self._deadlines: list[tuple[float, int, Watch]] = []
         self._seq = 0
-        self.bytes = 0  # charged: every watch still in the deadline heap
+        self.bytes = 0  # charged: open watches in full, settled ones still in the heap at DEAD_BYTES
+        self._dead = 0  # settled watches still in the heap
         self.dropped = 0  # checks dropped under the byte budget or with their source (refuted)
+        self._victim: str | None = None  # cached lowest-standing source (see _room)
+        self._victim_uses = 0
 
     # --- opening ---------------------------------------------------------------------------------------
     def watch(
@@ -109,23 +114,29 @@ class CheckBook:
         return w
 
     def _room(self, source: str, size: int) -> bool:
-        """Make room for ``size`` bytes / one more check: drop the oldest checks of sources whose
-        standing is below this one's; False when only equal or better ones would have to go."""
+        """Make room for ``size`` bytes / one more check: drop the oldest checks of the source with
+        the lowest standing, if below this one's; False when only equal or better ones would have
+        to go. The victim is looked up again every ``VICTIM_REFRESH`` drops (O(sources) each)."""
         cfg = self.trust.cfg
         if size > cfg.checks_max_bytes:
             return False
-        while self.bytes + size > cfg.checks_max_bytes or self.trust.pending >= cfg.max_pending:
-            if self._compact():
+        trust = self.trust
+        while self.bytes + size > cfg.checks_max_bytes or trust.pending >= cfg.max_pending:
+            if self._dead and self._dead * DEAD_BYTES * 8 > cfg.checks_max_bytes:
+                self._compact()
                 continue
-            mine = self.trust.weight(source, FACT)
-            victim = min(self.by_source, key=lambda s: self.trust.weight(s, FACT), default=None)
-            if victim is None or self.trust.weight(victim, FACT) >= mine:
+            victim = self._victim
+            if victim not in self.by_source or self._victim_uses >= VICTIM_REFRESH:
+                victim = min(self.by_source, key=lambda s: trust.weight(s, FACT), default=None)
+                self._victim, self._victim_uses = victim, 0
+            if victim is None or victim == source or trust.weight(victim, FACT) >= trust.weight(source, FACT):
                 return False
+            self._victim_uses += 1
             self._drop(self.by_source[victim][0], 0.0)
         return True
 
     # --- settling --------------------------------------------------------------------------------------
-    def _settle(self, w: Watch) -> None:
+    def _settle(self, w: Watch, in_heap: bool = True) -> None:
         """``w`` is closed: out of the session lists and its source's list (the heap entry goes
         on the next sweep or compaction, and its bytes with it)."""
         c = w.check
@@ -148,7 +159,14 @@ class CheckBook:
                 del self.by_source[c.source]
         self.trust.release(c)
         self.trust.pending = max(0, self.trust.pending - 1)
-        if len(self._deadlines) > 2 * self.trust.pending + 64:
+        w.keys, w.fanout_ids, w.agent_name = (), frozenset(), None
+        if not in_heap:  # popped by the sweep: nothing of it stays
+            self.bytes -= w.size
+            return
+        self.bytes -= w.size - DEAD_BYTES  # its strings and keys go now; the heap entry stays
+        w.size = DEAD_BYTES
+        self._dead += 1
+        if self._dead > self.trust.pending + 64:
             self._compact()
 
     def _drop(self, w: Watch, score: float) -> None:
@@ -166,6 +184,7 @@ class CheckBook:
         """Rebuild the heap without closed watches; refund their bytes. True if it freed any."""
         dl = self._deadlines
         live = [e for e in dl if e[2].check.deadline >= 0]
+        self._dead = 0
         if len(live) == len(dl):
             return False
         heapq.heapify(live)
@@ -220,9 +239,10 @@ class CheckBook:
         stayed away confirms). Then recount what is open."""
         while self._deadlines and self._deadlines[0][0] < now:
             _, _, w = heapq.heappop(self._deadlines)
-            self.bytes -= w.size
             c = w.check
             if c.deadline < 0:
+                self.bytes -= w.size
+                self._dead = max(0, self._dead - 1)
                 continue  # closed by traffic already
             if c.kind == SESSION_ENDED:
                 self.trust.close(c, 1.0, now)
@@ -230,7 +250,7 @@ class CheckBook:
                 self.trust.close(c, w.arrived / max(1, w.fanout_total), now)
             else:
                 self.trust.close(c, 0.0, now)
-            self._settle(w)
+            self._settle(w, in_heap=False)
         self.recount()
 
     def recount(self) -> int:
@@ -247,4 +267,5 @@ class CheckBook:
                 hit.unchecked = sum(1 for w in lst if w.check.exposed)
         self.trust.pending = total
         self.bytes = sum(e[2].size for e in self._deadlines)
+        self._dead = sum(1 for e in self._deadlines if e[2].check.deadline < 0)
         return total

@@ -81,7 +81,12 @@ def source_id(api_key: str | None = None, source: str | None = None, tenant: str
         raw = b"k|" + api_key.encode("utf-8", "surrogatepass") + b"|" + (source or "").encode("utf-8", "surrogatepass")
         return "k" + hashlib.sha256(raw + (b"|t|" + t if t else b"")).hexdigest()[:12]
     if source:
-        return "s" + hashlib.sha256(b"s|" + source.encode("utf-8", "surrogatepass") + (b"|t|" + t if t else b"")).hexdigest()[:12]
+        return (
+            "s"
+            + hashlib.sha256(b"s|" + source.encode("utf-8", "surrogatepass") + (b"|t|" + t if t else b"")).hexdigest()[
+                :12
+            ]
+        )
     return "anonymous" if not t else "a" + hashlib.sha256(b"a|t|" + t).hexdigest()[:12]
 
 
@@ -239,7 +244,7 @@ class Check:
 
 # A source's charge: the record, its two-per-kind tallies at most (8 kinds) and its id; measured
 # with tracemalloc in tests/core/test_hint_tables.py.
-SOURCE_BYTES = 4096
+SOURCE_BYTES = 2048
 
 
 class TrustBook:

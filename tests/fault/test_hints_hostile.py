@@ -82,7 +82,13 @@ def test_hints_from_a_caller_the_engine_rejects_count_for_nothing(engine_url, tm
         for k in range(12):
             for who in (BAD, {}):  # a wrong key, and none at all
                 answers += outcomes(
-                    hint(c, px, {**who, "x-cachescout-source": "planner"}, {"type": "tool_started", "session_id": "a1"}, salt=SALT_A)
+                    hint(
+                        c,
+                        px,
+                        {**who, "x-cachescout-source": "planner"},
+                        {"type": "tool_started", "session_id": "a1"},
+                        salt=SALT_A,
+                    )
                 )
                 answers += outcomes(hint(c, px, who, {"type": "tool_started", "session_id": "a1"}))
             assert call(c, px, "a1", f"resume {k}", A, SALT_A) == 200  # A's traffic "confirms" the claim
@@ -149,7 +155,11 @@ def test_agent_names_cannot_be_hijacked_across_tenants(engine_url, tmp_path):
         assert r.status_code == 200 and outcomes(r) == ["accepted"], r.text
         pinned = hints_state(px)["pinned_agents"]
         tenant_of = {a["id"]: a["tenant"] for a in agents}
-        measure("agent_name_hijack", pinned_tenants=[tenant_of.get(p) for p in pinned], tenants=sorted(set(tenant_of.values())))
+        measure(
+            "agent_name_hijack",
+            pinned_tenants=[tenant_of.get(p) for p in pinned],
+            tenants=sorted(set(tenant_of.values())),
+        )
         assert len(tenant_of) >= 2 and len(set(tenant_of.values())) == 2  # both tenants' agents known
         assert len(pinned) == 1 and tenant_of[pinned[0]] == f"salt:{len(SALT_A)}c"  # A's agent, not B's
         r = hint(c, px, B, {"type": "pin", "agent": "coder", "ttl_s": 60}, salt=SALT_A)  # B is not listed
@@ -172,7 +182,9 @@ def test_directive_sources_named_only_in_a_header_are_never_trusted(engine_url, 
             who = (BAD, {}, B)[k % 3]  # a wrong key, none, another tenant's key: all send the name
             r = hint(c, px, {**who, "x-cachescout-source": "ops"}, {"type": "pin", "session_id": "keep"}, salt=SALT_A)
             forged.append(r.status_code)
-        r = hint(c, px, {**A, "x-cachescout-source": "ops"}, {"type": "pin", "session_id": "keep", "ttl_s": 30}, salt=SALT_A)
+        r = hint(
+            c, px, {**A, "x-cachescout-source": "ops"}, {"type": "pin", "session_id": "keep", "ttl_s": 30}, salt=SALT_A
+        )
         measure("header_named_directive", forged_statuses=forged, keyed_status=r.status_code)
         assert 200 not in forged and set(forged) <= {401, 403}
         assert r.status_code == 200 and outcomes(r) == ["accepted"]
@@ -207,7 +219,10 @@ def _flood(px, seconds: float, batches, concurrency: int = 8) -> dict[int, int]:
 def _fanout_batch(k: int, per: int = 3) -> bytes:
     ids = [f"branch-{k}-{j}-" + "x" * 230 for j in range(64)]  # 64 ids x ~240 chars: the most a hint holds
     return json.dumps(
-        {"cache_salt": SALT_A, "hints": [{"type": "fanout", "session_id": f"f{k}-{i}", "branch_ids": ids} for i in range(per)]}
+        {
+            "cache_salt": SALT_A,
+            "hints": [{"type": "fanout", "session_id": f"f{k}-{i}", "branch_ids": ids} for i in range(per)],
+        }
     ).encode()
 
 
@@ -230,7 +245,9 @@ def test_hint_floods_without_credentials_keep_memory_flat(engine_url, tmp_path, 
     make = _next_agent_batch if kind == "next_agent" else _fanout_batch
     with proxy(engine_url, tmp_path, engine="vllm") as px:
         rss0 = px.rss_mb()
-        gen = (({"x-cachescout-source": f"src-{k}", "content-type": "application/json"}, make(k)) for k in range(100_000))
+        gen = (
+            ({"x-cachescout-source": f"src-{k}", "content-type": "application/json"}, make(k)) for k in range(100_000)
+        )
         with livez_probe(px.url, tmp_path) as lat:
             codes = _flood(px, 8.0, gen)
         rss = px.rss_mb()
@@ -264,8 +281,9 @@ def test_hint_floods_with_a_valid_key_stay_within_the_byte_budgets(engine_url, t
             rss0=round(rss0),
             rss=round(rss),
             livez_p99_ms=p99,
-            table_bytes=st["bytes"],
-            open_checks=st["open_checks"],
+            table_bytes=st.get("bytes"),
+            open_checks=st.get("open_checks"),
+            awaiting_checks=st["awaiting_checks"],
             sources=len(st["sources"]),
         )
         assert codes.get(200, 0) > 50
@@ -280,10 +298,7 @@ def test_the_calibration_bound_holds_after_700_sources(engine_url, tmp_path):
     """Before: 700 sources in 2 s filled the pending-check table to 8,192, it stayed at 6,135 after
     every deadline (evicted sources' checks never subtracted), and then a lying source was accepted
     40/40 (16 before). Now: the count equals the open checks, and the liar drives at most 16."""
-    with (
-        proxy(engine_url, tmp_path, "hints_sources_max_bytes=2097152", engine="vllm") as px,
-        httpx.Client(timeout=30) as c,
-    ):
+    with proxy(engine_url, tmp_path, engine="vllm") as px, httpx.Client(timeout=30) as c:
         assert call(c, px, "seed", "hello", A, SALT_A) == 200
         for k in range(12):
             assert call(c, px, f"t{k}", "target", A, SALT_A) == 200
@@ -302,7 +317,7 @@ def test_the_calibration_bound_holds_after_700_sources(engine_url, tmp_path):
         )
         codes = _flood(px, 8.0, payloads)
         st = hints_state(px)
-        filled = (st["awaiting_checks"], st["open_checks"], len(st["sources"]))
+        filled = (st["awaiting_checks"], st.get("open_checks"), len(st["sources"]))
         liar = {**A, "x-cachescout-source": "liar"}
         said = []
         for k in range(40):
@@ -313,8 +328,8 @@ def test_the_calibration_bound_holds_after_700_sources(engine_url, tmp_path):
             codes=codes,
             filled_awaiting_open_sources=filled,
             liar_accepted=said.count("accepted"),
-            after=(st["awaiting_checks"], st["open_checks"]),
-            bytes=st["bytes"],
+            after=(st["awaiting_checks"], st.get("open_checks")),
+            bytes=st.get("bytes"),
         )
         assert codes.get(200) == 700
         assert filled[0] == filled[1] and st["awaiting_checks"] == st["open_checks"]
@@ -329,7 +344,13 @@ def test_strip_fields_applies_to_bodies_over_256_kib(engine_url, tmp_path):
     with proxy(engine_url, tmp_path, "hints_strip_fields=true", engine="vllm") as px, httpx.Client(timeout=60) as c:
         results = {}
         for size in (1_000, 300_000, 3_000_000, 6_000_000):
-            data = body("big", "x" * size, SALT_A, agent_hints={"reuse_hint": "keep"}, nvext={"cache_control": {"ttl": "5m"}, "keep": 1})
+            data = body(
+                "big",
+                "x" * size,
+                SALT_A,
+                agent_hints={"reuse_hint": "keep"},
+                nvext={"cache_control": {"ttl": "5m"}, "keep": 1},
+            )
             raw = json.dumps(data).encode()
             got = c.post(px.url + "/echo", content=raw, headers={"content-type": "application/json"}).content
             results[size] = got == raw

@@ -46,11 +46,7 @@ def stack(**settings):
 
 
 def hints(http: httpx.Client, px, *items, headers: dict | None = None) -> httpx.Response:
-    return http.post(
-        px.url + "/v1/cachescout/hints",
-        json={"hints": list(items)},
-        headers=headers or RUNTIME,
-    )
+    return http.post(px.url + "/v1/cachescout/hints", json={"hints": list(items)}, headers=headers or RUNTIME)
 
 
 def settled_actions(px) -> list[dict]:
@@ -164,12 +160,7 @@ def test_directives_need_an_operator_listed_source(http):
         err = r.json()["error"]
         assert err["type"] == "permission_error" and err["code"] == "directive_not_allowed"
         assert "CACHESCOUT_HINTS_DIRECTIVE_SOURCES" in err["message"] and not px.live.hints.driver.pins
-        r = hints(
-            http,
-            px,
-            {"type": "pin", "session_id": "keep", "ttl_s": 60},
-            headers=OPERATOR,
-        )
+        r = hints(http, px, {"type": "pin", "session_id": "keep", "ttl_s": 60}, headers=OPERATOR)
         assert r.status_code == 200 and r.json()["results"][0]["outcome"] == "accepted"
         assert len(px.live.hints.driver.pins) == 1
 
@@ -184,12 +175,7 @@ def test_a_listed_pin_becomes_a_retain_on_a_priority_engine(http):
         chat(http, px.url, PROMPTS["A"], [{"role": "user", "content": "keep me"}], "keep", headers=OPERATOR)
         before = settled_actions(px)
         assert "hint" not in reasons(before)
-        r = hints(
-            http,
-            px,
-            {"type": "pin", "session_id": "keep", "ttl_s": 60},
-            headers=OPERATOR,
-        )
+        r = hints(http, px, {"type": "pin", "session_id": "keep", "ttl_s": 60}, headers=OPERATOR)
         assert r.json()["results"][0]["outcome"] == "accepted"
         after = settled_actions(px)
         pinned = [a for a in after[len(before) :] if a["reason"] == "hint" and a["outcome"] == "ok"]
