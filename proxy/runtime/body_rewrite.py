@@ -20,8 +20,8 @@ from proxy.runtime.request_state import request_state
 
 if TYPE_CHECKING:
     from proxy.contracts import RequestContext
-    from proxy.runtime.offload import ObserveLimits
     from proxy.core.policy import ScoutPolicy
+    from proxy.runtime.offload import ObserveLimits
     from proxy.runtime.switchback import SelfEvaluation
 
 HINT_TTL_S = 60.0  # an anchor's action priority is used for forwarded requests this long

@@ -130,7 +130,7 @@ def test_no_tenant_can_release_another_tenants_session(engine_url, tmp_path):
         )
         assert st["released_sessions"] == 1  # B's own session, from its discard, and nothing of A's
         assert sessions == sessions0  # A's two stay; B's "shared" came and went
-        for k in range(2):  # A's sessions are alive: A's own hints still act on them
+        for _ in range(2):  # A's sessions are alive: A's own hints still act on them
             r = hint(c, px, A, {"type": "tool_started", "session_id": "shared"}, salt=SALT_A)
             assert outcomes(r) == ["accepted"]
         assert hints_state(px)["active_plans"] >= 1
