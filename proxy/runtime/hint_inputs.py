@@ -75,6 +75,7 @@ HINTS_PATH = "/v1/cachescout/hints"
 AUTH_HEADERS = ("authorization", "x-api-key")
 MAX_SALT = 4096  # a batch's cache_salt (the tenant its hints are about)
 UNAUTHORIZED = "unauthorized"  # cachescout_hints_total{kind="invalid", outcome=...}: a batch not read
+RATE_LIMITED = "rate_limited"  # ... a batch over hints_max_per_s, not applied
 SOURCE_HEADER = "x-cachescout-source"
 AGENT_HEADER = "x-cachescout-agent"
 MAX_BATCH = 64
@@ -300,15 +301,19 @@ class HintService:
         metrics: ProxyMetrics | None = None,
         max_body_bytes: int = 65536,
         credential_ttl_s: float = 900.0,
+        max_per_s: float = 2000.0,
     ) -> None:
         self.driver = driver
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.credential_ttl_s = credential_ttl_s
-        self.counts = {"batches": 0, "invalid": 0, "refused_batches": 0, UNAUTHORIZED: 0}
+        self.counts = {"batches": 0, "invalid": 0, "refused_batches": 0, UNAUTHORIZED: 0, RATE_LIMITED: 0}
         self.after_submit: Callable[[], object] | None = None  # LiveRuntime: plan at once, not on the next tick
         # principal -> when the engine last accepted (2xx) a model call with that credential
         self.accepted: ByteLRU[str, float] = ByteLRU(driver.cfg.state_max_bytes)
+        # principal -> [hint tokens left, when refilled]: at most max_per_s hints per credential
+        self.max_per_s = max_per_s
+        self.buckets: ByteLRU[str, list[float]] = ByteLRU(driver.cfg.state_max_bytes)
 
     # -- who may send hints ---------------------------------------------------------------------------
     def credential_seen(self, headers: Mapping[str, str], now: float) -> None:
@@ -318,6 +323,19 @@ class HintService:
         if seen is not None and now - seen < self.credential_ttl_s / 4:
             return  # fresh enough: not worth a write per request
         self.accepted.put(p, now, 80 + len(p))
+
+    def within_rate(self, principal: str, n: int, now: float) -> bool:
+        """Token bucket per credential: ``max_per_s`` hints a second, bursts of one second's worth."""
+        b = self.buckets.get(principal)
+        if b is None:
+            b = [self.max_per_s, now]
+            self.buckets.put(principal, b, 200 + len(principal))
+        b[0] = min(self.max_per_s, b[0] + (now - b[1]) * self.max_per_s)
+        b[1] = now
+        if b[0] < n:
+            return False
+        b[0] -= n
+        return True
 
     def credential_ok(self, principal: str, now: float) -> bool:
         seen = self.accepted.get(principal)
@@ -350,6 +368,14 @@ class HintService:
             param = exc.param if isinstance(exc, HintError) else None
             msg = str(exc) if isinstance(exc, HintError) else "body is not valid JSON"
             return 400, _err(msg, "invalid_request_error", "invalid_hint", param)
+        if not self.within_rate(principal, len(hints), now):
+            self.counts[RATE_LIMITED] += 1
+            self._count("invalid", RATE_LIMITED)
+            return 429, _err(
+                f"more than {self.max_per_s:g} hints a second from this credential (hints_max_per_s); nothing applied",
+                "rate_limit_error",
+                "rate_limit_exceeded",
+            )
         source = source_of(headers, tenant)
         refused = self.driver.refused(hints, source)
         if refused:
@@ -488,4 +514,6 @@ def build_hint_service(
         return None
     driver = HintDriver(policy, hint_config(settings))
     driver.scope.strict = True  # live: a session whose owner is unknown is nobody's
-    return HintService(driver, metrics, settings.hints_max_body_bytes, settings.hints_credential_ttl_s)
+    return HintService(
+        driver, metrics, settings.hints_max_body_bytes, settings.hints_credential_ttl_s, settings.hints_max_per_s
+    )

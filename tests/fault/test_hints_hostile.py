@@ -263,7 +263,10 @@ def test_hint_floods_with_a_valid_key_stay_within_the_byte_budgets(engine_url, t
     """The same floods from a caller the engine accepts, rotating 1,000 source names: every hint
     table stays within its byte budget and RSS < 300 MB."""
     make = _next_agent_batch if kind == "next_agent" else _fanout_batch
-    with proxy(engine_url, tmp_path, engine="vllm") as px, httpx.Client(timeout=30) as c:
+    with (
+        proxy(engine_url, tmp_path, "hints_max_per_s=1000000", engine="vllm") as px,  # no rate limit: fill the tables
+        httpx.Client(timeout=30) as c,
+    ):
         assert call(c, px, "seed", "hello", A, SALT_A) == 200
         rss0 = px.rss_mb()
         gen = (
@@ -298,7 +301,9 @@ def test_the_calibration_bound_holds_after_700_sources(engine_url, tmp_path):
     """Before: 700 sources in 2 s filled the pending-check table to 8,192, it stayed at 6,135 after
     every deadline (evicted sources' checks never subtracted), and then a lying source was accepted
     40/40 (16 before). Now: the count equals the open checks, and the liar drives at most 16."""
-    with proxy(engine_url, tmp_path, engine="vllm") as px, httpx.Client(timeout=30) as c:
+    # ~115 source records (256 KiB): sources are forgotten with checks open however loaded the box is
+    settings = ("hints_max_per_s=1000000", "hints_sources_max_bytes=262144")
+    with proxy(engine_url, tmp_path, *settings, engine="vllm") as px, httpx.Client(timeout=30) as c:
         assert call(c, px, "seed", "hello", A, SALT_A) == 200
         for k in range(12):
             assert call(c, px, f"t{k}", "target", A, SALT_A) == 200
@@ -308,14 +313,14 @@ def test_the_calibration_bound_holds_after_700_sources(engine_url, tmp_path):
                 json.dumps(
                     {
                         "cache_salt": SALT_A,
-                        "hints": [{"type": "tool_started", "session_id": f"t{(k + i) % 12}"} for i in range(16)]
-                        + [{"type": "session_ended", "session_id": f"t{(k + i) % 12}"} for i in range(16)],
+                        "hints": [{"type": "tool_started", "session_id": f"t{(k + i) % 12}"} for i in range(8)]
+                        + [{"type": "session_ended", "session_id": f"t{(k + i) % 12}-e{i}"} for i in range(8)],
                     }
                 ).encode(),
             )
             for k in range(700)
         )
-        codes = _flood(px, 8.0, payloads)
+        codes = _flood(px, 10.0, payloads)
         st = hints_state(px)
         filled = (st["awaiting_checks"], st.get("open_checks"), len(st["sources"]))
         liar = {**A, "x-cachescout-source": "liar"}
@@ -331,10 +336,28 @@ def test_the_calibration_bound_holds_after_700_sources(engine_url, tmp_path):
             after=(st["awaiting_checks"], st.get("open_checks")),
             bytes=st.get("bytes"),
         )
-        assert codes.get(200) == 700
+        assert codes.get(200, 0) >= 200 and set(codes) == {200}  # of 700 offered in <= 10 s (fewer on a loaded box)
+        assert filled[2] < codes[200]  # sources were forgotten, with their checks
         assert filled[0] == filled[1] and st["awaiting_checks"] == st["open_checks"]
         assert said.count("accepted") <= 16  # max_unchecked: the liar's hints await their checks
         assert st["bytes"]["checks"] <= 4 << 20
+
+
+def test_one_credential_is_rate_limited(engine_url, tmp_path):
+    """hints_max_per_s (default 2,000) per credential: a burst over it gets 429 and applies nothing."""
+    with proxy(engine_url, tmp_path, "hints_max_per_s=500", engine="vllm") as px, httpx.Client(timeout=30) as c:
+        assert call(c, px, "seed", "hello", A, SALT_A) == 200
+        batch = [{"type": "tool_started", "session_id": f"r{i}"} for i in range(64)]
+        codes = [hint(c, px, A, *batch, salt=SALT_A).status_code for _ in range(20)]
+        st = hints_state(px)
+        measure("rate_limit", codes={k: codes.count(k) for k in set(codes)})
+        assert codes[:7] == [200] * 7 and 429 in codes  # 500 tokens: 7 batches of 64, then 429
+        applied = sum(t["hints"] for s in st["sources"].values() for t in s["kinds"].values())
+        assert applied == 64 * codes.count(200)
+        r = hint(c, px, A, *batch, salt=SALT_A)
+        assert r.status_code in (200, 429) and (
+            r.status_code == 200 or r.json()["error"]["code"] == "rate_limit_exceeded"
+        )
 
 
 # --- hints_strip_fields on every body the policy reads ---------------------------------------------------
