@@ -63,8 +63,8 @@ class CheckBook:
     def __init__(self, trust: TrustBook) -> None:
         self.trust = trust
         trust.on_forget = self.drop_source
-        self.watches: dict[Key, list[Watch]] = {}  # scoped session -> open checks
-        self.by_source: dict[str, list[Watch]] = {}  # source -> its open checks, oldest first
+        self.watches: dict[Key, dict[Watch, None]] = {}  # scoped session -> open checks
+        self.by_source: dict[str, dict[Watch, None]] = {}  # source -> its open checks, oldest first
         self._deadlines: list[tuple[float, int, Watch]] = []
         self._seq = 0
         self.bytes = 0  # charged: open watches in full, settled ones still in the heap at DEAD_BYTES
@@ -105,8 +105,8 @@ class CheckBook:
         keys = (key, *((key[0], key[1], b) for b in branch_ids if b != key[2]))
         w = Watch(check, keys, size, agent_name=agent_name)
         for k in keys:
-            self.watches.setdefault(k, []).append(w)
-        self.by_source.setdefault(source, []).append(w)
+            self.watches.setdefault(k, {})[w] = None
+        self.by_source.setdefault(source, {})[w] = None
         self._seq += 1
         heapq.heappush(self._deadlines, (deadline, self._seq, w))
         self.bytes += size
@@ -132,7 +132,7 @@ class CheckBook:
             if victim is None or victim == source or trust.weight(victim, FACT) >= trust.weight(source, FACT):
                 return False
             self._victim_uses += 1
-            self._drop(self.by_source[victim][0], 0.0)
+            self._drop(next(iter(self.by_source[victim])), 0.0)
         return True
 
     # --- settling --------------------------------------------------------------------------------------
@@ -145,17 +145,13 @@ class CheckBook:
             lst = self.watches.get(k)
             if lst is None:
                 continue
-            lst = [x for x in lst if x is not w]
-            if lst:
-                self.watches[k] = lst
-            else:
+            lst.pop(w, None)
+            if not lst:
                 del self.watches[k]
         mine = self.by_source.get(c.source)
         if mine is not None:
-            mine = [x for x in mine if x is not w]
-            if mine:
-                self.by_source[c.source] = mine
-            else:
+            mine.pop(w, None)
+            if not mine:
                 del self.by_source[c.source]
         self.trust.release(c)
         self.trust.pending = max(0, self.trust.pending - 1)

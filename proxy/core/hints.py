@@ -140,7 +140,7 @@ class HintConfig:
     max_unchecked: int = 16  # hints of one source awaiting their check that may drive actions
     max_sources: int = 4096  # sources remembered (count cap; the byte budget below binds first)
     max_pending: int = 8192  # checks awaited over all sources (count cap; the byte budget binds first)
-    max_checks_per_source: int = 64  # checks one source may have open (exposed or not)
+    max_checks_per_source: int = 1024  # checks one source may have open (exposed or not)
     sources_max_bytes: int = 1 << 20  # the source table's byte budget (evicts the least valuable)
     checks_max_bytes: int = 4 << 20  # the pending-check table's byte budget
     state_max_bytes: int = 1 << 20  # each of: hinted plans, pins, agent names, session owners
