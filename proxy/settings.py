@@ -289,7 +289,7 @@ class Settings(BaseSettings):
         "within this many seconds (401 otherwise)",
     )
     hints_max_per_s: float = Field(
-        2000.0, gt=0, description="hints a second one credential may send to the endpoint (429 above; bursts of 1 s)"
+        1000.0, gt=0, description="hints a second one credential may send to the endpoint (429 above; bursts of 1 s)"
     )
     hints_sources_max_bytes: int = Field(
         1 << 20, ge=65536, description="byte budget of the hint source table (least valuable source forgotten)"

@@ -324,18 +324,22 @@ class HintService:
             return  # fresh enough: not worth a write per request
         self.accepted.put(p, now, 80 + len(p))
 
-    def within_rate(self, principal: str, n: int, now: float) -> bool:
-        """Token bucket per credential: ``max_per_s`` hints a second, bursts of one second's worth."""
+    def within_rate(self, principal: str, now: float) -> bool:
+        """Token bucket per credential: ``max_per_s`` hints a second, bursts of one second's worth.
+        Checked before the body is parsed (at least one token left); ``spend`` then charges the
+        batch's hints, possibly into debt, so an over-limit caller costs no parse."""
         b = self.buckets.get(principal)
         if b is None:
             b = [self.max_per_s, now]
             self.buckets.put(principal, b, 200 + len(principal))
         b[0] = min(self.max_per_s, b[0] + (now - b[1]) * self.max_per_s)
         b[1] = now
-        if b[0] < n:
-            return False
-        b[0] -= n
-        return True
+        return b[0] >= 1.0
+
+    def spend(self, principal: str, n: int) -> None:
+        b = self.buckets.get(principal)
+        if b is not None:
+            b[0] -= n
 
     def credential_ok(self, principal: str, now: float) -> bool:
         seen = self.accepted.get(principal)
@@ -358,6 +362,14 @@ class HintService:
                 "invalid_request_error",
                 "invalid_api_key",
             )
+        if not self.within_rate(principal, now):
+            self.counts[RATE_LIMITED] += 1
+            self._count("invalid", RATE_LIMITED)
+            return 429, _err(
+                f"more than {self.max_per_s:g} hints a second from this credential (hints_max_per_s); nothing applied",
+                "rate_limit_error",
+                "rate_limit_exceeded",
+            )
         try:
             data = json.loads(raw)
             hints = parse_batch(data)
@@ -368,14 +380,7 @@ class HintService:
             param = exc.param if isinstance(exc, HintError) else None
             msg = str(exc) if isinstance(exc, HintError) else "body is not valid JSON"
             return 400, _err(msg, "invalid_request_error", "invalid_hint", param)
-        if not self.within_rate(principal, len(hints), now):
-            self.counts[RATE_LIMITED] += 1
-            self._count("invalid", RATE_LIMITED)
-            return 429, _err(
-                f"more than {self.max_per_s:g} hints a second from this credential (hints_max_per_s); nothing applied",
-                "rate_limit_error",
-                "rate_limit_exceeded",
-            )
+        self.spend(principal, len(hints))
         source = source_of(headers, tenant)
         refused = self.driver.refused(hints, source)
         if refused:
