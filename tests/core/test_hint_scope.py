@@ -44,7 +44,7 @@ def test_a_release_touches_only_the_callers_own_session():
 
 
 def test_plans_need_the_callers_session():
-    wa, wb, d = two_tenants()
+    wa, _wb, d = two_tenants()
     seen(wa, d, 0, "s", "pa", 1.0)
     d.submit([Hint("tool_started", "s")], "kb", 2.0, tenant="A", principal="pb")
     assert not d.plans
@@ -69,11 +69,11 @@ def test_agent_names_are_bound_per_scope_and_pins_follow_the_callers_binding():
     assert d.scope.agent("B", "pb", "coder") == b_obs.agent_id
     assert d.scope.agent("A", "pb", "coder") is None  # B's binding is not visible in A's tenant
     d.submit([Hint("pin", agent="coder", ttl_s=60)], "kop", 5.0, tenant="A", principal="pa")
-    assert [slot for slot in d.pins] == [("a", a_obs.agent_id)]
+    assert list(d.pins) == [("a", a_obs.agent_id)]
 
 
 def test_only_the_scopes_own_traffic_checks_its_hints():
-    wa, wb, d = two_tenants()
+    wa, _wb, d = two_tenants()
     seen(wa, d, 0, "s", "pa", 1.0)
     before = d.trust.weight("kb", FACT)
     d.submit([Hint("tool_started", "s")], "kb", 2.0, tenant="A", principal="pb")  # about A's session
