@@ -212,8 +212,8 @@ class SourceRecord:
     kinds: dict[str, KindTally] = field(default_factory=dict)
 
     def value(self) -> float:
-        """What forgetting this record would lose: its evidence beyond the prior and its open
-        checks (a fresh source is worth 0, a refuted liar's record is worth keeping)."""
+        """What forgetting this record would lose: its evidence and its open checks (a fresh
+        source is worth least; a refuted liar's record, which keeps it below the floors, more)."""
         return self.fact_a + self.fact_b + self.pred_a + self.pred_b + self.checks
 
     def standing(self, cls: str) -> float:
