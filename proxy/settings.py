@@ -298,6 +298,27 @@ class Settings(BaseSettings):
         False, description="forward bodies without agent_hints / agent_hint / nvext.agent_hints|cache_control"
     )
     hints_max_body_bytes: int = Field(65536, ge=256, description="largest hints request body accepted (413 above)")
+    hints_credential_ttl_s: float = Field(
+        900.0,
+        gt=0,
+        description="hints are accepted only from a credential the engine accepted (2xx) on a model call "
+        "within this many seconds (401 otherwise)",
+    )
+    hints_max_per_s: float = Field(
+        1000.0, gt=0, description="hints a second one credential may send to the endpoint (429 above; bursts of 1 s)"
+    )
+    hints_sources_max_bytes: int = Field(
+        1 << 20, ge=65536, description="byte budget of the hint source table (least valuable source forgotten)"
+    )
+    hints_checks_max_bytes: int = Field(
+        4 << 20, ge=65536, description="byte budget of the hints awaiting their check (lowest standing dropped)"
+    )
+    hints_state_max_bytes: int = Field(
+        1 << 20,
+        ge=65536,
+        description="byte budget of each other hint table: plans (fan-out, next-agent), pins, agent names, "
+        "session owners, accepted credentials",
+    )
     # --- end runtime hints ---
 
 

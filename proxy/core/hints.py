@@ -37,10 +37,11 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .action_payload import ActionPayload
+from .hint_tables import ByteLRU
 
 TOOL_STARTED = "tool_started"
 TOOL_FINISHED = "tool_finished"
@@ -71,15 +72,27 @@ def hint_class(kind: str) -> str:
     return FACT
 
 
-def source_id(api_key: str | None = None, source: str | None = None) -> str:
+def source_id(api_key: str | None = None, source: str | None = None, tenant: str = "") -> str:
     """Stable, log-safe id of a hint source: the API key's hash (unforgeable without the key),
-    combined with the source header when both are given; the header alone otherwise."""
+    combined with the source header when both are given; the header alone otherwise. A tenant
+    (``cache_salt``) other than the default is part of the id, so tenants never share a record."""
+    t = tenant.encode("utf-8", "surrogatepass")
     if api_key:
         raw = b"k|" + api_key.encode("utf-8", "surrogatepass") + b"|" + (source or "").encode("utf-8", "surrogatepass")
-        return "k" + hashlib.sha256(raw).hexdigest()[:12]
+        return "k" + hashlib.sha256(raw + (b"|t|" + t if t else b"")).hexdigest()[:12]
     if source:
-        return "s" + hashlib.sha256(b"s|" + source.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-    return "anonymous"
+        return (
+            "s"
+            + hashlib.sha256(b"s|" + source.encode("utf-8", "surrogatepass") + (b"|t|" + t if t else b"")).hexdigest()[
+                :12
+            ]
+        )
+    return "anonymous" if not t else "a" + hashlib.sha256(b"a|t|" + t).hexdigest()[:12]
+
+
+def keyed(sid: str) -> bool:
+    """Whether a source id comes from a credential (``k…``), not from a name alone."""
+    return sid.startswith("k")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,8 +138,12 @@ class HintConfig:
     release_min_standing: float = 0.5  # session_ended: a false one costs a whole context, a false
     # protective fact one bounded warm: releases need a record
     max_unchecked: int = 16  # hints of one source awaiting their check that may drive actions
-    max_sources: int = 256  # sources remembered (least recently heard from forgotten)
-    max_pending: int = 8192  # checks awaited over all sources
+    max_sources: int = 4096  # sources remembered (count cap; the byte budget below binds first)
+    max_pending: int = 8192  # checks awaited over all sources (count cap; the byte budget binds first)
+    max_checks_per_source: int = 1024  # checks one source may have open (exposed or not)
+    sources_max_bytes: int = 1 << 20  # the source table's byte budget (evicts the least valuable)
+    checks_max_bytes: int = 4 << 20  # the pending-check table's byte budget
+    state_max_bytes: int = 1 << 20  # each of: hinted plans, pins, agent names, session owners
     resume_horizon_s: float = 120.0  # tool_started: the session must resume within max(this, 3 x expected)
     duration_tolerance: float = 0.5  # expected duration within +-50% (or 0.5 s) of the truth counts as right
     ended_watch_s: float = 300.0  # session_ended: a request of that session within this refutes it
@@ -189,9 +206,15 @@ class SourceRecord:
     fact_b: float
     pred_a: float
     pred_b: float
-    unchecked: int = 0
+    unchecked: int = 0  # exposed checks open (maintained by the CheckBook, recounted on its sweeps)
+    checks: int = 0  # all checks open
     last_seen: float = 0.0
     kinds: dict[str, KindTally] = field(default_factory=dict)
+
+    def value(self) -> float:
+        """What forgetting this record would lose: its evidence and its open checks (a fresh
+        source is worth least; a refuted liar's record, which keeps it below the floors, more)."""
+        return self.fact_a + self.fact_b + self.pred_a + self.pred_b + self.checks
 
     def standing(self, cls: str) -> float:
         if cls == PREDICTION:
@@ -219,26 +242,39 @@ class Check:
     exposed: bool = True  # counted in the source's unchecked hints until closed
 
 
+# A source's charge: the record, its two-per-kind tallies at most (8 kinds) and its id; measured
+# with tracemalloc in tests/core/test_hint_tables.py.
+SOURCE_BYTES = 2048
+
+
 class TrustBook:
-    """Per-source calibration records; admits hints and scores their checks."""
+    """Per-source calibration records; admits hints and scores their checks. The records live in a
+    byte-bounded table (``sources_max_bytes``) that forgets the least valuable first
+    (``SourceRecord.value``); ``on_forget`` (the CheckBook) drops a forgotten source's checks."""
 
     def __init__(self, cfg: HintConfig | None = None) -> None:
         self.cfg = cfg or HintConfig()
-        self.sources: OrderedDict[str, SourceRecord] = OrderedDict()
-        self.pending = 0
+        self.sources: ByteLRU[str, SourceRecord] = ByteLRU(
+            self.cfg.sources_max_bytes, value=SourceRecord.value, on_evict=self._forgotten
+        )
+        self.pending = 0  # checks open over all sources (set by the CheckBook; recounted on sweeps)
         self.outcomes: dict[tuple[str, str], int] = {}  # (kind, outcome) -> count
+        self.on_forget: Callable[[str], None] | None = None
+
+    def _forgotten(self, sid: str, rec: SourceRecord) -> None:
+        if self.on_forget is not None:
+            self.on_forget(sid)
 
     def record(self, sid: str, now: float) -> SourceRecord:
         rec = self.sources.get(sid)
         cfg = self.cfg
         if rec is None:
             rec = SourceRecord(sid, cfg.prior_alpha, cfg.prior_beta, cfg.prior_alpha, cfg.prior_beta)
-            self.sources[sid] = rec
-            while len(self.sources) > cfg.max_sources:
-                _, old = self.sources.popitem(last=False)
-                self.pending -= old.unchecked
+            self.sources.put(sid, rec, SOURCE_BYTES + 2 * len(sid))
+            while len(self.sources) > cfg.max_sources and self.sources.evict_one(protect=sid):
+                pass
         else:
-            self.sources.move_to_end(sid)
+            self.sources.touch(sid)
         rec.last_seen = now
         return rec
 
@@ -269,6 +305,16 @@ class TrustBook:
         self.outcomes[key] = self.outcomes.get(key, 0) + 1
         return outcome
 
+    def demote(self, sid: str, kind: str, was: str, now_is: str) -> None:
+        """Re-count an admission (the driver could not open the hint's check: it drives nothing)."""
+        rec = self.sources.get(sid)
+        if rec is not None and was == ACCEPTED:
+            t = rec.tally(kind)
+            t.acted -= 1
+            t.ignored += 1
+        for key, d in (((kind, was), -1), ((kind, now_is), 1)):
+            self.outcomes[key] = self.outcomes.get(key, 0) + d
+
     def weight(self, sid: str, cls: str) -> float:
         rec = self.sources.get(sid)
         if rec is None:
@@ -286,28 +332,32 @@ class TrustBook:
         expected_at: float | None = None,
         exposed: bool = True,
     ) -> Check | None:
-        """Start awaiting a check; None when the global bound is reached (the hint goes unchecked).
-        ``exposed``: the hint drives protective actions until checked, so it counts against the
-        source's ``max_unchecked`` (a session_ended, which only stops actions, and the duration
-        half of a tool_started do not)."""
-        if self.pending >= self.cfg.max_pending:
-            return None
+        """A check of a hint of ``sid`` (None when the source is not known). ``exposed``: the hint
+        drives protective actions until checked, so it counts against the source's
+        ``max_unchecked`` (a session_ended, which only stops actions, and the duration half of a
+        tool_started do not). The CheckBook bounds and files it, and calls ``release`` when it goes."""
         rec = self.sources.get(sid)
         if rec is None:
             return None
         if exposed:
             rec.unchecked += 1
-        self.pending += 1
+        rec.checks += 1
         return Check(sid, kind, cls, now, deadline, tokens, expected_at, exposed)
+
+    def release(self, check: Check) -> None:
+        """A check left the book (settled, expired or dropped): its source's counters go down."""
+        rec = self.sources.get(check.source)
+        if rec is None:
+            return  # source forgotten meanwhile (its checks were dropped with it)
+        if check.exposed:
+            rec.unchecked = max(0, rec.unchecked - 1)
+        rec.checks = max(0, rec.checks - 1)
 
     def close(self, check: Check, score: float, now: float, lead: float | None = None) -> None:
         """A check's outcome: ``score`` 1 = it came true, 0 = it did not (partial in between)."""
         rec = self.sources.get(check.source)
         if rec is None:
             return  # source forgotten meanwhile
-        if check.exposed:
-            rec.unchecked = max(0, rec.unchecked - 1)
-        self.pending = max(0, self.pending - 1)
         x = min(1.0, max(0.0, float(score)))
         g = self.cfg.forget
         if check.cls == PREDICTION:

@@ -10,6 +10,10 @@ not raised. Usable from any framework::
     hints.fanout("session-1", branches=4)
     hints.next_agent("session-1", "coder", probability=0.8)
     hints.session_ended("session-1")
+
+Use the same API key (and `cache_salt`, if the model calls carry one) as the model calls: the proxy
+accepts hints only from a credential the engine accepted, and applies them only to that
+credential's sessions in that tenant (docs/hints.md).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class HintClient:
         source: str | None = None,
         timeout_s: float = 0.5,
         client: httpx.Client | None = None,
+        cache_salt: str | None = None,
     ) -> None:
         self.url = base_url.rstrip("/").removesuffix("/v1") + HINTS_PATH
         self.headers = {"content-type": "application/json"}
@@ -39,6 +44,7 @@ class HintClient:
         if source:
             self.headers["x-cachescout-source"] = source
         self.client = client or httpx.Client(timeout=timeout_s)
+        self.cache_salt = cache_salt  # the tenant the model calls name (hints are scoped to it)
         self.sent = 0
         self.failed = 0
         self.last: Any = None
@@ -46,7 +52,10 @@ class HintClient:
     def send(self, *hints: dict) -> bool:
         """POST a batch; True when the proxy accepted the request (each hint has its own outcome)."""
         try:
-            r = self.client.post(self.url, json={"hints": list(hints)}, headers=self.headers)
+            body: dict[str, Any] = {"hints": list(hints)}
+            if self.cache_salt:
+                body["cache_salt"] = self.cache_salt
+            r = self.client.post(self.url, json=body, headers=self.headers)
             self.last = r.json()
             ok = r.status_code == 200
         except (httpx.HTTPError, ValueError) as exc:

@@ -215,6 +215,7 @@ class EngineDriver:
                 res = eng.step(now)
             else:
                 self.skipped_steps += res.steps - 1
+            assert res is not None
             for r in res.admitted:
                 self._admitted(r, res.start)
             if res.end == now and not res.emitted:  # nothing could run: wait for an event

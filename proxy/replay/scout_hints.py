@@ -55,13 +55,14 @@ class ScoutProxyHintsPolicy(ScoutProxyPolicy):
         self.emitter = HintEmitter(self.stream, requests)
         self._due: list[tuple[float, int, str, Hint]] = []
         self._seq = 0
+        self._tenants: dict[str, str] = {}  # session id -> its tenant (the replay is finite)
         self.dropped_stale = 0  # planned actions already past their deadline when the plan came back
 
     # -- hint delivery ------------------------------------------------------------------------------
     def _queue(self, items, now: float) -> None:
         for t, source, hint in items:
             if t <= now:
-                self.driver_hints.submit([hint], source, now)
+                self.driver_hints.submit([hint], source, now, self._tenants.get(hint.session_id or "", ""))
             else:
                 self._seq += 1
                 heapq.heappush(self._due, (t, self._seq, source, hint))
@@ -70,7 +71,7 @@ class ScoutProxyHintsPolicy(ScoutProxyPolicy):
         due = self._due
         while due and due[0][0] <= now:
             t, _, source, hint = heapq.heappop(due)
-            self.driver_hints.submit([hint], source, t)
+            self.driver_hints.submit([hint], source, t, self._tenants.get(hint.session_id or "", ""))
 
     # -- events -------------------------------------------------------------------------------------
     def on_request(self, i, req, now):
@@ -79,6 +80,8 @@ class ScoutProxyHintsPolicy(ScoutProxyPolicy):
         self._rid[i] = obs.request_id
         self.inflight += 1
         d = self.driver_hints
+        if obs.session_id:
+            self._tenants[obs.session_id] = req.tenant  # hints are scoped to their session's tenant
         if d.watching or req.agent:
             d.observe(req.tenant, obs.session_id, obs.agent_id, req.agent, now)
         self._queue(self.emitter.on_request(i), now)

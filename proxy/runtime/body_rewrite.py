@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from proxy.contracts import RequestContext
     from proxy.core.policy import ScoutPolicy
     from proxy.core.view import RequestView
+    from proxy.runtime.offload import ObserveLimits
     from proxy.runtime.session_lane import SessionLane
     from proxy.runtime.switchback import SelfEvaluation
 
@@ -30,6 +31,18 @@ HINT_TTL_S = 60.0  # an anchor's action priority is used for forwarded requests 
 LANE_PATHS = ("/v1/chat/completions", "/v1/completions")  # vLLM/SGLang read `priority` on these
 LANE_LOOKBACK = 256  # blocks walked back to find the session a request continues
 WARMUP_HEADER = "x-cachescout-warmup"
+# What a body must contain for it to carry a strippable field (a fast scan before any parse).
+STRIP_MARKERS = (b"agent_hint", b"nvext")
+
+
+def parse_if_hinted(body: bytes | bytearray) -> object:
+    """The parsed body when its bytes mention a hint-proposal field, else None (no parse)."""
+    if not any(m in body for m in STRIP_MARKERS):
+        return None
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        return None
 
 
 class BodyRewriting:
@@ -42,6 +55,7 @@ class BodyRewriting:
     counts: dict[str, int]
     rewrite_enabled: bool
     strip_hint_fields: bool
+    limits: ObserveLimits
     selfeval: SelfEvaluation | None
     extras_for: Callable[[float | None], dict[str, object]]
     _anchor_priority: OrderedDict[str, tuple[int, float]]  # anchor -> (priority, when), see on_action_result
@@ -133,10 +147,24 @@ class BodyRewriting:
 
     def _stripped(self, ctx: RequestContext) -> bytes | None:
         """Opt-in (`hints_strip_fields`): the body without the engines' hint-proposal fields, for
-        engines that reject unknown fields; None (original bytes) when it carries none."""
-        if ctx.method != "POST" or not isinstance(ctx.json, dict):
+        engines that reject unknown fields; None (original bytes) when it carries none. Every body
+        the policy reads (up to `policy_max_body_bytes`) is stripped: the forwarder parsed those up
+        to `policy_inline_parse_bytes`; larger ones are scanned for the field names first and
+        parsed here only when one occurs (~12 ms per MiB, on the loop; opt-in). Bodies over
+        `policy_max_body_bytes` are never parsed by the proxy (bounded CPU and memory per request),
+        so they are forwarded byte for byte, fields and all (docs/hardening.md)."""
+        if ctx.method != "POST":
             return None
-        body = strip_fields(ctx.json)
+        data = ctx.json
+        if data is None and isinstance(ctx.body, bytes | bytearray):
+            if len(ctx.body) > self.limits.max_body_bytes:
+                return None
+            data = parse_if_hinted(ctx.body)
+        if not isinstance(data, dict):
+            return None
+        if ctx.json is None:
+            ctx.json = data  # parsed once: the deferred observation reads its hint fields from it
+        body = strip_fields(data)
         if body is None:
             return None
         self.counts["stripped"] = self.counts.get("stripped", 0) + 1

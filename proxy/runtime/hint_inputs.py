@@ -16,7 +16,17 @@ Endpoint body (JSON, one object or a batch of at most ``MAX_BATCH``)::
 Unknown fields are ignored (newer senders work with older proxies). The source is the hash of the
 caller's API key (``Authorization: Bearer``), combined with ``X-CacheScout-Source`` when present;
 the header alone without a key. Errors are OpenAI-style: 400 (bad JSON / shape, nothing applied),
-403 (a directive from an unlisted source, nothing applied), 413 (body too large), 503 (policy off).
+401 (a credential the engine has not accepted), 403 (a directive from an unlisted or unkeyed
+source, nothing applied), 413 (body too large), 503 (policy off).
+
+Who may send hints (issue 22), the request path's rule: a hint counts only from a caller the engine
+accepts. Hints riding on model calls are read only after that call's 2xx (the observer's rule);
+the endpoint accepts a batch only when the caller's credential (its ``Authorization`` or
+``x-api-key`` header, hashed: the *principal*) got a 2xx from the engine on a model call within
+``hints_credential_ttl_s`` (and passed ``policy_client_auth_sha256`` when set). Everything a hint
+names is scoped to the caller: its tenant (``cache_salt`` of the batch, as on model calls) and its
+principal (``proxy.core.hint_scope``). Directives need a keyed source (``k…`` ids) the operator
+listed; ids derived from a name alone are ignored in ``hints_directive_sources``.
 
 Fields read from forwarded requests (the body is forwarded unchanged unless
 ``hints_strip_fields``): agent identity from ``X-CacheScout-Agent``, ``metadata.agent`` /
@@ -33,206 +43,106 @@ objects — SGLang's/vLLM's ``agent_hints`` (``agent_id``, ``expected_tool_durat
 from __future__ import annotations
 
 import json
-import math
+import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from proxy.core.hint_actions import Hint, HintDriver
-from proxy.core.hints import ACCEPTED, FACT, HINT_KINDS, PREDICTION, REFUSED, SESSION_ENDED, HintConfig, source_id
+from proxy.core.hint_tables import ByteLRU
+from proxy.core.hints import ACCEPTED, FACT, PREDICTION, REFUSED, SESSION_ENDED, HintConfig, keyed
+from proxy.runtime.hint_parse import (
+    HINTS_PATH,
+    RATE_LIMITED,
+    UNAUTHORIZED,
+    HintError,
+    RequestHints,
+    batch_salt,
+    parse_batch,
+    parse_hint,
+    principal_of,
+    request_hints,
+    source_of,
+    strip_fields,
+)
 
 if TYPE_CHECKING:
     from proxy.core.policy import ScoutPolicy
     from proxy.observability.metrics import ProxyMetrics
     from proxy.settings import Settings
 
-HINTS_PATH = "/v1/cachescout/hints"
-SOURCE_HEADER = "x-cachescout-source"
-AGENT_HEADER = "x-cachescout-agent"
-MAX_BATCH = 64
-MAX_STR = 256
-MAX_BRANCH_IDS = 64
-PROPOSAL_KEYS = ("agent_hints", "agent_hint")  # top-level request fields (SGLang / vLLM proposals)
-_KIND_ALIASES = {"type", "kind", "event"}
-_TTL_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-class HintError(ValueError):
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
-
-
-def _str(v: object, name: str, required: bool = False) -> str | None:
-    if v is None:
-        if required:
-            raise HintError(f"'{name}' is required", name)
-        return None
-    if not isinstance(v, str) or not v or len(v) > MAX_STR:
-        raise HintError(f"'{name}' must be a non-empty string of at most {MAX_STR} characters", name)
-    return v
-
-
-def _num(v: object, name: str, lo: float = 0.0, hi: float = 1e7) -> float | None:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
-        raise HintError(f"'{name}' must be a number in [{lo:g}, {hi:g}]", name)
-    return float(v)
-
-
-def parse_ttl(v: object, name: str = "ttl") -> float | None:
-    """Seconds from a number or Dynamo/Anthropic shorthand ("300", "5m", "1h")."""
-    if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)):
-        return _num(v, name, 0.0, 86_400.0)
-    if isinstance(v, str) and v:
-        unit = _TTL_UNITS.get(v[-1])
-        try:
-            return float(v[:-1]) * unit if unit is not None else float(v)
-        except ValueError:
-            pass
-    raise HintError(f"'{name}' must be seconds or a shorthand like '5m' / '1h'", name)
-
-
-def parse_hint(obj: object, where: str = "hint") -> Hint:
-    if not isinstance(obj, Mapping):
-        raise HintError(f"{where} must be an object", where)
-    kind = next((obj[k] for k in _KIND_ALIASES if k in obj), None)
-    if kind not in HINT_KINDS:
-        raise HintError(f"{where}.type must be one of {', '.join(HINT_KINDS)}", f"{where}.type")
-    sid = _str(
-        obj.get("session_id", obj.get("parent_session_id")),
-        f"{where}.session_id",
-        required=kind not in ("pin", "retain") or obj.get("agent") is None,
-    )
-    expected = _num(obj.get("expected_duration_s"), f"{where}.expected_duration_s")
-    ms = _num(obj.get("expected_duration_ms", obj.get("expected_tool_duration_ms")), f"{where}.expected_duration_ms")
-    if expected is None and ms is not None:
-        expected = ms / 1000.0
-    ids = obj.get("branch_ids", ())
-    if not isinstance(ids, (list, tuple)) or len(ids) > MAX_BRANCH_IDS:
-        raise HintError(f"{where}.branch_ids must be a list of at most {MAX_BRANCH_IDS} strings", f"{where}.branch_ids")
-    branch_ids = tuple(_str(b, f"{where}.branch_ids") for b in ids)
-    branches = _num(obj.get("branches"), f"{where}.branches", 0, 4096)
-    if kind == "fanout" and not branches and not branch_ids:
-        raise HintError(f"{where}: fanout needs 'branches' or 'branch_ids'", f"{where}.branches")
-    agent = _str(obj.get("agent", obj.get("agent_id")), f"{where}.agent", required=kind == "next_agent")
-    p = _num(obj.get("probability"), f"{where}.probability", 0.0, 1.0)
-    ttl = parse_ttl(obj.get("ttl_s", obj.get("ttl")), f"{where}.ttl_s")
-    return Hint(kind, sid, expected, int(branches or 0), branch_ids, agent, 1.0 if p is None else p, ttl)  # type: ignore[arg-type]
-
-
-def parse_batch(data: object) -> list[Hint]:
-    items = data.get("hints") if isinstance(data, Mapping) and "hints" in data else data
-    if isinstance(items, Mapping):
-        items = [items]
-    if not isinstance(items, list) or not items:
-        raise HintError('body must be a hint object, a list of them, or {"hints": [...]}', "hints")
-    if len(items) > MAX_BATCH:
-        raise HintError(f"at most {MAX_BATCH} hints per request", "hints")
-    return [parse_hint(h, f"hints[{i}]") for i, h in enumerate(items)]
-
-
-def _bearer(headers: Mapping[str, str]) -> str | None:
-    auth = headers.get("authorization", "")
-    scheme, _, value = auth.partition(" ")
-    return value.strip() or None if scheme.lower() == "bearer" else None
-
-
-def source_of(headers: Mapping[str, str]) -> str:
-    src = headers.get(SOURCE_HEADER)
-    return source_id(_bearer(headers), src[:MAX_STR] if src else None)
-
-
-@dataclass(frozen=True, slots=True)
-class RequestHints:
-    """What a forwarded request says about itself (all optional)."""
-
-    agent: str | None = None
-    expected_tool_s: float | None = None  # → tool_started if the response ends in tool_calls
-    discard: bool = False  # → session_ended after the response
-    ttl_s: float | None = None  # → retain (directive)
-    children: tuple[str, ...] = ()  # → fanout
-
-
-def _proposals(body: Mapping) -> list[Mapping]:
-    out = [body[k] for k in PROPOSAL_KEYS if isinstance(body.get(k), Mapping)]
-    nv = body.get("nvext")
-    if isinstance(nv, Mapping) and isinstance(nv.get("agent_hints"), Mapping):
-        out.append(nv["agent_hints"])
-    return out
-
-
-def request_hints(body: Mapping, headers: Mapping[str, str]) -> RequestHints | None:
-    """None when the request carries none of the fields (the common case: a few dict lookups)."""
-    agent = headers.get(AGENT_HEADER)
-    meta = body.get("metadata")
-    props = _proposals(body) if ("agent_hints" in body or "agent_hint" in body or "nvext" in body) else []
-    if agent is None and isinstance(meta, Mapping):
-        agent = next((meta[k] for k in ("agent", "agent_id", "agent_name") if isinstance(meta.get(k), str)), None)
-    if not props and agent is None:
-        return None
-    expected = ttl = None
-    discard = False
-    children: tuple[str, ...] = ()
-    for p in props:
-        if agent is None and isinstance(p.get("agent_id"), str):
-            agent = p["agent_id"]
-        try:
-            ms = _num(p.get("expected_tool_duration_ms"), "expected_tool_duration_ms")
-            if ms is not None:
-                expected = ms / 1000.0
-            cttl = _num(p.get("cache_ttl_ms"), "cache_ttl_ms", 0, 86_400_000)
-            if cttl is not None:
-                ttl = cttl / 1000.0
-        except HintError:
-            pass  # a malformed proposal field is the engine's to judge
-        discard = discard or p.get("reuse_hint") == "discard"
-        kids = p.get("children_step_ids")
-        if isinstance(kids, list):
-            children = tuple(k for k in kids[:MAX_BRANCH_IDS] if isinstance(k, str) and 0 < len(k) <= MAX_STR)
-    nv = body.get("nvext")
-    cc = nv.get("cache_control") if isinstance(nv, Mapping) else None
-    if isinstance(cc, Mapping) and cc.get("ttl") is not None:
-        try:
-            ttl = parse_ttl(cc.get("ttl"))
-        except HintError:
-            pass
-    if isinstance(agent, str) and not 0 < len(agent) <= MAX_STR:
-        agent = None
-    return RequestHints(agent, expected, discard, ttl, children)
-
-
-def strip_fields(body: Mapping) -> dict | None:
-    """The body without the proposal fields (operator opt-in), or None when it has none."""
-    nv = body.get("nvext")
-    nv_has = isinstance(nv, Mapping) and ("agent_hints" in nv or "cache_control" in nv)
-    if not nv_has and not any(k in body for k in PROPOSAL_KEYS):
-        return None
-    out = {k: v for k, v in body.items() if k not in PROPOSAL_KEYS}
-    if nv_has and isinstance(nv, Mapping):
-        rest = {k: v for k, v in nv.items() if k not in ("agent_hints", "cache_control")}
-        if rest:
-            out["nvext"] = rest
-        else:
-            out.pop("nvext", None)
-    return out
+log = logging.getLogger("cachescout.hints")
 
 
 def hint_config(settings: Settings) -> HintConfig:
     sources = [s.strip() for s in settings.hints_directive_sources.split(",") if s.strip()]
-    return HintConfig(directive_sources=frozenset(sources), directive_cache_share=settings.hints_directive_cache_share)
+    unkeyed = [s for s in sources if not keyed(s)]
+    if unkeyed:  # a name alone is forgeable by anyone who sends the header: never a directive source
+        log.warning(
+            "hints_directive_sources: %d id(s) not derived from an API key ignored (directive sources "
+            "must be keyed: 'k…' ids)",
+            len(unkeyed),
+        )
+    return HintConfig(
+        directive_sources=frozenset(s for s in sources if keyed(s)),
+        directive_cache_share=settings.hints_directive_cache_share,
+        sources_max_bytes=settings.hints_sources_max_bytes,
+        checks_max_bytes=settings.hints_checks_max_bytes,
+        state_max_bytes=settings.hints_state_max_bytes,
+    )
 
 
 class HintService:
     """The endpoint's logic and the observer's request-field hints, over one HintDriver."""
 
-    def __init__(self, driver: HintDriver, metrics: ProxyMetrics | None = None, max_body_bytes: int = 65536) -> None:
+    def __init__(
+        self,
+        driver: HintDriver,
+        metrics: ProxyMetrics | None = None,
+        max_body_bytes: int = 65536,
+        credential_ttl_s: float = 900.0,
+        max_per_s: float = 2000.0,
+    ) -> None:
         self.driver = driver
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
-        self.counts = {"batches": 0, "invalid": 0, "refused_batches": 0}
+        self.credential_ttl_s = credential_ttl_s
+        self.counts = {"batches": 0, "invalid": 0, "refused_batches": 0, UNAUTHORIZED: 0, RATE_LIMITED: 0}
         self.after_submit: Callable[[], object] | None = None  # LiveRuntime: plan at once, not on the next tick
+        # principal -> when the engine last accepted (2xx) a model call with that credential
+        self.accepted: ByteLRU[str, float] = ByteLRU(driver.cfg.state_max_bytes)
+        # principal -> [hint tokens left, when refilled]: at most max_per_s hints per credential
+        self.max_per_s = max_per_s
+        self.buckets: ByteLRU[str, list[float]] = ByteLRU(driver.cfg.state_max_bytes)
+
+    # -- who may send hints ---------------------------------------------------------------------------
+    def credential_seen(self, headers: Mapping[str, str], now: float) -> None:
+        """A model call with these headers got a 2xx from the engine (the observer calls this)."""
+        p = principal_of(headers)
+        seen = self.accepted.get(p)
+        if seen is not None and now - seen < self.credential_ttl_s / 4:
+            return  # fresh enough: not worth a write per request
+        self.accepted.put(p, now, 80 + len(p))
+
+    def within_rate(self, principal: str, now: float) -> bool:
+        """Token bucket per credential: ``max_per_s`` hints a second, bursts of one second's worth.
+        Checked before the body is parsed (at least one token left); ``spend`` then charges the
+        batch's hints, possibly into debt, so an over-limit caller costs no parse."""
+        b = self.buckets.get(principal)
+        if b is None:
+            b = [self.max_per_s, now]
+            self.buckets.put(principal, b, 200 + len(principal))
+        b[0] = min(self.max_per_s, b[0] + (now - b[1]) * self.max_per_s)
+        b[1] = now
+        return b[0] >= 1.0
+
+    def spend(self, principal: str, n: int) -> None:
+        b = self.buckets.get(principal)
+        if b is not None:
+            b[0] -= n
+
+    def credential_ok(self, principal: str, now: float) -> bool:
+        seen = self.accepted.get(principal)
+        return seen is not None and now - seen <= self.credential_ttl_s
 
     def handle(self, raw: bytes, headers: Mapping[str, str], now: float) -> tuple[int, dict]:
         """(status, JSON body) for one POST; applies nothing unless the whole batch is acceptable."""
@@ -240,15 +150,37 @@ class HintService:
             return 413, _err(
                 f"hint body larger than {self.max_body_bytes} bytes", "invalid_request_error", "request_too_large"
             )
+        principal = principal_of(headers)
+        if not self.credential_ok(principal, now):
+            self.counts[UNAUTHORIZED] += 1
+            self._count("invalid", UNAUTHORIZED)
+            return 401, _err(
+                "hints are accepted only from a caller the engine accepts: send them with the "
+                "credential (Authorization / x-api-key) of a model call that got a 2xx within "
+                f"{self.credential_ttl_s:g} s",
+                "invalid_request_error",
+                "invalid_api_key",
+            )
+        if not self.within_rate(principal, now):
+            self.counts[RATE_LIMITED] += 1
+            self._count("invalid", RATE_LIMITED)
+            return 429, _err(
+                f"more than {self.max_per_s:g} hints a second from this credential (hints_max_per_s); nothing applied",
+                "rate_limit_error",
+                "rate_limit_exceeded",
+            )
         try:
-            hints = parse_batch(json.loads(raw))
+            data = json.loads(raw)
+            hints = parse_batch(data)
+            tenant = batch_salt(data)
         except (ValueError, RecursionError) as exc:
             self.counts["invalid"] += 1
             self._count("invalid", "invalid")
             param = exc.param if isinstance(exc, HintError) else None
             msg = str(exc) if isinstance(exc, HintError) else "body is not valid JSON"
             return 400, _err(msg, "invalid_request_error", "invalid_hint", param)
-        source = source_of(headers)
+        self.spend(principal, len(hints))
+        source = source_of(headers, tenant)
         refused = self.driver.refused(hints, source)
         if refused:
             self.counts["refused_batches"] += 1
@@ -257,13 +189,13 @@ class HintService:
                 self._count(hints[i].kind, REFUSED)
             return 403, _err(
                 f"hints[{refused[0]}]: directives (pin/retain) are accepted only from sources the "
-                f"operator lists in CACHESCOUT_HINTS_DIRECTIVE_SOURCES; this source is {source}",
+                f"operator lists in CACHESCOUT_HINTS_DIRECTIVE_SOURCES (keyed 'k…' ids only); this source is {source}",
                 "permission_error",
                 "directive_not_allowed",
                 f"hints[{refused[0]}].type",
             )
         self.counts["batches"] += 1
-        outcomes = self._submit(hints, source, now)
+        outcomes = self._submit(hints, source, now, tenant, principal)
         if self.after_submit is not None:
             self.after_submit()
         return 200, {
@@ -274,9 +206,9 @@ class HintService:
             ],
         }
 
-    def _submit(self, hints: list[Hint], source: str, now: float) -> list[str]:
+    def _submit(self, hints: list[Hint], source: str, now: float, tenant: str, principal: str) -> list[str]:
         before = self.driver.released_tokens
-        outcomes = self.driver.submit(hints, source, now)
+        outcomes = self.driver.submit(hints, source, now, tenant, principal)
         for h, o in zip(hints, outcomes, strict=True):
             self._count(h.kind, o)
         released = self.driver.released_tokens - before
@@ -299,25 +231,28 @@ class HintService:
         now: float,
     ) -> None:
         d = self.driver
+        principal = principal_of(headers)
+        if session_id:
+            d.scope.own(tenant, session_id, principal)  # the engine accepted it: the session is theirs
         if req is None:
             if d.watching:
-                d.observe(tenant, session_id, agent_id, None, now)
+                d.observe(tenant, session_id, agent_id, None, now, principal)
             return
-        d.observe(tenant, session_id, agent_id, req.agent, now)
+        d.observe(tenant, session_id, agent_id, req.agent, now, principal)
         if session_id and (req.children or req.ttl_s is not None):
             hints = []
             if req.children:
                 hints.append(Hint("fanout", session_id, branches=len(req.children), branch_ids=req.children))
             if req.ttl_s is not None:
                 hints.append(Hint("retain", session_id, ttl_s=req.ttl_s))
-            source = source_of(headers)
+            source = source_of(headers, tenant)
             allowed = [h for h in hints if not d.refused([h], source)]
             for h in hints:
                 if h not in allowed:
                     d.trust.admit(source, h.kind, now)
                     self._count(h.kind, REFUSED)
             if allowed:
-                self._submit(allowed, source, now)
+                self._submit(allowed, source, now, tenant, principal)
 
     def on_response(
         self,
@@ -326,6 +261,7 @@ class HintService:
         session_id: str | None,
         finish: str | None,
         now: float,
+        tenant: str = "",
     ) -> None:
         if req is None or not session_id:
             return
@@ -335,7 +271,7 @@ class HintService:
         if req.discard:
             hints.append(Hint(SESSION_ENDED, session_id))
         if hints:
-            self._submit(hints, source_of(headers), now)
+            self._submit(hints, source_of(headers, tenant), now, tenant, principal_of(headers))
 
     def update_gauges(self, top: int = 16) -> None:
         m = self.metrics
@@ -365,6 +301,7 @@ __all__ = [
     "hint_config",
     "parse_batch",
     "parse_hint",
+    "principal_of",
     "request_hints",
     "source_of",
     "strip_fields",
@@ -380,4 +317,7 @@ def build_hint_service(
     if not settings.hints_enabled:
         return None
     driver = HintDriver(policy, hint_config(settings))
-    return HintService(driver, metrics, settings.hints_max_body_bytes)
+    driver.scope.strict = True  # live: a session whose owner is unknown is nobody's
+    return HintService(
+        driver, metrics, settings.hints_max_body_bytes, settings.hints_credential_ttl_s, settings.hints_max_per_s
+    )

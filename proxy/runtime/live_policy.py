@@ -40,7 +40,7 @@ from proxy.core.view import EngineLoad, RequestView, ResponseOutcome
 from proxy.core.yield_book import YieldBook
 from proxy.engines.base import routing_key
 from proxy.observability.metrics import ProxyMetrics
-from proxy.runtime.body_rewrite import BodyRewriting
+from proxy.runtime.body_rewrite import BodyRewriting, parse_if_hinted
 from proxy.runtime.hint_inputs import request_hints
 from proxy.runtime.live_accounting import UsageAccounting
 from proxy.runtime.offload import ObserveLimits, ParseOffload, view_from_openai_bytes
@@ -225,6 +225,8 @@ class LivePolicyObserver(BodyRewriting, UsageAccounting):
         st.status = status
         if 200 <= status < 300:
             st.accepted = True
+            if self.hints is not None:  # a credential the engine accepts may send hints (docs/hints.md)
+                self.hints.credential_seen(ctx.headers, now)
             if status == 200:
                 st.tap = ResponseTap("text/event-stream" in headers.get("content-type", ""), self.tap_budget)
             self._later(self._maybe_observe, ctx, st)
@@ -336,7 +338,7 @@ class LivePolicyObserver(BodyRewriting, UsageAccounting):
         self.counts["observed"] += 1
         hints = self.hints
         if hints is not None and not view.is_warmup:
-            st.hints = request_hints(ctx.json if isinstance(ctx.json, dict) else {}, ctx.headers)
+            st.hints = request_hints(self._hint_body(ctx), ctx.headers)
             hints.on_request(
                 st.hints, ctx.headers, view.tenant, st.observed.session_id, st.observed.agent_id, ctx.started
             )
@@ -350,6 +352,14 @@ class LivePolicyObserver(BodyRewriting, UsageAccounting):
         self.counts["deferred_observe_us"] += int(1e6 * spent)
         if self.metrics is not None:  # the forwarder does not time hooks; observe+plan is recorded here
             self.metrics.policy_observe_seconds.observe(spent)
+
+    def _hint_body(self, ctx: RequestContext) -> dict:
+        """The body whose hint fields are read: parsed inline, or (a body the worker viewed) parsed
+        here only when its bytes mention a hint field, as `hints_strip_fields` does."""
+        if isinstance(ctx.json, dict):
+            return ctx.json
+        data = parse_if_hinted(ctx.body) if 0 < len(ctx.body) <= self.limits.max_body_bytes else None
+        return data if isinstance(data, dict) else {}
 
     def _observe_response(self, ctx: RequestContext, st: RequestState, error: str | None, now: float) -> None:
         if st.held and st.view is not None:
@@ -387,7 +397,9 @@ class LivePolicyObserver(BodyRewriting, UsageAccounting):
             served = max(0, (outcome.prompt_tokens or 0) - (outcome.cached_tokens or 0)) + (outcome.output_tokens or 0)
             self.session_lane.served((st.view.tenant, st.observed.session_id), served, ctx.started, now)
         if st.hints is not None and self.hints is not None:
-            self.hints.on_response(st.hints, ctx.headers, st.observed.session_id, outcome.finish_reason, now)
+            self.hints.on_response(
+                st.hints, ctx.headers, st.observed.session_id, outcome.finish_reason, now, st.view.tenant
+            )
         self.plan(self.clock())
 
     # -- planning and results -----------------------------------------------------------------------

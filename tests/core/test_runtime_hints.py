@@ -7,6 +7,7 @@ import pytest
 
 from proxy.core.actions import REASON_FANOUT, REASON_TOOL_RESUME, REASON_TRANSITION
 from proxy.core.hint_actions import Hint, HintDriver
+from proxy.core.hint_checks import CheckBook
 from proxy.core.hints import (
     ACCEPTED,
     FACT,
@@ -141,6 +142,11 @@ def test_session_ended_stops_every_protective_action_at_once(workload):
     assert not w.policy.plan(1.6)
 
 
+def settle(book: TrustBook, check, score: float) -> None:
+    book.close(check, score, 0.0)
+    book.release(check)  # (the CheckBook does this when a check leaves it)
+
+
 def test_a_lying_source_stops_driving_actions_within_n_hints():
     cfg = HintConfig()
     n_pred, n_fact = ignore_bound(cfg, PREDICTION), ignore_bound(cfg, FACT)
@@ -149,17 +155,17 @@ def test_a_lying_source_stops_driving_actions_within_n_hints():
     now = 0.0
     for _ in range(50):  # the best possible record first
         book.admit("liar", "next_agent", now)
-        book.close(book.open_check("liar", "next_agent", PREDICTION, now, now + 1), 1.0, now)
+        settle(book, book.open_check("liar", "next_agent", PREDICTION, now, now + 1), 1.0)
         book.admit("liar", "tool_started", now)
-        book.close(book.open_check("liar", "tool_started", FACT, now, now + 1), 1.0, now)
+        settle(book, book.open_check("liar", "tool_started", FACT, now, now + 1), 1.0)
     acted_pred = acted_fact = 0
     for _ in range(40):  # then nothing but lies
         if book.admit("liar", "next_agent", now) == ACCEPTED:
             acted_pred += 1
-        book.close(book.open_check("liar", "next_agent", PREDICTION, now, now + 1), 0.0, now)
+        settle(book, book.open_check("liar", "next_agent", PREDICTION, now, now + 1), 0.0)
         if book.admit("liar", "tool_started", now) == ACCEPTED:
             acted_fact += 1
-        book.close(book.open_check("liar", "tool_started", FACT, now, now + 1), 0.0, now)
+        settle(book, book.open_check("liar", "tool_started", FACT, now, now + 1), 0.0)
     assert 0 < acted_pred <= n_pred and 0 < acted_fact <= n_fact
 
 
@@ -208,10 +214,12 @@ def test_source_ids_are_hashes_and_the_key_wins():
 def test_memory_is_bounded():
     cfg = HintConfig(max_sources=8, max_pending=16)
     book = TrustBook(cfg)
+    checks = CheckBook(book)
     for i in range(100):
         book.admit(f"s{i}", "tool_started", float(i))
-        book.open_check(f"s{i}", "tool_started", FACT, float(i), float(i) + 1)
+        checks.watch(("", "", f"x{i}"), f"s{i}", "tool_started", FACT, float(i), float(i) + 1, 0)
     assert len(book.sources) == 8 and book.pending <= 16
+    assert book.pending == checks.recount() == sum(len(v) for v in checks.by_source.values())
 
 
 @pytest.mark.parametrize("kind", ["tool_started", "tool_finished", "fanout", "session_ended", "next_agent"])

@@ -1,7 +1,8 @@
 """A raw-socket engine stand-in for the fault suite: every reply is exact bytes we choose.
 
 Run as a script (`python tests/fault/hostile_upstream.py --port N [--waiting W]`). Routes:
-  POST /v1/chat/completions  401 unless `Authorization: Bearer good`; else by a marker in the body:
+  POST /v1/chat/completions  401 unless `Authorization: Bearer good` (or `good-b`, a second tenant's
+                             key); else by a marker in the body:
                              "nosep" -> 16 MiB text/event-stream without a line end,
                              "deep"  -> a 200k-deep JSON array body,
                              "stream": true -> a short SSE reply with usage, otherwise JSON + usage
@@ -49,7 +50,7 @@ def _usage(n: int) -> dict:
 
 
 async def _chat(writer: asyncio.StreamWriter, headers: dict, body: bytes) -> None:
-    if headers.get("authorization") != "Bearer good":
+    if headers.get("authorization") not in ("Bearer good", "Bearer good-b"):  # two tenants' keys
         writer.write(_resp("401 Unauthorized", b'{"error":{"message":"bad key","type":"auth","code":401}}'))
         return
     if b'"nosep"' in body:

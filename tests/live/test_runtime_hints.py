@@ -18,12 +18,22 @@ from proxy.harness.sim_server import run_sim_server
 from proxy.harness.uvicorn_thread import serve_in_thread
 from proxy.simengine.server import create_sim_app
 
-from .conftest import MODEL, agent_prompts, chat, proxy_settings, sim_config
+from .conftest import MODEL, agent_prompts, proxy_settings, sim_config
+from .conftest import chat as _chat
 
 pytestmark = pytest.mark.sockets
 CAPACITY = 64
 OVERRIDES = {"cooldown_s": 0.0, "warm_max_cache_share": 0.0}
 PROMPTS = agent_prompts(4, 120)
+
+
+RUNTIME = {"authorization": "Bearer runtime-key"}  # model calls and hints share the runtime's key
+OPERATOR = {"authorization": "Bearer operator-key"}
+
+
+def chat(http, url, system, history, session, salt=None, headers=None):
+    """A model call with the runtime's key (hints are scoped to the credential of the calls)."""
+    return _chat(http, url, system, history, session, salt, {**RUNTIME, **(headers or {})})
 
 
 @contextlib.contextmanager
@@ -36,11 +46,7 @@ def stack(**settings):
 
 
 def hints(http: httpx.Client, px, *items, headers: dict | None = None) -> httpx.Response:
-    return http.post(
-        px.url + "/v1/cachescout/hints",
-        json={"hints": list(items)},
-        headers=headers or {"authorization": "Bearer runtime-key"},
-    )
+    return http.post(px.url + "/v1/cachescout/hints", json={"hints": list(items)}, headers=headers or RUNTIME)
 
 
 def settled_actions(px) -> list[dict]:
@@ -120,7 +126,7 @@ def test_session_ended_stops_every_protective_action_at_once(http):
 
 def test_a_lying_source_stops_driving_actions_within_n_hints(http):
     n = ignore_bound(HintConfig())
-    liar = {"X-CacheScout-Source": "flaky-planner"}
+    liar = {**RUNTIME, "X-CacheScout-Source": "flaky-planner"}
     with stack() as (_, px):
         names = {"B": {"X-CacheScout-Agent": "coder"}, "A": {"X-CacheScout-Agent": "planner"}}
         turn = 0
@@ -132,6 +138,7 @@ def test_a_lying_source_stops_driving_actions_within_n_hints(http):
             chat(http, px.url, PROMPTS[came], [{"role": "user", "content": f"turn {turn}"}], "L", headers=names[came])
             return out.json()["results"][0]["outcome"]
 
+        chat(http, px.url, PROMPTS["C"], [{"role": "user", "content": "hello"}], "pre")  # the key is accepted
         round_("coder", "B")  # names bound, first check
         for _ in range(12):
             round_("coder", "B")  # truthful: the best standing it can get
@@ -139,25 +146,21 @@ def test_a_lying_source_stops_driving_actions_within_n_hints(http):
         acted = lies.count("accepted")
         assert 0 < acted <= n, lies
         assert lies[-5:] == ["ignored_standing"] * 5
-    metrics_src = source_id(source="flaky-planner")[:9]
-    assert metrics_src.startswith("s")
+    metrics_src = source_id(api_key="runtime-key", source="flaky-planner")[:9]
+    assert metrics_src.startswith("k")
 
 
 def test_directives_need_an_operator_listed_source(http):
     op = source_id(api_key="operator-key")
     with stack(hints_directive_sources=op) as (_, px):
-        chat(http, px.url, PROMPTS["A"], [{"role": "user", "content": "keep me"}], "keep")
+        chat(http, px.url, PROMPTS["A"], [{"role": "user", "content": "keep me"}], "keep", headers=OPERATOR)
+        chat(http, px.url, PROMPTS["B"], [{"role": "user", "content": "mine"}], "other")  # the runtime's key
         r = hints(http, px, {"type": "pin", "session_id": "keep", "ttl_s": 60})
         assert r.status_code == 403
         err = r.json()["error"]
         assert err["type"] == "permission_error" and err["code"] == "directive_not_allowed"
         assert "CACHESCOUT_HINTS_DIRECTIVE_SOURCES" in err["message"] and not px.live.hints.driver.pins
-        r = hints(
-            http,
-            px,
-            {"type": "pin", "session_id": "keep", "ttl_s": 60},
-            headers={"authorization": "Bearer operator-key"},
-        )
+        r = hints(http, px, {"type": "pin", "session_id": "keep", "ttl_s": 60}, headers=OPERATOR)
         assert r.status_code == 200 and r.json()["results"][0]["outcome"] == "accepted"
         assert len(px.live.hints.driver.pins) == 1
 
@@ -169,15 +172,10 @@ def test_a_listed_pin_becomes_a_retain_on_a_priority_engine(http):
         run_sim_server(sim_config(capacity_blocks=2048, eviction="priority")) as sim,  # 10%: room for the pin
         run_proxy_server(proxy_settings(sim.url, policy_overrides=overrides, hints_directive_sources=op)) as px,
     ):
-        chat(http, px.url, PROMPTS["A"], [{"role": "user", "content": "keep me"}], "keep")
+        chat(http, px.url, PROMPTS["A"], [{"role": "user", "content": "keep me"}], "keep", headers=OPERATOR)
         before = settled_actions(px)
         assert "hint" not in reasons(before)
-        r = hints(
-            http,
-            px,
-            {"type": "pin", "session_id": "keep", "ttl_s": 60},
-            headers={"authorization": "Bearer operator-key"},
-        )
+        r = hints(http, px, {"type": "pin", "session_id": "keep", "ttl_s": 60}, headers=OPERATOR)
         assert r.json()["results"][0]["outcome"] == "accepted"
         after = settled_actions(px)
         pinned = [a for a in after[len(before) :] if a["reason"] == "hint" and a["outcome"] == "ok"]
@@ -186,12 +184,15 @@ def test_a_listed_pin_becomes_a_retain_on_a_priority_engine(http):
 
 def test_bad_hints_get_openai_style_errors_and_apply_nothing(http):
     with stack(hints_max_body_bytes=1024) as (_, px):
-        r = http.post(px.url + "/v1/cachescout/hints", content=b"{not json")
+        r = hints(http, px, {"type": "tool_started", "session_id": "a"})
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"  # no accepted call yet
+        chat(http, px.url, PROMPTS["A"], [{"role": "user", "content": "hello"}], "a")
+        r = http.post(px.url + "/v1/cachescout/hints", content=b"{not json", headers=RUNTIME)
         assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
         r = hints(http, px, {"type": "tool_started", "session_id": "a"}, {"type": "teleport"})
         assert r.status_code == 400 and r.json()["error"]["param"] == "hints[1].type"
         assert not px.live.hints.driver.trust.sources  # the valid first hint was not applied
-        r = http.post(px.url + "/v1/cachescout/hints", content=b"[" + b" " * 2000 + b"]")
+        r = http.post(px.url + "/v1/cachescout/hints", content=b"[" + b" " * 2000 + b"]", headers=RUNTIME)
         assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
         r = hints(http, px, {"type": "fanout", "session_id": "a"})
         assert r.status_code == 400 and "branches" in r.json()["error"]["message"]
@@ -238,7 +239,9 @@ def test_hint_fields_are_read_and_forwarded_untouched_with_the_openai_sdk():
             extra_body=extra,
         )
         px.call(lambda: px.live.settle(5.0))
-        names = dict(px.live.hints.driver.names)
+        from proxy.runtime.hint_inputs import principal_of
+
+        names = px.live.hints.driver.scope.named("", principal_of({"authorization": "Bearer client-key"}))
     got = json.loads(seen[0])
     for key, value in extra.items():
         assert got[key] == value  # every field, known or not, as sent
