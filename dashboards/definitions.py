@@ -352,6 +352,14 @@ POLICY = Dashboard(
                     unit="ops",
                 ),
                 Panel(
+                    "Why the planner did not act",
+                    "Which stage dropped the candidates: a shut R gate, cooldown, already resident, deferred to "
+                    "the response end, a warm refused, not worth its cost, no slot or budget, vetoed? "
+                    "(/debug/state -> decisions shows the recent ones with their figures.)",
+                    (Target(rate("cachescout_planner_skips_total", "reason"), "{{reason}}"),),
+                    unit="ops",
+                ),
+                Panel(
                     "Memory budget",
                     "Is the policy within its byte budgets? Kept bytes by store, and drops per second "
                     "made to stay within them (oldest sessions first).",

@@ -62,7 +62,7 @@ class PolicyStats:
     top1_accuracy: float = 0.0  # hits / predictions (online, before each update)
     gate_open: bool = False
     actions_emitted: dict[str, int] = field(default_factory=dict)  # "kind/reason" -> count
-    actions_skipped: dict[str, int] = field(default_factory=dict)  # planner.SKIP_REASONS -> count
+    actions_skipped: dict[str, int] = field(default_factory=dict)  # decisions.SKIP_REASONS -> count
     actions_failed: int = 0
     budget_tokens: float = 0.0  # tokens left in the warmup bucket
     inflight_actions: int = 0

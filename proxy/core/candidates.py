@@ -15,6 +15,8 @@ from .action_payload import ActionPayload
 from .actions import REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, REASON_TRANSITION
 from .agents import AgentRegistry, agent_id_for
 from .config import PolicyConfig
+from .decisions import ACTED, DecisionLog
+from .economics import Verdict
 from .residency import ResidencyShadow
 from .sessions import Session, SessionTracker
 from .survival import anchor_score, continuation_probability, reachable_agents
@@ -47,6 +49,47 @@ class CandidateSources:
     last_acted: dict[str, float]
     _safe: dict[str, tuple[int, float]]
     skipped: dict[str, int]  # Planner.skipped (SKIP_REASONS)
+    decisions: DecisionLog
+    _r: dict[str, float | None]  # tenant -> gate R this tick
+
+    def _drop(
+        self, stage: str, now: float, source: str = "", anchor: str = "", tenant: str = "", prob: float | None = None
+    ) -> None:
+        """Count a skip (decisions.SKIP_REASONS) and note it in the ring; no source = a whole tick."""
+        self.skipped[stage] += 1
+        self.decisions.note(now, stage, source, anchor, tenant, "", self._r.get(tenant) if source else None, prob)
+
+    def _skip(
+        self,
+        stage: str,
+        c: Candidate,
+        now: float,
+        v: Verdict | None = None,
+        missing: float | None = None,
+        kind: str = "",
+    ) -> None:
+        """A candidate's decision (a skip, counted, or ACTED), with the figures its stage compared."""
+        if stage != ACTED:
+            self.skipped[stage] += 1
+        r = self._r.get(c.tenant)
+        if v is None:
+            self.decisions.note(now, stage, c.reason, c.anchor_id, c.tenant, kind, r, c.prob, missing, c.lead)
+        else:
+            self.decisions.note(
+                now,
+                stage,
+                c.reason,
+                c.anchor_id,
+                c.tenant,
+                kind or v.kind,
+                r,
+                c.prob,
+                missing,
+                c.lead,
+                v.saving,
+                v.cost,
+                v.kept,
+            )
 
     def _gate(self, tenant: str, gates: dict[str, bool]) -> bool:
         raise NotImplementedError  # Planner._gate
@@ -56,7 +99,7 @@ class CandidateSources:
         agent = s.agent
         registry = self.registry
         if agent is None or registry.by_id.get(agent.agent_id) is not agent:  # registry.alive
-            self.skipped["no_agent"] += 1
+            self._drop("no_agent", now, REASON_TRANSITION)
             return
         paused = s.inflight == 0 and s.last_end is not None
         lead = None
@@ -68,7 +111,7 @@ class CandidateSources:
             if med is not None and elapsed < med:
                 lead = med - elapsed
             if s.finish == "tool_calls" and not (s.hashes and s.context_payload is not None):
-                self.skipped["no_context"] += 1  # nothing kept to rebuild the prompt from
+                self._drop("no_context", now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant)  # nothing to rebuild
             elif s.finish == "tool_calls":
                 p = continuation_probability(
                     samples,
@@ -80,8 +123,10 @@ class CandidateSources:
                     cfg.continuation_min_samples,
                 )
                 if p < cfg.tool_resume_min_p:
-                    self.skipped["resume_unlikely"] += 1
-                elif not cfg.tool_resume_gated or self._gate(agent.tenant, gates):
+                    self._drop("resume_unlikely", now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant, p)
+                elif cfg.tool_resume_gated and not self._gate(agent.tenant, gates):
+                    self._drop("gate_closed", now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant, p)
+                else:
                     payload = ActionPayload(s.context_payload, s.assistant_payload)
                     out.append(
                         Candidate(
@@ -103,7 +148,8 @@ class CandidateSources:
         g = gates.get(tenant)
         if g is None:
             g = self._gate(tenant, gates)
-        if not g:
+        if not g:  # the most common no-op: counted like any other skip
+            self._drop("gate_closed", now, REASON_TRANSITION, agent.agent_id, tenant)
             return
         ts = registry.tenant(tenant)
         trigger = cfg.plan_trigger
@@ -119,9 +165,11 @@ class CandidateSources:
             aid = nxt.agent_id
             last = last_acted.get(aid)
             if last is not None and now - last < cooldown:
+                self._drop("cooldown", now, REASON_TRANSITION if rank == 0 else REASON_FANOUT, aid, tenant, p)
                 continue
             memo = safe.get(aid)
             if memo is not None and memo[0] == epoch and inserted < memo[1]:
+                self._drop("resident", now, REASON_TRANSITION if rank == 0 else REASON_FANOUT, aid, tenant, p)
                 continue
             if rank >= cfg.warm_top_k:
                 warm_ok = False  # lower-ranked successors are only kept, not re-made
@@ -131,6 +179,7 @@ class CandidateSources:
                 # act now only if the pause after this response is too short for a warm then
                 gap = agent.gap_median
                 if gap is not None and gap >= max(cfg.min_lead_s, cfg.reload_s(nxt.tokens)):
+                    self._drop("deferred", now, REASON_TRANSITION if rank == 0 else REASON_FANOUT, aid, tenant, p)
                     continue  # planned again when the response ends
                 warm_ok = rank < cfg.warm_top_k
             reason = REASON_TRANSITION if rank == 0 else REASON_FANOUT
@@ -156,9 +205,14 @@ class CandidateSources:
     def _sweep_candidates(self, now: float, gates: dict[str, bool], out: list[Candidate]) -> None:
         cfg = self.cfg
         scored: list[Candidate] = []
-        for a, p in reachable_agents(
-            self.registry, self.sessions.on_agent, cfg.max_hops, cfg.tau, lambda tenant: self._gate(tenant, gates)
-        ):
+
+        def admit(tenant: str) -> bool:
+            if self._gate(tenant, gates):
+                return True
+            self._drop("gate_closed", now, REASON_HINT, "", tenant)  # the tenant's whole sweep
+            return False
+
+        for a, p in reachable_agents(self.registry, self.sessions.on_agent, cfg.max_hops, cfg.tau, admit):
             if a.payload is None or not a.anchor_hashes:
                 continue
             score = anchor_score(p, now - a.last_seen, a.tokens, cfg.delta, cfg.age_lambda)
@@ -189,10 +243,15 @@ class CandidateSources:
                 continue
             if agent is None or agent.forgotten or not s.hashes or s.context_payload is None:
                 if s.finish == "tool_calls":
-                    self.skipped["no_agent" if agent is None or agent.forgotten else "no_context"] += 1
+                    self._drop(
+                        "no_agent" if agent is None or agent.forgotten else "no_context", now, REASON_TOOL_RESUME
+                    )
                 continue
             tool = s.finish == "tool_calls"
             if (cfg.tool_resume_gated if tool else cfg.session_gated) and not self._gate(agent.tenant, gates):
+                self._drop(
+                    "gate_closed", now, REASON_TOOL_RESUME if tool else REASON_HINT, agent.agent_id, agent.tenant
+                )
                 continue
             p = continuation_probability(
                 agent.tool_gaps if tool else agent.gaps,
@@ -204,7 +263,9 @@ class CandidateSources:
                 cfg.continuation_min_samples,
             )
             if p < cfg.tool_resume_min_p:
-                self.skipped["resume_unlikely"] += 1
+                self._drop(
+                    "resume_unlikely", now, REASON_TOOL_RESUME if tool else REASON_HINT, agent.agent_id, agent.tenant, p
+                )
                 continue
             med = agent.tool_gap_median if tool else agent.gap_median
             elapsed = now - s.last_end

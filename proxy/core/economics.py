@@ -114,6 +114,7 @@ class Verdict:
     kind: str  # TOUCH, WARM, WAIT (ask again in slack) or NOTHING
     saving: float  # expected tokens saved
     cost: float  # expected tokens spent (prefill, queueing, pollution)
+    kept: float | None = None  # P(made resident now, still resident at the demand) it priced with
 
     @property
     def net(self) -> float:
@@ -172,7 +173,7 @@ def assess(p: Prospect, m: Market) -> Verdict:
             + queueing(spent, m)
             + pollution(p.tokens, m)
         )
-        return Verdict(TOUCH, saving, cost)
+        return Verdict(TOUCH, saving, cost, kept)
     if not (m.slack if p.gap_s is not None or p.imminent else m.quiet):
         return Verdict(WAIT, 0.0, 0.0)  # never queue client prefill behind a warm
     resident = max(0.0, p.tokens - p.missing)
@@ -185,7 +186,7 @@ def assess(p: Prospect, m: Market) -> Verdict:
         + queueing(spent, m)
         + pollution(p.missing + (resident if p.near_eviction else 0.0), m)
     )
-    return Verdict(WARM, saving, cost)
+    return Verdict(WARM, saving, cost, kept)
 
 
 class RunningSet:

@@ -32,7 +32,8 @@ from .actions import REASON_FANOUT, REASON_HINT, RETAIN, TOUCH, Action
 from .agents import Agent, AgentRegistry, TenantState, agent_id_for
 from .candidates import Candidate, CandidateSources
 from .config import PRUNE_SLACK, PolicyConfig
-from .economics import NOTHING, WAIT, Market, Prospect, assess
+from .decisions import ACTED, SKIP_REASONS, DecisionLog
+from .economics import NOTHING, WAIT, Market, Prospect, Verdict, assess
 from .residency import ResidencyShadow
 from .sessions import SessionTracker
 from .view import EngineLoad
@@ -42,28 +43,6 @@ if TYPE_CHECKING:
 
 TOUCH_EWMA = 0.2  # weight of one measured touch in the touch-prefill estimate (~5 touches of memory)
 DIRTY_SLACK = 2  # dirty sessions kept across busy ticks before dead ones are filtered out (x max_sessions)
-# why no action came of a tick or a candidate (Planner.skipped; /debug/state "actions_skipped")
-SKIP_REASONS = (
-    "tick_engine_busy",  # the engine queues (max_engine_waiting) or max_concurrent actions in flight
-    "tick_engine_shared",  # the engine serves requests that are not this proxy's (no slack lane)
-    "tick_overflow",  # the running set overflows the cache (or did within a cache lifetime)
-    "resume_unlikely",  # a paused session's continuation probability is below tool_resume_min_p
-    "no_agent",  # a session whose agent is unknown or forgotten
-    "no_context",  # a session paused on tool_calls with no kept prompt to rebuild (payload, hashes)
-    "cooldown",  # acted on this anchor within cooldown_s
-    "resident",  # the shadow holds it, not near eviction
-    "host_not_now",  # in the host tier; not yet time to load it back
-    "warm_not_allowed",  # a sweep or hint candidate: touch what is there, never warm
-    "warm_busy",  # a warm would queue behind client traffic
-    "warm_too_late",  # the demand is predicted before a warm could finish
-    "warm_too_big",  # one session's context over warm_max_cache_share of the cache
-    "warm_too_early",  # it would be evicted again before the predicted demand
-    "wait_for_slack",  # the economics asks to retry at a calmer tick
-    "not_worth_it",  # expected saving below cost
-    "no_slot",  # more worthwhile candidates than action slots this tick
-    "budget",  # the warm token bucket is empty
-    "vetoed",  # the runtime's gate: an observe-only window, or a throttled signal
-)
 
 
 class Planner(CandidateSources):
@@ -93,6 +72,8 @@ class Planner(CandidateSources):
         # why candidates (or whole ticks) produced no action: a fixed set of keys (SKIP_REASONS),
         # counted so /debug/state can say why a predicted request was not prepared
         self.skipped: dict[str, int] = dict.fromkeys(SKIP_REASONS, 0)
+        self.decisions = DecisionLog()  # the recent ones, with the figures compared (decisions.py)
+        self._r: dict[str, float | None] = {}  # tenant -> its gate's R this tick (None: too few steps)
         self.touch_prefill = float(config.touch_cost_tokens)  # measured tokens a touch prefills (EWMA)
         self.overflow_ticks = 0  # plan() calls skipped: the running set alone overflows the cache
         self._overflow_until = float("-inf")  # ... or did within the last cache lifetime
@@ -102,11 +83,14 @@ class Planner(CandidateSources):
         self.hints: HintDriver | None = None  # runtime hints (core.hint_actions.HintDriver): extra candidates
 
     # --- gate ------------------------------------------------------------------------------------
-    def gate_open(self, ts: TenantState, now: float | None = None) -> bool:
+    def gate_r(self, ts: TenantState, now: float | None = None) -> float | None:
+        """The gate's R; None while too few transitions are learned (a shut gate)."""
         learner = ts.learner
-        if learner.steps < self.cfg.r_min_transitions:
-            return False
-        return learner.predictability(now=now) >= self.cfg.r_min
+        return None if learner.steps < self.cfg.r_min_transitions else learner.predictability(now=now)
+
+    def gate_open(self, ts: TenantState, now: float | None = None) -> bool:
+        r = self.gate_r(ts, now)
+        return r is not None and r >= self.cfg.r_min
 
     # --- budget bookkeeping ----------------------------------------------------------------------
     def _refill(self, now: float) -> None:
@@ -151,7 +135,7 @@ class Planner(CandidateSources):
             if len(self.dirty) > DIRTY_SLACK * cfg.max_sessions:  # amortised O(1): refiltered rarely
                 live = self.sessions.sessions
                 self.dirty = {k: None for k in self.dirty if k in live}
-            self.skipped["tick_engine_shared" if shared and not queued else "tick_engine_busy"] += 1
+            self._drop("tick_engine_shared" if shared and not queued else "tick_engine_busy", now)
             return []
         slots = min(cfg.max_actions_per_tick, cfg.max_concurrent - len(self.inflight))
         if slots <= 0:
@@ -160,10 +144,11 @@ class Planner(CandidateSources):
             self.dirty.clear()
             self.fanout.clear()
             self.overflow_ticks += 1
-            self.skipped["tick_overflow"] += 1
+            self._drop("tick_overflow", now)
             return []
         cands: list[Candidate] = []
         gates: dict[str, bool] = {}
+        self._r.clear()
         sessions = self.sessions.sessions
         for key in self.dirty:
             s = sessions.get(key)
@@ -236,7 +221,8 @@ class Planner(CandidateSources):
     def _gate(self, tenant: str, gates: dict[str, bool]) -> bool:
         g = gates.get(tenant)
         if g is None:
-            g = gates[tenant] = self.gate_open(self.registry.tenant(tenant), self._now)
+            r = self._r[tenant] = self.gate_r(self.registry.tenant(tenant), self._now)
+            g = gates[tenant] = r is not None and r >= self.cfg.r_min
         return g
 
     def market(self, load: EngineLoad) -> Market:
@@ -288,14 +274,15 @@ class Planner(CandidateSources):
         m = market if market is not None else Market(capacity_tokens=float(res.capacity_tokens))
         life = res.lifetime_s(now)
         max_warm = cfg.warm_max_cache_share * res.capacity_tokens
-        priced: list[tuple[float, float, str, Candidate]] = []
+        priced: list[tuple[float, float, str, Candidate, Verdict | None, float]] = []
         seen: set[str] = set()
         for c in cands:
             if c.anchor_id in seen:
-                continue  # one action per anchor per tick
+                self._skip("duplicate", c, now)  # one action per anchor per tick
+                continue
             last = self.last_acted.get(c.anchor_id)
             if last is not None and now - last < cfg.cooldown_s:
-                self.skipped["cooldown"] += 1
+                self._skip("cooldown", c, now)
                 continue
             memo = self._safe.get(c.anchor_id)
             # a session's context or fan-out parent serves one session: an engine priority would
@@ -306,7 +293,7 @@ class Planner(CandidateSources):
                 and (cfg.retain_sessions or not c.context)
             )
             if memo is not None and memo[0] == res.epoch and res.inserted_tokens < memo[1] and not retainable:
-                self.skipped["resident"] += 1
+                self._skip("resident", c, now)
                 continue  # found resident and safe recently; nothing moved since
             resident, full, near = res.verdict(c.hashes)
             total = float(sum(c.block_tokens))
@@ -318,61 +305,62 @@ class Planner(CandidateSources):
                 # the host tier's own timing rule, priced by the load, ahead of recompute decisions)
                 missing = float(sum(c.block_tokens[resident:]))
                 if not (h_near if c.reason == REASON_HINT else self._host_prefetch(c, missing, busy)):
-                    self.skipped["host_not_now"] += 1
+                    self._skip("host_not_now", c, now, None, missing)
                     continue
-                priced.append((missing, cfg.reload_cost_tokens(missing), TOUCH, c))
+                priced.append((missing, cfg.reload_cost_tokens(missing), TOUCH, c, None, missing))
                 seen.add(c.anchor_id)
                 continue
             if full and not near:
                 if retainable:
-                    priced.append((float("inf"), 0.0, RETAIN, c))
+                    priced.append((float("inf"), 0.0, RETAIN, c, None, 0.0))
                     seen.add(c.anchor_id)
                     continue
                 if len(self._safe) > PRUNE_SLACK * cfg.max_agents + cfg.max_sessions:
                     self._safe.clear()
                 self._safe[c.anchor_id] = (res.epoch, res.safe_until())
-                self.skipped["resident"] += 1
+                self._skip("resident", c, now)
                 continue
             missing = 0.0 if full else float(sum(c.block_tokens[resident:]))
             if missing:
                 if c.reason == REASON_HINT or not c.warm_ok or busy:
                     # sweeps protect what is there (p_surv is a rank, not a probability of
                     # demand); warming is for predictions
-                    self.skipped["warm_busy" if busy else "warm_not_allowed"] += 1
+                    self._skip("warm_busy" if busy else "warm_not_allowed", c, now, None, missing)
                     continue
                 if c.lead is not None and c.lead < max(cfg.min_lead_s, missing / cfg.prefill_tokens_per_s):
-                    self.skipped["warm_too_late"] += 1
+                    self._skip("warm_too_late", c, now, None, missing)
                     continue  # demand predicted before a warm could finish
                 if max_warm and c.context and missing > max_warm:
-                    self.skipped["warm_too_big"] += 1
+                    self._skip("warm_too_big", c, now, None, missing)
                     continue  # one session's context: too much of the cache for one use
                 if c.lead is not None and life is not None and 0 < cfg.warm_lifetime_share * life < c.lead:
-                    self.skipped["warm_too_early"] += 1
+                    self._skip("warm_too_early", c, now, None, missing)
                     continue  # it would be evicted again before the demand
             v = assess(Prospect(total, missing, near or (bool(missing) and resident > 0), c.prob, c.lead, c.soon), m)
             if v.kind == WAIT:
                 if c.session is not None and c.session in self.sessions.sessions:
                     self.dirty[c.session] = None  # ask again at a tick when the engine has slack
-                self.skipped["wait_for_slack"] += 1
+                self._skip("wait_for_slack", c, now, None, missing)
                 continue
             if v.kind == NOTHING or v.net <= 0:
                 self.declined += 1
-                self.skipped["not_worth_it"] += 1
+                self._skip("not_worth_it", c, now, v, missing)  # with the saving and cost it compared
                 continue
-            priced.append((v.net, float(cfg.touch_cost_tokens) if v.kind == TOUCH else missing, v.kind, c))
+            priced.append((v.net, float(cfg.touch_cost_tokens) if v.kind == TOUCH else missing, v.kind, c, v, missing))
             seen.add(c.anchor_id)
         priced.sort(key=lambda e: e[0], reverse=True)
         actions: list[Action] = []
-        for _net, cost, kind, c in priced:
+        for _net, cost, kind, c, verdict, lack in priced:
             if len(actions) >= slots:
-                self.skipped["no_slot"] += 1
+                self._skip("no_slot", c, now, verdict, lack, kind)
                 continue
             if cost > self.bucket:
-                self.skipped["budget"] += 1
+                self._skip("budget", c, now, verdict, lack, kind)
                 continue
             if self.action_gate is not None and not self.action_gate(c.reason, kind, now):
-                self.skipped["vetoed"] += 1
+                self._skip("vetoed", c, now, verdict, lack, kind)
                 continue
+            self._skip(ACTED, c, now, verdict, lack, kind)
             self.bucket -= cost
             # session contexts get no engine priority unless asked: a priority outlives the pause
             prio = round(c.prob * cfg.retain_priority_scale) if cfg.retain_sessions or not c.context else 0

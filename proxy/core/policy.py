@@ -11,7 +11,7 @@ from collections import OrderedDict
 
 from . import snapshot as _snapshot
 from .action_payload import ActionPayload
-from .actions import Action, ObservedRequest, PolicyStats
+from .actions import REASON_TRANSITION, Action, ObservedRequest, PolicyStats
 from .agents import Agent, AgentRegistry
 from .config import PENDING_PER_SESSION, PRUNE_SLACK, PolicyConfig
 from .planner import Planner
@@ -137,6 +137,8 @@ class ScoutPolicy:
             ts = self.agents.tenant(agent.tenant)
             if agent.gap_median < max(cfg.min_lead_s, ts.max_anchor_tokens / cfg.prefill_tokens_per_s):
                 self.planner.dirty[session.key] = None
+            else:  # planned when the response ends (a skip with a name, like the planner's own)
+                self.planner._drop("deferred", now, REASON_TRANSITION, agent.agent_id, agent.tenant)
         elif trigger != "response":
             self.planner.dirty[session.key] = None
         return ObservedRequest(

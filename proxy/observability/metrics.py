@@ -15,6 +15,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from proxy.core.decisions import SKIP_REASONS as PLANNER_SKIP_REASONS
+
 KNOWN_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings", "/v1/models")
 OTHER_ROUTE = "other"
 CODE_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
@@ -171,8 +173,18 @@ class ProxyMetrics:
             ("store",),
             registry=r,
         )
+        # --- why the planner did not act (core/decisions.py; issue 26) ------------------------
+        self.planner_skips_total = Counter(
+            "cachescout_planner_skips_total",
+            "Candidates (or whole ticks) the planner dropped, by the stage that dropped them "
+            "(gate_closed, cooldown, resident, deferred, warm_*, not_worth_it, no_slot, budget, vetoed, ...)",
+            ("reason",),
+            registry=r,
+        )
         for reason in SKIP_REASONS:
             self.policy_skipped_total.labels(reason)
+        for reason in PLANNER_SKIP_REASONS:
+            self.planner_skips_total.labels(reason)
         for store in MEMORY_STORES:
             self.memory_drops_total.labels(store)
 

@@ -389,6 +389,8 @@ class LiveRuntime:
         out.update(describe_policy(self.policy, self.clock()))
         out["pending_actions"] = self.executor.pending()
         out["recent_actions"] = list(self.executor.recent)[-20:]
+        # why the planner did or did not act: its recent decisions with the figures each stage compared
+        out["decisions"] = self.policy.planner.decisions.rows(self.clock())
         out["observer"] = dict(self.observer.counts, inflight=self.observer.inflight)
         out["state_loaded_from"] = self.state_loaded
         out["self_evaluation"] = self.selfeval.describe()

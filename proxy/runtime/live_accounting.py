@@ -49,6 +49,7 @@ class UsageAccounting:
     _anchor_priority: OrderedDict[str, tuple[int, float]]
     _yield_book: YieldBook
     _drops_seen: dict[str, int]
+    _skips_seen: dict[str, int]
 
     def _learn_from_usage(self, st: RequestState, tap: ResponseTap, started: float) -> None:
         """A client response's engine usage: counted (and conversion), and the engine truths it
@@ -131,6 +132,7 @@ class UsageAccounting:
         if self.metrics is None:
             return
         self._memory_metrics(self.metrics)
+        self._planner_skips(self.metrics)
         if self.hints is not None:
             self.hints.update_gauges()
         # The core caches R between refreshes; asking before any transitions were learned would pin
@@ -141,6 +143,15 @@ class UsageAccounting:
         self.metrics.predictability_ratio.set(float(s.predictability))
         self.metrics.agents.set(s.agents)
         self.metrics.sessions.set(s.sessions)
+
+    def _planner_skips(self, m: ProxyMetrics) -> None:
+        """Planner.skipped (fixed keys: core/decisions.SKIP_REASONS) -> counter increments since the last tick."""
+        seen = self._skips_seen
+        for reason, n in self.policy.planner.skipped.items():
+            was = seen.get(reason, 0)
+            if n > was:
+                m.planner_skips_total.labels(reason).inc(n - was)
+            seen[reason] = n
 
     def _memory_metrics(self, m: ProxyMetrics) -> None:
         """Byte budgets -> metrics: drops since the last tick as counter increments, kept bytes as gauges."""

@@ -134,6 +134,7 @@ class LivePolicyObserver(BodyRewriting, UsageAccounting):
         self.tap_budget = TapBudget()
         self.allowed_auth: frozenset[str] = frozenset()  # sha256 hex of allowed auth headers; empty = all
         self._drops_seen: dict[str, int] = {}
+        self._skips_seen: dict[str, int] = {}
 
     # -- load -------------------------------------------------------------------------------------
     @property
