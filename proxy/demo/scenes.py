@@ -1,0 +1,86 @@
+"""The demo's two scenes: the regime CacheScout is for, and the regime where it must stay out of the way.
+
+Why two: a proxy that keeps an engine's prefix cache warm pays when agents pause for tools while
+other sessions run (the pause outlives the cache, the engine has slack to bring the context back
+before the resume), and it has nothing to give when the requests in flight alone overflow the
+cache and the engine has no slack (every warm would evict something running and queue in front of
+a client). Each scene is one app — a team of agents working on many tasks at once, each turn a
+few tool calls in a row — with the engine and load that make one regime or the other. The
+parameters and their sources: docs/demo.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from proxy.demo.workload import DemoSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Scene:
+    name: str  # JSON key: scenes.<name>
+    title: str
+    spec: DemoSpec
+    cache_blocks: int  # engine prefix cache, 16-token blocks
+    prefill_tps: float  # engine prefill throughput, tokens/s
+    output_tokens: int = 8  # typical answer length
+    max_num_seqs: int = 256
+    policy: dict[str, float] = field(default_factory=dict)  # PolicyConfig overrides (documented)
+    note: str = ""
+
+
+# The app: 6 agents (planner, researcher, coder, tester, critic, writer), 4 of them with tools; a
+# task runs 3-4 agent turns, a tool agent's turn makes 1-3 tool calls in a row (a coding agent
+# reading files and running tests), the tool result of 150-400 words stays in the agent's context
+# until its answer. Tool durations log-uniform 1-6 s (seconds-scale pauses: docs/demo.md).
+APP = DemoSpec(
+    agents=6,
+    tool_agents=4,
+    sessions=24,
+    concurrency=24,
+    steps=(3, 4),
+    predictability=0.85,
+    anchor_words=(560, 760),
+    task_words=(60, 120),
+    tool_result_words=(150, 400),
+    tool_seconds=(1.0, 6.0),
+    tool_log_uniform=True,
+    tool_rounds=(1, 3),
+    think_seconds=0.3,
+    max_tokens=48,
+    start_spread_s=3.0,
+)
+
+AGENTS_AT_WORK = Scene(
+    name="agents_at_work",
+    title="agents at work (tool pauses, cache holds the running set, engine with slack)",
+    spec=APP,
+    cache_blocks=500,
+    prefill_tps=5000.0,
+)
+
+SATURATED = Scene(
+    name="saturated",
+    title="saturated (engine overloaded, requests in flight overflow the cache)",
+    spec=replace(APP, sessions=48, concurrency=48, tool_seconds=(0.05, 0.3), think_seconds=0.02, start_spread_s=0.5),
+    cache_blocks=240,
+    prefill_tps=5000.0,
+)
+
+SCENES: tuple[Scene, ...] = (AGENTS_AT_WORK, SATURATED)
+
+
+def scaled(scene: Scene, sessions: int | None = None, time_scale: float = 1.0) -> Scene:
+    """The scene with fewer sessions and/or shorter tool pauses (tests, quick looks)."""
+    spec = scene.spec
+    if sessions is not None:
+        spec = replace(spec, sessions=sessions, concurrency=min(spec.concurrency, sessions))
+    if time_scale != 1.0:
+        lo, hi = spec.tool_seconds
+        spec = replace(
+            spec,
+            tool_seconds=(lo * time_scale, hi * time_scale),
+            start_spread_s=spec.start_spread_s * time_scale,
+            think_seconds=spec.think_seconds * time_scale,
+        )
+    return replace(scene, spec=spec)
