@@ -156,5 +156,7 @@ def run_pair(
         "agents_learned": st.get("agents") or 0,
         "top1_accuracy": round(float(st.get("top1_accuracy") or 0.0), 3),
         "converted_tokens": (state.get("observer") or {}).get("converted_tokens", 0),
+        "warmup_budget": eng.get("warmup_budget") or {},
+        "agents": state.get("agents") or [],
     }
     return {"direct": summarise(*direct, None), "proxy": summarise(*proxied, warm)}

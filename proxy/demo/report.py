@@ -17,8 +17,12 @@ from proxy.demo.workload import WorkloadResult
 
 def engine_counters(url: str) -> dict[str, float]:
     text = httpx.get(url + "/metrics", timeout=10).text
-    out = {"queries": 0.0, "hits": 0.0, "loaded": 0.0}
+    out = {"queries": 0.0, "hits": 0.0, "loaded": 0.0, "ttft_sum": 0.0, "ttft_count": 0.0}
     for line in text.splitlines():
+        if line.startswith("vllm:time_to_first_token_seconds_sum"):
+            out["ttft_sum"] += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("vllm:time_to_first_token_seconds_count"):
+            out["ttft_count"] += float(line.rsplit(" ", 1)[1])
         if line.startswith("vllm:external_prefix_cache_hits_total"):
             out["loaded"] += float(line.rsplit(" ", 1)[1])
         elif line.startswith("vllm:prefix_cache_queries_total"):
@@ -40,6 +44,8 @@ def summarise(res: WorkloadResult, before: dict, after: dict, warm: dict | None)
     cached = sum(r.cached_tokens for r in res.records)
     ttfts = [r.ttft_s for r in res.records if r.ttft_s is not None]
     resume = [r.ttft_s for r in res.records if r.ttft_s is not None and r.resumed]
+    rp = sum(r.prompt_tokens for r in res.records if r.resumed)
+    rc = sum(r.cached_tokens for r in res.records if r.resumed)
     first = [r.ttft_s for r in res.records if r.ttft_s is not None and not r.resumed]
     dq = after["queries"] - before["queries"]
     out = {
@@ -49,9 +55,14 @@ def summarise(res: WorkloadResult, before: dict, after: dict, warm: dict | None)
         "prompt_tokens": prompt,
         "cached_tokens": cached,
         "workload_hit_rate": cached / prompt if prompt else 0.0,
+        "resume_hit_rate": rc / rp if rp else 0.0,
+        "resume_prompt_tokens": rp,
         "engine_hit_rate": (after["hits"] - before["hits"]) / dq if dq else 0.0,
         "engine_prompt_tokens": dq,
         "engine_loaded_tokens": after.get("loaded", 0.0) - before.get("loaded", 0.0),
+        # the engine's own TTFT (arrival in the engine to first token; warmups included)
+        "engine_ttft_mean_s": (after.get("ttft_sum", 0.0) - before.get("ttft_sum", 0.0))
+        / max(1.0, after.get("ttft_count", 0.0) - before.get("ttft_count", 0.0)),
         "ttft_mean_s": statistics.fmean(ttfts) if ttfts else float("nan"),
         "ttft_p50_s": _pct(ttfts, 0.5),
         "ttft_p99_s": _pct(ttfts, 0.99),
@@ -84,6 +95,7 @@ MEDIAN_KEYS = (
     *(k for k, _ in LATENCY_ROWS),
     "ttft_turn_start_mean_s",
     "workload_hit_rate",
+    "resume_hit_rate",
     "engine_hit_rate",
     "requests",
     "tool_resumes",

@@ -29,42 +29,45 @@ class Scene:
     note: str = ""
 
 
-# The app: 6 agents (planner, researcher, coder, tester, critic, writer), 4 of them with tools; a
-# task runs 3-4 agent turns, a tool agent's turn makes 1-3 tool calls in a row (a coding agent
-# reading files and running tests), the tool result of 150-400 words stays in the agent's context
-# until its answer. Tool durations log-uniform 1-6 s (seconds-scale pauses: docs/demo.md).
+# The app: 6 agents (planner, researcher, coder, tester, critic, writer), each with two tools; a
+# task runs 1-2 agent turns, each turn 1-2 tool calls in a row (a coding agent reading files and
+# running tests) and then the agent's answer; a tool result of 100-250 words stays in the agent's
+# context until its answer. Each agent's tools take a characteristic time, log-uniform over 5-15 s
+# across agents, +-25% per call. Sources and reasoning: docs/demo.md.
 APP = DemoSpec(
     agents=6,
-    tool_agents=4,
-    sessions=24,
-    concurrency=24,
-    steps=(3, 4),
+    tool_agents=6,
+    sessions=40,
+    concurrency=40,
+    steps=(1, 2),
     predictability=0.85,
-    anchor_words=(560, 760),
-    task_words=(60, 120),
-    tool_result_words=(150, 400),
-    tool_seconds=(1.0, 6.0),
-    tool_log_uniform=True,
-    tool_rounds=(1, 3),
+    anchor_words=(150, 250),
+    task_words=(200, 400),
+    tool_result_words=(100, 250),
+    tool_seconds=(5.0, 15.0),
+    tool_jitter=0.25,
+    tool_rounds=(1, 2),
     think_seconds=0.3,
     max_tokens=48,
-    start_spread_s=3.0,
+    start_spread_s=8.0,
 )
 
 AGENTS_AT_WORK = Scene(
     name="agents_at_work",
-    title="agents at work (tool pauses, cache holds the running set, engine with slack)",
+    title="agents at work (tool pauses outlive the cache, which holds the running set; engine with slack)",
     spec=APP,
-    cache_blocks=500,
-    prefill_tps=5000.0,
+    cache_blocks=1000,
+    prefill_tps=6000.0,
+    policy={"warmup_tokens_per_s": 900.0, "warmup_burst_tokens": 6000.0},
 )
 
 SATURATED = Scene(
     name="saturated",
-    title="saturated (engine overloaded, requests in flight overflow the cache)",
-    spec=replace(APP, sessions=48, concurrency=48, tool_seconds=(0.05, 0.3), think_seconds=0.02, start_spread_s=0.5),
-    cache_blocks=240,
-    prefill_tps=5000.0,
+    title="saturated (engine overloaded, the requests in flight overflow the cache)",
+    spec=replace(APP, sessions=24, concurrency=24, tool_seconds=(0.5, 2.0), start_spread_s=1.0),
+    cache_blocks=200,
+    prefill_tps=4000.0,
+    policy={"warmup_tokens_per_s": 600.0, "warmup_burst_tokens": 4000.0},
 )
 
 SCENES: tuple[Scene, ...] = (AGENTS_AT_WORK, SATURATED)

@@ -78,6 +78,9 @@ class DemoSpec:
     tool_rounds: tuple[int, int] | None = None
     tool_log_uniform: bool = False
     start_spread_s: float = 0.0
+    # > 0: each tool agent's tools take a characteristic time (log-uniform over `tool_seconds`, fixed
+    # per agent and seed), each call that time x uniform(1 - tool_jitter, 1 + tool_jitter)
+    tool_jitter: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +142,17 @@ def build_agents(spec: DemoSpec) -> list[Agent]:
             )
         agents.append(Agent(name, system, tools))
     return agents
+
+
+def tool_duration(spec: DemoSpec, agent: int, rng: random.Random) -> float:
+    """How long agent `agent`'s tool call runs (seconds)."""
+    lo, hi = spec.tool_seconds
+    if spec.tool_jitter > 0 and lo > 0:
+        base = lo * (hi / lo) ** random.Random(spec.seed * 31 + agent).random()
+        return base * rng.uniform(1 - spec.tool_jitter, 1 + spec.tool_jitter)
+    if spec.tool_log_uniform and lo > 0:
+        return lo * (hi / lo) ** rng.random()
+    return rng.uniform(lo, hi)
 
 
 def script_order(spec: DemoSpec) -> list[int]:
@@ -266,8 +280,7 @@ async def _session(
             own.append(
                 {"role": "assistant", "content": summary["content"] or None, "tool_calls": summary["tool_calls"]}
             )
-            lo, hi = spec.tool_seconds
-            await asyncio.sleep(lo * (hi / lo) ** rng.random() if spec.tool_log_uniform and lo > 0 else rng.uniform(lo, hi))
+            await asyncio.sleep(tool_duration(spec, cur, rng))
             for call in summary["tool_calls"]:
                 own.append(
                     {
