@@ -23,7 +23,7 @@ from typing import Any
 
 from proxy.demo.pair import PairOptions, run_pair
 from proxy.demo.progress import DualProgress, Progress
-from proxy.demo.report import format_scene, medians, public
+from proxy.demo.report import format_scene, scenes_json
 from proxy.demo.scenes import SCENES, scaled
 from proxy.demo.workload import expected_requests
 
@@ -37,7 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=3, help="seeds per scene (default 3; medians are printed)")
     parser.add_argument("--quick", action="store_true", help="one seed (same as --seeds 1)")
     parser.add_argument("--seed", type=int, default=1, help="first seed (the seeds are consecutive)")
-    parser.add_argument("--scene", action="append", choices=names, default=None, help="run only this scene (repeatable)")
+    parser.add_argument(
+        "--scene", action="append", choices=names, default=None, help="run only this scene (repeatable)"
+    )
     parser.add_argument("--sessions", type=int, default=None, help="sessions per scene (default: each scene's own)")
     parser.add_argument(
         "--time-scale",
@@ -65,9 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run the proxy with the policy off: measures the cost of the extra hop alone",
     )
     parser.add_argument(
-        "--tiered",
-        action="store_true",
-        help="give the engines a host-memory (CPU offload) tier of 4x their cache",
+        "--tiered", action="store_true", help="give the engines a host-memory (CPU offload) tier of 4x their cache"
     )
     parser.add_argument("--out", default="demo-out", help="directory for the picture (default ./demo-out)")
     parser.add_argument("--no-plot", action="store_true", help="no picture")
@@ -138,19 +138,7 @@ def run(args: argparse.Namespace) -> int:
         path = write_picture(results, args.out)
         print(f"picture: {path}" if path else "picture: skipped (install the plots extra: pip install '.[plots]')")
     if args.json_out:
-        doc = {
-            "args": vars(args),
-            "seeds": seeds,
-            "wall_s": wall,
-            "scenes": {
-                name: {
-                    "direct": medians([p["direct"] for p in pairs]),
-                    "proxy": medians([p["proxy"] for p in pairs]),
-                    "runs": [{"seed": p["seed"], "direct": public(p["direct"]), "proxy": public(p["proxy"])} for p in pairs],
-                }
-                for name, pairs in results.items()
-            },
-        }
+        doc = {"args": vars(args), "seeds": seeds, "wall_s": wall, "scenes": scenes_json(results)}
         with open(args.json_out, "w") as f:
             json.dump(doc, f, indent=2, default=str)
     return 0

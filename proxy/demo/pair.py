@@ -134,7 +134,8 @@ def run_pair(
         direct, proxied = asyncio.run(both())
         time.sleep(0.3)  # let the last planned actions finish
         if opts.passthrough:
-            eng: dict[str, Any] = {"executor": dict.fromkeys((*EXECUTOR_KEYS, "warm_prompt_tokens", "warm_computed_tokens"), 0)}
+            zero = (*EXECUTOR_KEYS, "warm_prompt_tokens", "warm_computed_tokens")
+            eng: dict[str, Any] = {"executor": dict.fromkeys(zero, 0)}
             state: dict[str, Any] = {"stats": {}, "observer": {}, "self_evaluation": {}}
         else:
             eng = httpx.get(purl + "/debug/engine", headers=auth, timeout=10).json()

@@ -123,6 +123,18 @@ def medians(runs: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
+def scenes_json(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """`scenes.<name>.direct` / `.proxy`: medians over the seeds; `.runs`: each seed's figures."""
+    return {
+        name: {
+            "direct": medians([p["direct"] for p in pairs]),
+            "proxy": medians([p["proxy"] for p in pairs]),
+            "runs": [{"seed": p["seed"], "direct": public(p["direct"]), "proxy": public(p["proxy"])} for p in pairs],
+        }
+        for name, pairs in results.items()
+    }
+
+
 def changes(pairs: list[dict[str, Any]], key: str) -> list[float]:
     """Per seed, proxy vs direct as a relative change (hit rate: percentage points)."""
     out = []
