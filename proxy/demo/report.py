@@ -166,8 +166,8 @@ def why(pairs: list[dict[str, Any]]) -> str:
     top = sorted(skipped.items(), key=lambda kv: -kv[1])[:3]
     held = ", ".join(f"{k} {v / n:.0f}" for k, v in top) or "none"
     verdict = ""
-    if top and top[0][0] == "tick_overflow" and not emitted:
-        verdict = "the requests in flight overflow the cache, so the planner only observes; "
+    if top and top[0][0] in ("tick_overflow", "tick_engine_busy") and not emitted:
+        verdict = "the engine queues and the requests in flight overflow the cache, so the planner only observes; "
     elif emitted and saved > spent:
         verdict = "tool pauses outlive the cache and the engine has slack, so warms pay; "
     elif emitted:

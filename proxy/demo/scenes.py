@@ -39,24 +39,24 @@ APP = DemoSpec(
     tool_agents=6,
     sessions=40,
     concurrency=40,
-    steps=(1, 2),
+    steps=(2, 2),
     predictability=0.85,
     anchor_words=(150, 250),
     task_words=(200, 400),
     tool_result_words=(100, 250),
-    tool_seconds=(5.0, 15.0),
+    tool_seconds=(4.0, 10.0),
     tool_jitter=0.25,
-    tool_rounds=(1, 2),
+    tool_rounds=(1, 1),
     think_seconds=0.3,
     max_tokens=48,
-    start_spread_s=8.0,
+    start_spread_s=6.0,
 )
 
 AGENTS_AT_WORK = Scene(
     name="agents_at_work",
     title="agents at work (tool pauses outlive the cache, which holds the running set; engine with slack)",
     spec=APP,
-    cache_blocks=1000,
+    cache_blocks=700,
     prefill_tps=6000.0,
     policy={"warmup_tokens_per_s": 900.0, "warmup_burst_tokens": 6000.0},
 )
@@ -64,8 +64,8 @@ AGENTS_AT_WORK = Scene(
 SATURATED = Scene(
     name="saturated",
     title="saturated (engine overloaded, the requests in flight overflow the cache)",
-    spec=replace(APP, sessions=24, concurrency=24, tool_seconds=(0.5, 2.0), start_spread_s=1.0),
-    cache_blocks=200,
+    spec=replace(APP, sessions=12, concurrency=12, tool_seconds=(0.5, 2.0), start_spread_s=1.0),
+    cache_blocks=160,
     prefill_tps=4000.0,
     policy={"warmup_tokens_per_s": 600.0, "warmup_burst_tokens": 4000.0},
 )
