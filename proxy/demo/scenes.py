@@ -37,26 +37,26 @@ class Scene:
 APP = DemoSpec(
     agents=6,
     tool_agents=6,
-    sessions=40,
-    concurrency=40,
-    steps=(2, 2),
+    sessions=32,
+    concurrency=32,
+    steps=(1, 2),
     predictability=0.85,
     anchor_words=(150, 250),
     task_words=(200, 400),
     tool_result_words=(100, 250),
-    tool_seconds=(4.0, 10.0),
+    tool_seconds=(3.0, 7.0),
     tool_jitter=0.25,
-    tool_rounds=(1, 1),
+    tool_rounds=(2, 2),
     think_seconds=0.3,
     max_tokens=48,
-    start_spread_s=6.0,
+    start_spread_s=8.0,
 )
 
 AGENTS_AT_WORK = Scene(
     name="agents_at_work",
     title="agents at work (tool pauses outlive the cache, which holds the running set; engine with slack)",
     spec=APP,
-    cache_blocks=700,
+    cache_blocks=500,
     prefill_tps=6000.0,
     policy={"warmup_tokens_per_s": 900.0, "warmup_burst_tokens": 6000.0},
 )
