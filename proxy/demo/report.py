@@ -166,10 +166,15 @@ def why(pairs: list[dict[str, Any]]) -> str:
     top = sorted(skipped.items(), key=lambda kv: -kv[1])[:3]
     held = ", ".join(f"{k} {v / n:.0f}" for k, v in top) or "none"
     verdict = ""
-    if top and top[0][0] in ("tick_overflow", "tick_engine_busy") and not emitted:
+    observing = bool(top) and top[0][0] in ("tick_overflow", "tick_engine_busy")
+    if observing and not emitted:
         verdict = "the engine queues and the requests in flight overflow the cache, so the planner only observes; "
+    elif observing:
+        verdict = (
+            "the engine queued or the requests in flight overflowed the cache much of the time, so it mostly observed; "
+        )
     elif emitted and saved > spent:
-        verdict = "tool pauses outlive the cache and the engine has slack, so warms pay; "
+        verdict = "tool pauses outlive the cache and the engine has slack, so warms pay (in tokens); "
     elif emitted:
         verdict = "its actions did not measurably pay; "
     return (

@@ -30,21 +30,21 @@ class Scene:
 
 
 # The app: 6 agents (planner, researcher, coder, tester, critic, writer), each with two tools; a
-# task runs 1-2 agent turns, each turn 1-2 tool calls in a row (a coding agent reading files and
-# running tests) and then the agent's answer; a tool result of 100-250 words stays in the agent's
-# context until its answer. Each agent's tools take a characteristic time, log-uniform over 5-15 s
-# across agents, +-25% per call. Sources and reasoning: docs/demo.md.
+# task runs 1-2 agent turns, each turn two tool calls in a row (a coding agent reading a file, then
+# running the tests) and then the agent's answer; a tool result of 100-250 words stays in the
+# agent's context until its answer. Each agent's tools take a characteristic time, log-uniform
+# over the scene's range across agents, +-25% per call. Sources and reasoning: docs/demo.md.
 APP = DemoSpec(
     agents=6,
     tool_agents=6,
-    sessions=32,
-    concurrency=32,
-    steps=(1, 2),
+    sessions=24,
+    concurrency=24,
+    steps=(1, 1),
     predictability=0.85,
     anchor_words=(150, 250),
     task_words=(200, 400),
     tool_result_words=(100, 250),
-    tool_seconds=(3.0, 7.0),
+    tool_seconds=(5.0, 12.0),
     tool_jitter=0.25,
     tool_rounds=(2, 2),
     think_seconds=0.3,
@@ -56,7 +56,7 @@ AGENTS_AT_WORK = Scene(
     name="agents_at_work",
     title="agents at work (tool pauses outlive the cache, which holds the running set; engine with slack)",
     spec=APP,
-    cache_blocks=500,
+    cache_blocks=750,
     prefill_tps=6000.0,
     policy={"warmup_tokens_per_s": 900.0, "warmup_burst_tokens": 6000.0},
 )
