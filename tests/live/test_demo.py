@@ -1,4 +1,4 @@
-"""`cachescout demo` end to end at a tiny size (both scenes, one seed, real sockets): the tables print
+"""`cachescout demo` end to end at a tiny size (scene 1, one seed, real sockets): the table prints
 and the JSON has the documented shape, its figures consistent with each other. The full-size
 figures are in docs/demo.md."""
 
