@@ -1,8 +1,9 @@
-"""The demo's figures: engine counters before/after a phase, the per-phase summary, and the table.
+"""The demo's figures: engine counters before/after a run, a run's summary, the medians over seeds,
+each scene's table with its one-line why, and the JSON.
 
-Why apart from `cli.py`: the run orchestrates processes; this turns what they measured into the
+Why apart from `cli.py`: the loop orchestrates processes; this turns what they measured into the
 numbers the README quotes (the workload's own hit rate from usage, the engine's counters including
-warmups, TTFT percentiles), and `format_table` is tested on its own.
+warmups, TTFT percentiles, tool-resume TTFT, session times), and the tables are tested on their own.
 """
 
 from __future__ import annotations
