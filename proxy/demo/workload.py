@@ -72,6 +72,15 @@ class DemoSpec:
     cache_salt: str | None = None  # vLLM cache_salt on every request (one tenant's isolation domain)
     session_label: str = "session"  # body `user` = f"{session_label}-{sid}"
     session_header: bool = False  # also send X-Session-ID (what routers' session affinity keys on)
+    # "agents at work" shape (0/None = the selector chat above): every tool agent's turn makes
+    # `tool_rounds` tool calls in a row (tool_choice "required", then "none" for its answer); tool
+    # durations are log-uniform over `tool_seconds`; sessions start spread over `start_spread_s`
+    tool_rounds: tuple[int, int] | None = None
+    tool_log_uniform: bool = False
+    start_spread_s: float = 0.0
+    # > 0: each tool agent's tools take a characteristic time (log-uniform over `tool_seconds`, fixed
+    # per agent and seed), each call that time x uniform(1 - tool_jitter, 1 + tool_jitter)
+    tool_jitter: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +100,14 @@ class RequestRecord:
     latency_s: float
     finish_reason: str | None
     resumed: bool  # this request resumed after a tool call
+    sent_at: float = 0.0  # seconds since the workload started
 
 
 @dataclass(slots=True)
 class WorkloadResult:
     records: list[RequestRecord] = field(default_factory=list)
     turn_latencies: list[float] = field(default_factory=list)
+    session_latencies: list[float] = field(default_factory=list)  # a session's start to its last answer
     errors: int = 0
     wall_s: float = 0.0
 
@@ -131,6 +142,17 @@ def build_agents(spec: DemoSpec) -> list[Agent]:
             )
         agents.append(Agent(name, system, tools))
     return agents
+
+
+def tool_duration(spec: DemoSpec, agent: int, rng: random.Random) -> float:
+    """How long agent `agent`'s tool call runs (seconds)."""
+    lo, hi = spec.tool_seconds
+    if spec.tool_jitter > 0 and lo > 0:
+        base = lo * (hi / lo) ** random.Random(spec.seed * 31 + agent).random()
+        return base * rng.uniform(1 - spec.tool_jitter, 1 + spec.tool_jitter)
+    if spec.tool_log_uniform and lo > 0:
+        return lo * (hi / lo) ** rng.random()
+    return rng.uniform(lo, hi)
 
 
 def script_order(spec: DemoSpec) -> list[int]:
@@ -190,8 +212,10 @@ async def _session(
     headers: dict,
     out: WorkloadResult,
     tick: Callable[[], None],
+    t0: float = 0.0,
 ) -> None:
     rng = random.Random(spec.seed * 1000 + sid)
+    started = time.perf_counter()
     task = {"role": "user", "content": f"Task {sid}: " + _words(rng, rng.randint(*spec.task_words))}
     if spec.session_header:
         headers = {**headers, "x-session-id": f"{spec.session_label}-{sid}"}
@@ -205,7 +229,10 @@ async def _session(
         agent = agents[cur]
         own: list[dict] = []
         turn_s = 0.0
-        for round_ in range(spec.max_tool_rounds + 1):
+        rounds = spec.max_tool_rounds
+        if spec.tool_rounds is not None:
+            rounds = rng.randint(*spec.tool_rounds) if agent.tools else 0
+        for round_ in range(rounds + 1):
             body: dict = {
                 "model": model,
                 "messages": [{"role": "system", "content": agent.system}, task, *transcript, *own],
@@ -219,7 +246,11 @@ async def _session(
                 body["cache_salt"] = spec.cache_salt
             if agent.tools:
                 body["tools"] = list(agent.tools)
-                body["tool_choice"] = "auto" if round_ < spec.max_tool_rounds else "none"
+                if spec.tool_rounds is not None:
+                    body["tool_choice"] = "required" if round_ < rounds else "none"
+                else:
+                    body["tool_choice"] = "auto" if round_ < rounds else "none"
+            sent = time.perf_counter() - t0
             try:
                 summary, ttft, latency = await _stream(client, url, body, headers)
             except (httpx.HTTPError, RuntimeError, ValueError):
@@ -239,6 +270,7 @@ async def _session(
                     latency,
                     summary["finish_reason"],
                     round_ > 0,
+                    sent,
                 )
             )
             tick()
@@ -248,7 +280,7 @@ async def _session(
             own.append(
                 {"role": "assistant", "content": summary["content"] or None, "tool_calls": summary["tool_calls"]}
             )
-            await asyncio.sleep(rng.uniform(*spec.tool_seconds))
+            await asyncio.sleep(tool_duration(spec, cur, rng))
             for call in summary["tool_calls"]:
                 own.append(
                     {
@@ -259,6 +291,7 @@ async def _session(
                 )
         out.turn_latencies.append(turn_s)
         await asyncio.sleep(spec.think_seconds)
+    out.session_latencies.append(time.perf_counter() - started)
 
 
 async def run_workload(
@@ -275,8 +308,10 @@ async def run_workload(
     async with httpx.AsyncClient(timeout=httpx.Timeout(60.0), limits=limits) as client:
 
         async def one(sid: int) -> None:
+            if spec.start_spread_s > 0:
+                await asyncio.sleep(random.Random(spec.seed * 7919 + sid).uniform(0, spec.start_spread_s))
             async with sem:
-                await _session(client, url, spec, sid, agents, script, model, headers or {}, out, tick)
+                await _session(client, url, spec, sid, agents, script, model, headers or {}, out, tick, t0)
 
         await asyncio.gather(*(one(s) for s in range(spec.sessions)))
     out.wall_s = time.perf_counter() - t0
@@ -286,4 +321,7 @@ async def run_workload(
 def expected_requests(spec: DemoSpec) -> int:
     """Rough request count for the progress bar (steps are drawn per session; tool rounds add some)."""
     mean_steps = (spec.steps[0] + spec.steps[1]) / 2
+    if spec.tool_rounds is not None:
+        rounds = (spec.tool_rounds[0] + spec.tool_rounds[1]) / 2
+        return int(spec.sessions * mean_steps * (1 + rounds * spec.tool_agents / max(1, spec.agents)))
     return int(spec.sessions * mean_steps * (1 + 0.5 * spec.tool_agents / max(1, spec.agents)))

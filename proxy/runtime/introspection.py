@@ -19,6 +19,8 @@ class AgentRow(TypedDict):
     tokens: int
     uses: int
     last_seen_s_ago: float
+    tool_gaps: int  # tool-pause samples kept (response ending in tool_calls -> the session's next request)
+    tool_gap_median_s: float | None  # their median: the predicted length of this agent's tool pauses
 
 
 # agent -> agent with its probability and decayed count ("from" is a keyword: functional syntax)
@@ -39,6 +41,8 @@ def describe_policy(policy: ScoutPolicy, now: float, top: int = 20) -> dict[str,
                     "tokens": a.tokens,
                     "uses": a.uses,
                     "last_seen_s_ago": round(now - a.last_seen, 3),
+                    "tool_gaps": len(a.tool_gaps),
+                    "tool_gap_median_s": None if a.tool_gap_median is None else round(a.tool_gap_median, 3),
                 }
             )
         learner = ts.learner

@@ -1,0 +1,163 @@
+"""One scene at one seed: two identical simulated engines, the workload straight to one and through a
+fresh CacheScout proxy to the other, both at once.
+
+Why both at once: the demo runs on shared machines; running the two sides side by side puts the
+machine's load on both alike (a sequential A/B lets the load drift between them). Engines and proxy
+are child processes (each its own interpreter, as in production), started together, bound to
+127.0.0.1 on free ports and stopped by PID at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import httpx
+
+from proxy.demo.report import engine_counters, summarise
+from proxy.demo.scenes import Scene
+from proxy.demo.workload import WorkloadResult, run_workload
+from proxy.harness.child_process import free_port, sim_proxy_command, stop, wait_ready
+
+MODEL = "sim-llama-3.1-8b"
+EXECUTOR_KEYS = ("ok", "error", "dropped_stale", "dropped_busy", "dropped_full", "deduped")
+
+
+@dataclass(frozen=True, slots=True)
+class PairOptions:
+    policy: dict[str, float]  # PolicyConfig overrides on top of the scene's
+    proxy_sets: tuple[str, ...] = ()  # `cachescout serve --set` items
+    passthrough: bool = False  # proxy with the policy off
+    cpu_blocks_factor: float = 0.0  # host tier = factor x cache blocks (0 = none)
+    admin_token: str = "demo"
+
+
+def engine_cmd(scene: Scene, port: int, seed: int, cpu_blocks: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "proxy.cli",
+        "sim-engine",
+        "--port",
+        str(port),
+        "--model",
+        MODEL,
+        "--capacity-blocks",
+        str(scene.cache_blocks),
+        "--prefill-tokens-per-s",
+        str(scene.prefill_tps),
+        "--output-tokens",
+        str(scene.output_tokens),
+        "--max-num-seqs",
+        str(scene.max_num_seqs),
+        "--seed",
+        str(seed),
+        "--tool-call-share",
+        "0.5",
+        "--log-level",
+        "warning",
+        "--cpu-blocks",
+        str(cpu_blocks),
+    ]
+
+
+@contextlib.contextmanager
+def _children(cmds: list[tuple[list[str], str, dict[str, str]]], timeout: float = 60.0) -> Iterator[None]:
+    """Start every command at once, wait until each one's URL answers 200, stop all by PID on exit."""
+    procs: list[subprocess.Popen] = []
+    with contextlib.ExitStack() as files:
+        try:
+            logs = []
+            for cmd, _url, env in cmds:
+                log = files.enter_context(tempfile.TemporaryFile(mode="w+"))
+                logs.append(log)
+                procs.append(
+                    subprocess.Popen(
+                        cmd,
+                        env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        text=True,
+                    )
+                )
+            for proc, (cmd, url, _env), log in zip(procs, cmds, logs, strict=True):
+                try:
+                    wait_ready(url, proc, timeout)
+                except RuntimeError as exc:
+                    log.seek(0)
+                    raise RuntimeError(f"{exc} ({' '.join(cmd[:4])} …):\n{log.read()[-3000:]}") from None
+            yield
+        finally:
+            for proc in procs:
+                stop(proc)
+
+
+def run_pair(
+    scene: Scene, seed: int, opts: PairOptions, tick: Callable[[str], None] = lambda side: None
+) -> dict[str, Any]:
+    """Run `scene` at `seed` direct and through a fresh proxy; returns {"direct", "proxy", "state"}."""
+    spec = replace(scene.spec, seed=seed)
+    cpu_blocks = int(opts.cpu_blocks_factor * scene.cache_blocks)
+    e1, e2, pp = free_port(), free_port(), free_port()
+    url1, url2, purl = (f"http://127.0.0.1:{e1}", f"http://127.0.0.1:{e2}", f"http://127.0.0.1:{pp}")
+    overrides = {**scene.policy, **opts.policy}
+    proxy_env = {
+        "CACHESCOUT_ADMIN_TOKEN": opts.admin_token,
+        "CACHESCOUT_POLICY_OVERRIDES": json.dumps(overrides),
+        "CACHESCOUT_POLICY_ENABLED": "false" if opts.passthrough else "true",
+    }
+    auth = {"authorization": f"Bearer {opts.admin_token}"}
+    cmds = [
+        (engine_cmd(scene, e1, seed, cpu_blocks), url1 + "/health", {}),
+        (engine_cmd(scene, e2, seed, cpu_blocks), url2 + "/health", {}),
+        (sim_proxy_command(sys.executable, pp, url2, opts.proxy_sets), purl + "/livez", proxy_env),
+    ]
+    with _children(cmds):
+
+        async def side(name: str, url: str, engine: str) -> tuple[WorkloadResult, dict, dict]:
+            before = engine_counters(engine)
+            res = await run_workload(url, spec, model=MODEL, tick=lambda: tick(name))
+            return res, before, engine_counters(engine)
+
+        async def both() -> list[tuple[WorkloadResult, dict, dict]]:
+            return list(await asyncio.gather(side("direct", url1, url1), side("proxy", purl, url2)))
+
+        direct, proxied = asyncio.run(both())
+        time.sleep(0.3)  # let the last planned actions finish
+        if opts.passthrough:
+            zero = (*EXECUTOR_KEYS, "warm_prompt_tokens", "warm_computed_tokens")
+            eng: dict[str, Any] = {"executor": dict.fromkeys(zero, 0)}
+            state: dict[str, Any] = {"stats": {}, "observer": {}, "self_evaluation": {}}
+        else:
+            eng = httpx.get(purl + "/debug/engine", headers=auth, timeout=10).json()
+            state = httpx.get(purl + "/debug/state", headers=auth, timeout=10).json()
+    ex, st = eng["executor"], state.get("stats") or {}
+    signals = (state.get("self_evaluation") or {}).get("signals") or {}
+    warm = {
+        "warm_requests": ex["ok"],
+        "warm_prompt_tokens": ex["warm_prompt_tokens"],
+        "warm_computed_tokens": ex["warm_computed_tokens"],
+        "actions": {k: ex[k] for k in EXECUTOR_KEYS},
+        "actions_by_reason": st.get("actions_emitted") or {},
+        "actions_skipped": st.get("actions_skipped") or {},
+        "signals": {
+            r: {k: v for k, v in y.items() if k in ("saved_tokens", "spent_tokens", "actions", "throttled")}
+            for r, y in signals.items()
+        },
+        "predictability": round(float(st.get("predictability") or 0.0), 3),
+        "agents_learned": st.get("agents") or 0,
+        "top1_accuracy": round(float(st.get("top1_accuracy") or 0.0), 3),
+        "converted_tokens": (state.get("observer") or {}).get("converted_tokens", 0),
+        "warmup_budget": eng.get("warmup_budget") or {},
+        "agents": state.get("agents") or [],
+    }
+    return {"direct": summarise(*direct, None), "proxy": summarise(*proxied, warm)}
