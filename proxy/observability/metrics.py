@@ -23,7 +23,7 @@ ACTION_OUTCOMES = ("ok", "error", "dropped_stale", "dropped_busy", "dropped_full
 ACTION_KINDS = ("touch", "warm", "retain")
 ACTION_REASONS = ("transition", "tool_resume", "fanout", "hint")
 SKIP_REASONS = ("rejected", "not_allowed", "body_too_large", "offload_full")
-MEMORY_STORES = ("sessions", "fanout", "tap")
+MEMORY_STORES = ("sessions", "fanout", "tap", "agents")
 HINT_KINDS = ("tool_started", "tool_finished", "fanout", "session_ended", "next_agent", "pin", "retain", "invalid")
 HINT_OUTCOMES = ("accepted", "ignored_standing", "ignored_unchecked", "refused", "invalid")
 HINT_SOURCE_LABELS = 16
@@ -161,13 +161,13 @@ class ProxyMetrics:
         self.memory_drops_total = Counter(
             "cachescout_memory_drops_total",
             "Kept state dropped to stay within its byte budget, by store "
-            "(sessions, fanout = parked fan-out parents, tap = response readers)",
+            "(sessions, fanout = parked fan-out parents, tap = response readers, agents = anchors)",
             ("store",),
             registry=r,
         )
         self.kept_bytes = Gauge(
             "cachescout_kept_bytes",
-            "Estimated bytes the policy keeps, by store (sessions, tap)",
+            "Estimated bytes the policy keeps, by store (sessions, tap, agents, prefix_index)",
             ("store",),
             registry=r,
         )

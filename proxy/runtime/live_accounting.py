@@ -150,6 +150,7 @@ class UsageAccounting:
             "sessions": sessions.dropped_for_bytes,
             "fanout": policy.fanout_dropped,
             "tap": self.tap_budget.overflows,
+            "agents": policy.agents.dropped_for_bytes,
         }
         seen = self._drops_seen
         for store, n in now.items():
@@ -158,3 +159,5 @@ class UsageAccounting:
             seen[store] = n
         m.kept_bytes.labels("sessions").set(sessions.bytes)
         m.kept_bytes.labels("tap").set(self.tap_budget.used)
+        m.kept_bytes.labels("agents").set(policy.agents.bytes)
+        m.kept_bytes.labels("prefix_index").set(policy.agents.index.bytes)
