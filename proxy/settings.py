@@ -263,6 +263,16 @@ class Settings(BaseSettings):
         ge=0,
         description="request bodies up to this are parsed on the event loop; larger ones on a worker thread",
     )
+    policy_parse_share: float = Field(
+        0.25,
+        gt=0,
+        le=1,
+        description="share of wall time the parse worker may spend on large bodies; a body that does not fit "
+        "is not learned from (counted, reason parse_budget); 1 = no time budget",
+    )
+    policy_parse_burst_s: float = Field(
+        0.25, gt=0, description="seconds of parse work the parse worker's time budget holds at once"
+    )
     policy_offload_queue: int = Field(
         8,
         ge=1,

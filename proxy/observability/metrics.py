@@ -22,7 +22,7 @@ UPSTREAM_ERROR_KINDS = ("connect", "timeout", "protocol", "other")
 ACTION_OUTCOMES = ("ok", "error", "dropped_stale", "dropped_busy", "dropped_full", "unsupported")
 ACTION_KINDS = ("touch", "warm", "retain")
 ACTION_REASONS = ("transition", "tool_resume", "fanout", "hint")
-SKIP_REASONS = ("rejected", "not_allowed", "body_too_large", "offload_full")
+SKIP_REASONS = ("rejected", "not_allowed", "body_too_large", "offload_full", "parse_budget")
 MEMORY_STORES = ("sessions", "fanout", "tap", "agents")
 HINT_KINDS = ("tool_started", "tool_finished", "fanout", "session_ended", "next_agent", "pin", "retain", "invalid")
 HINT_OUTCOMES = ("accepted", "ignored_standing", "ignored_unchecked", "refused", "invalid")
@@ -154,8 +154,14 @@ class ProxyMetrics:
             "cachescout_policy_skipped_total",
             "Client requests the policy did not learn from, by reason "
             "(rejected = engine answered non-2xx, not_allowed = auth not in the allow-list, body_too_large, "
-            "offload_full = parse worker queue full)",
+            "offload_full = parse worker queue full, parse_budget = parse worker over its time share)",
             ("reason",),
+            registry=r,
+        )
+        self.policy_shed_ratio = Gauge(
+            "cachescout_policy_shed_ratio",
+            "Share of client requests (since start) the policy did not learn from to protect the event loop "
+            "or its memory: body_too_large + offload_full + parse_budget over all requests",
             registry=r,
         )
         self.memory_drops_total = Counter(

@@ -160,4 +160,7 @@ class UsageAccounting:
         m.kept_bytes.labels("sessions").set(sessions.bytes)
         m.kept_bytes.labels("tap").set(self.tap_budget.used)
         m.kept_bytes.labels("agents").set(policy.agents.bytes)
+        c = self.counts
+        shed = c["body_too_large"] + c["offload_full"] + c["parse_budget"]
+        m.policy_shed_ratio.set(shed / c["requests"] if c["requests"] else 0.0)
         m.kept_bytes.labels("prefix_index").set(policy.agents.index.bytes)
