@@ -239,6 +239,90 @@ def test_parse_flood_sheds_work_not_livez(engine_url, tmp_path):
     assert p99(samples) - p99(base) < 0.05 * MARGIN, (p99(base), p99(samples))
 
 
+# --- agents with multi-megabyte system prompts; adversarial prompts --------------------------------------
+def _agent_prompt(a: int, size: int) -> str:
+    return (f"agent {a} " + "".join(f"rule {a}-{j}. " for j in range(size // 9)))[:size]
+
+
+def test_agents_with_huge_system_prompts_are_bounded_in_bytes(engine_url, tmp_path):
+    """20 agents x 3.5 MB system prompts, two calls each (so each becomes an agent), all 2xx.
+    Before: anchor text, hash chain and index node of every agent kept, bounded by count only
+    (300 agents: 2,102 MB; ~9 MB an agent). Now: `agents_max_bytes` (32 MiB) and the index budget
+    evict the least valuable agents. The parse budget is off here (every body is learned)."""
+    prompts = [_agent_prompt(a, 3_500_000) for a in range(20)]
+    with proxy(engine_url, tmp_path, "policy_parse_share=1") as px:
+        rss0 = px.rss_mb()
+
+        async def drive() -> None:
+            async with httpx.AsyncClient(timeout=120) as c:
+                sem = asyncio.Semaphore(3)
+
+                async def one(a: int, r: int) -> None:
+                    body = json.dumps(
+                        {
+                            "model": "m",
+                            "user": f"s{a}-{r}",
+                            "max_tokens": 8,
+                            "messages": [
+                                {"role": "system", "content": prompts[a]},
+                                {"role": "user", "content": f"task {r}"},
+                            ],
+                        }
+                    ).encode()
+                    async with sem:
+                        assert (await c.post(px.url + CHAT, content=body, headers=GOOD)).status_code == 200
+
+                for r in range(2):
+                    await asyncio.gather(*(one(a, r) for a in range(20)))
+
+        asyncio.run(drive())
+        time.sleep(1.0)  # the last parses finish, a plan tick updates the gauges
+        rss = px.rss_mb()
+        metrics = httpx.get(px.url + "/metrics", timeout=10).text
+        st = px.state()
+    kept = _metric(metrics, "cachescout_kept_bytes")
+    drops = _metric(metrics, "cachescout_memory_drops_total")
+    print(f"\nhuge agents: RSS {rss0:.0f} -> {rss:.0f} MB, agents {len(st['agents'])}, kept {kept}, drops {drops}")
+    obs = st["observer"]
+    assert obs["observed"] + obs["offload_full"] == 40 and obs["observed"] >= 30, obs
+    assert kept['{store="agents"}'] <= 32 << 20 and kept['{store="prefix_index"}'] <= 16 << 20
+    assert drops['{store="agents"}'] > 0
+    assert rss < 300, (rss0, rss)  # the acceptance bound; before: ~9 MB an agent more (20: ~330 MB)
+
+
+def test_adversarial_prompts_keep_the_index_within_its_real_budget(engine_url, tmp_path):
+    """Prompts shaped to maximise prefix-index nodes per byte (every prompt branches off a shared
+    stem at a different block, ending one block later). Before: the index counted 16 MiB was
+    24-34 MB real (200 B a node); the node estimate is now fitted to tracemalloc
+    (tests/core/test_memory_accounting.py), so the budget holds in real bytes. Here: 500 such
+    prompts against a 256 KiB index budget (100k at 16 MiB is benchmarks-sized)."""
+    stem = "".join(f"s{j:04d}" + "z" * 58 for j in range(64))  # 64 blocks of 64 chars
+    with proxy(engine_url, tmp_path, 'policy_overrides={"prefix_index_max_bytes": 262144}') as px:
+        rss0 = px.rss_mb()
+
+        async def drive() -> None:
+            async with httpx.AsyncClient(timeout=60) as c:
+                sem = asyncio.Semaphore(8)
+
+                async def one(k: int) -> None:
+                    cut = (k * 7919) % 64 * 64
+                    text = stem[:cut] + f"v{k:06d}" + "q" * 57
+                    body = json.dumps({"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": text}]})
+                    async with sem:
+                        assert (await c.post(px.url + CHAT, content=body, headers=GOOD)).status_code == 200
+
+                await asyncio.gather(*(one(k) for k in range(500)))
+
+        asyncio.run(drive())
+        time.sleep(0.6)
+        rss = px.rss_mb()
+        kept = _metric(httpx.get(px.url + "/metrics", timeout=10).text, "cachescout_kept_bytes")
+    index = kept['{store="prefix_index"}']
+    print(f"\nadversarial: RSS {rss0:.0f} -> {rss:.0f} MB, index {index / 1e6:.2f} MB")
+    assert 0 < index <= 256 << 10
+    assert rss - rss0 < 48, (rss0, rss)
+
+
 # The acceptance figure is /livez p99 < 50 ms. This box has 2 cores shared with other jobs (the
 # load generator, the engine stand-in, the probe and the proxy all run here), so a test run may
 # see scheduler delays that have nothing to do with the proxy: MARGIN (x2 -> 100 ms) is the slack
