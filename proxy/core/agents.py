@@ -80,7 +80,8 @@ def anchor_payload_bytes(obj: object, depth: int = 0) -> int:
     if isinstance(obj, ActionPayload):
         return 64 + anchor_payload_bytes(obj.prompt, depth + 1) + anchor_payload_bytes(obj.assistant, depth + 1)
     if isinstance(obj, dict):
-        return 64 + sum(40 + anchor_payload_bytes(k, depth + 1) + anchor_payload_bytes(v, depth + 1) for k, v in obj.items())
+        d = depth + 1
+        return 64 + sum(40 + anchor_payload_bytes(k, d) + anchor_payload_bytes(v, d) for k, v in obj.items())
     if isinstance(obj, list | tuple):
         return 64 + sum(8 + anchor_payload_bytes(v, depth + 1) for v in obj)
     return 32 if obj is not None else 0

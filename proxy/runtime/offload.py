@@ -99,11 +99,7 @@ class ParseOffload:
             self.s_per_byte += 0.2 * (wall / size - self.s_per_byte)
 
     def submit(
-        self,
-        fn: Callable[..., T],
-        args: tuple[object, ...],
-        done: Callable[[asyncio.Future[T]], None],
-        size: int = 0,
+        self, fn: Callable[..., T], args: tuple[object, ...], done: Callable[[asyncio.Future[T]], None], size: int = 0
     ) -> bool:
         """Run ``fn(*args)`` on the worker, then ``done(future)`` on the loop. False (nothing
         scheduled) when the queue is full or there is no running loop. ``size``: the body's bytes,
@@ -156,4 +152,3 @@ def view_from_openai_bytes(
 ) -> RequestView | None:
     """The worker thread's job: parse a large body and build its view (None when not a chat/completions body)."""
     return view_from_openai(path, body, headers, block_chars=block_chars, chars_per_token=chars_per_token)
-
