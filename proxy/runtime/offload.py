@@ -64,7 +64,10 @@ class ObserveLimits:
 class ParseOffload:
     """A one-thread pool with a bounded number of jobs in flight; results come back on the loop."""
 
-    def __init__(self, max_pending: int, share: float = 1.0, burst_s: float = 0.25) -> None:
+    def __init__(
+        self, max_pending: int, share: float = 1.0, burst_s: float = 0.25, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.clock = clock
         self.max_pending = max_pending
         self.pending = 0
         self._pool: Executor | None = None
@@ -80,7 +83,7 @@ class ParseOffload:
         estimate; the job's measured time corrects it when it ends."""
         if self.share >= 1.0:
             return True
-        now = time.monotonic()
+        now = self.clock()
         if self._refilled_at is not None:
             self._tokens = min(self.burst_s, self._tokens + (now - self._refilled_at) * self.share)
         self._refilled_at = now
