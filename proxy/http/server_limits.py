@@ -26,24 +26,23 @@ defaults (`Settings.server_*`):
   sockets can never take `/livez` (or a real client) down.
 
 Keep-alive idle time is uvicorn's own `timeout_keep_alive` (set from `server_keep_alive_s`).
-Counts of what was shed/refused are in `CONNECTION_EVENTS` (exported as
-`cachescout_connections_shed_total{reason}`).
+Counts of what was shed/refused are in `proxy.observability.metrics.CONNECTION_EVENTS` (exported
+as `cachescout_connections_shed_total{reason}`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import resource
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-# What the limits did, process-wide (one server per process): shed idle / slow_header / slow_body,
-# body_timeout (408 while reading a body), header_timeout, refused (503 at the cap, all busy).
-CONNECTION_EVENTS: Counter[str] = Counter()
-EVENT_REASONS = ("idle", "slow_header", "slow_body", "body_timeout", "header_timeout", "refused")
+# What the limits did, process-wide: shed idle / slow_header / slow_body, body_timeout (408 while
+# reading a body), header_timeout, refused (503 at the cap, all busy).
+from proxy.observability.metrics import CONNECTION_EVENTS
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,8 @@ series count by requesting random URLs.
 
 from __future__ import annotations
 
+from collections import Counter as _Tally
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
@@ -24,6 +26,10 @@ ACTION_KINDS = ("touch", "warm", "retain")
 ACTION_REASONS = ("transition", "tool_resume", "fanout", "hint")
 SKIP_REASONS = ("rejected", "not_allowed", "body_too_large", "offload_full", "parse_budget")
 MEMORY_STORES = ("sessions", "fanout", "tap", "agents")
+# What the client-facing connection limits did (proxy/http/server_limits.py counts here, process-wide:
+# one server per process); exported as cachescout_connections_shed_total{reason} at each scrape.
+CONNECTION_EVENTS: _Tally[str] = _Tally()
+CONNECTION_REASONS = ("idle", "slow_header", "slow_body", "body_timeout", "header_timeout", "refused")
 HINT_KINDS = ("tool_started", "tool_finished", "fanout", "session_ended", "next_agent", "pin", "retain", "invalid")
 HINT_OUTCOMES = ("accepted", "ignored_standing", "ignored_unchecked", "refused", "invalid")
 HINT_SOURCE_LABELS = 16
@@ -164,6 +170,16 @@ class ProxyMetrics:
             "or its memory: body_too_large + offload_full + parse_budget over all requests",
             registry=r,
         )
+        self.connections_shed_total = Counter(
+            "cachescout_connections_shed_total",
+            "Client connections closed by the server limits, by reason (idle / slow_header / slow_body = shed "
+            "at the connection cap; body_timeout, header_timeout = 408; refused = 503 at the cap, all busy)",
+            ("reason",),
+            registry=r,
+        )
+        for reason in CONNECTION_REASONS:
+            self.connections_shed_total.labels(reason)
+        self._connection_events_seen: dict[str, int] = {}
         self.memory_drops_total = Counter(
             "cachescout_memory_drops_total",
             "Kept state dropped to stay within its byte budget, by store "
@@ -332,5 +348,11 @@ class ProxyMetrics:
         self._upstream_errors[kind if kind in self._upstream_errors else "other"].inc()
 
     def render(self) -> tuple[bytes, str]:
+        seen = self._connection_events_seen
+        for reason in CONNECTION_REASONS:
+            n = CONNECTION_EVENTS.get(reason, 0)
+            if n > seen.get(reason, 0):
+                self.connections_shed_total.labels(reason).inc(n - seen.get(reason, 0))
+                seen[reason] = n
         """Prometheus text exposition and its content type."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
