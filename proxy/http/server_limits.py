@@ -261,6 +261,8 @@ def limited_protocol(limits: ServerLimits) -> type:
                 if self._phase == _IDLE:
                     self._set_phase(_HEAD)
             super().data_received(data)
+            if self._phase == _BODY and self._body_timer is None and not self.transport.is_closing():
+                self._body_timer = self.loop.call_later(limits.body_timeout_s, self._body_check)
             if (
                 self._in_head
                 and self._head_bytes > limits.max_header_bytes + limits.max_request_line_bytes
@@ -296,12 +298,13 @@ def limited_protocol(limits: ServerLimits) -> type:
             super().on_headers_complete()
             if self.transport.is_closing():
                 return
-            # a body follows unless the parser already knows it is empty; on_message_complete ends it
+            # a body follows unless the parser already knows it is empty; on_message_complete ends it.
+            # The pace timer is armed only if the body is still incomplete when this read is parsed
+            # (data_received): most requests arrive whole, and then cost no timer.
             self._set_phase(_BODY)
             self._body_start = self._body_last = self.loop.time()
             self._body_bytes = 0
             self._disarm_body()
-            self._body_timer = self.loop.call_later(limits.body_timeout_s, self._body_check)
 
     return LimitedHttpToolsProtocol
 

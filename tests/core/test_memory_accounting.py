@@ -68,11 +68,11 @@ def _chains(shape: str, n: int, rng: random.Random) -> Iterator[tuple[int, ...]]
 @pytest.mark.parametrize("shape", ["one_block", "branchy", "long"])
 def test_prefix_index_counted_bytes_match_real_bytes(shape):
     """Before (200 B a node): 16 MiB counted was 32-38 MB real for node-heavy trees."""
-    budget = 2 << 20
+    budget = 1 << 20
 
     def build() -> PrefixIndex:  # the chains are made in here: the hashes the index keeps are traced
         idx = PrefixIndex(budget)
-        for i, c in enumerate(_chains(shape, 30_000, random.Random(7))):
+        for i, c in enumerate(_chains(shape, 12_000, random.Random(7))):
             idx.observe(f"t{i % 3}", c, None, float(i))
         return idx
 
