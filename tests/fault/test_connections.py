@@ -258,7 +258,7 @@ def _agent_prompt(a: int, size: int) -> str:
 def test_agents_with_huge_system_prompts_are_bounded_in_bytes(engine_url, tmp_path):
     """20 agents x 3.5 MB system prompts, two calls each (so each becomes an agent), all 2xx.
     Before: anchor text, hash chain and index node of every agent kept, bounded by count only
-    (300 agents: 2,102 MB; ~9 MB an agent). Now: `agents_max_bytes` (32 MiB) and the index budget
+    (300 agents: 2,102 MB; ~9 MB an agent). Now: `agents_max_bytes` (16 MiB) and the index budget
     evict the least valuable agents. The parse budget is off here (every body is learned)."""
     prompts = [_agent_prompt(a, 3_500_000) for a in range(20)]
     with proxy(engine_url, tmp_path, "policy_parse_share=1") as px:
@@ -296,7 +296,7 @@ def test_agents_with_huge_system_prompts_are_bounded_in_bytes(engine_url, tmp_pa
     print(f"\nhuge agents: RSS {rss0:.0f} -> {rss:.0f} MB, agents {len(st['agents'])}, kept {kept}, drops {drops}")
     obs = st["observer"]
     assert obs["observed"] + obs["offload_full"] == 40 and obs["observed"] >= 30, obs
-    assert kept['{store="agents"}'] <= 32 << 20 and kept['{store="prefix_index"}'] <= 16 << 20
+    assert kept['{store="agents"}'] <= 16 << 20 and kept['{store="prefix_index"}'] <= 16 << 20
     assert drops['{store="agents"}'] > 0
     assert rss < 300, (rss0, rss)  # the acceptance bound; before: ~9 MB an agent more (20: ~330 MB)
 
