@@ -21,7 +21,8 @@ defaults (`Settings.server_*`):
   connections for long;
 - at the connection cap, a new connection first *sheds* one that is doing nothing useful: the
   oldest idle one (a keep-alive connection between requests, or one that never sent a byte), else
-  the oldest one still sending its headers, else the slowest one still sending its body (408).
+  the oldest one still sending its headers, else the slowest one still sending its body (408);
+  idle/header-phase connections younger than 1 s (just connected, about to send) go last.
   Only when every connection is busy with a request is the new one refused (503). So idle and slow
   sockets can never take `/livez` (or a real client) down.
 
@@ -100,6 +101,7 @@ _REASONS = {
 
 # phases of a connection, for shedding
 _IDLE, _HEAD, _BODY, _BUSY = 0, 1, 2, 3
+SHED_GRACE_S = 1.0  # a connection this new in its idle/header phase is shed only after slow bodies
 
 
 def limited_protocol(limits: ServerLimits) -> type:
@@ -119,6 +121,7 @@ def limited_protocol(limits: ServerLimits) -> type:
             self._in_head = True  # reading a request line + headers
             self._head_timer: asyncio.TimerHandle | None = None
             self._phase = -1
+            self._since = 0.0
             self._body_timer: asyncio.TimerHandle | None = None
             self._body_start = 0.0
             self._body_last = 0.0
@@ -130,6 +133,7 @@ def limited_protocol(limits: ServerLimits) -> type:
             if old is not None:
                 old.pop(self, None)
             self._phase = phase
+            self._since = self.loop.time()
             new = tables.get(phase)
             if new is not None:
                 new[self] = None
@@ -143,14 +147,12 @@ def limited_protocol(limits: ServerLimits) -> type:
                 self._refuse(503, b"too many connections")
 
         def _shed_one(self) -> bool:
-            """Close the least useful other connection (module docstring); False: all are busy."""
-            for table, reason in ((idle, "idle"), (heads, "slow_header")):
-                for victim in table:
-                    if victim is not self and not victim.transport.is_closing():
-                        CONNECTION_EVENTS[reason] += 1
-                        victim._shed(408 if reason == "slow_header" else None)
-                        return True
+            """Close the least useful other connection (module docstring); False: all are busy.
+            Idle and header-phase connections younger than SHED_GRACE_S (one that just connected
+            and is about to send its request) go only after every slow body."""
             now = self.loop.time()
+            if self._shed_oldest(now - SHED_GRACE_S):
+                return True
             slowest, worst = None, float("inf")
             for victim in bodies:
                 rate = victim._body_bytes / max(1e-3, now - victim._body_start)
@@ -160,6 +162,19 @@ def limited_protocol(limits: ServerLimits) -> type:
                 CONNECTION_EVENTS["slow_body"] += 1
                 slowest._shed(408)
                 return True
+            return self._shed_oldest(float("inf"))
+
+        def _shed_oldest(self, since_before: float) -> bool:
+            """Shed the oldest idle (else header-phase) connection in its phase since before ``since_before``."""
+            for table, reason in ((idle, "idle"), (heads, "slow_header")):
+                for victim in table:  # oldest first
+                    if victim is self or victim.transport.is_closing():
+                        continue
+                    if victim._since > since_before:
+                        break  # the rest are younger still
+                    CONNECTION_EVENTS[reason] += 1
+                    victim._shed(408 if reason == "slow_header" else None)
+                    return True
             return False
 
         def _shed(self, status: int | None) -> None:
