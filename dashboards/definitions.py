@@ -360,6 +360,20 @@ POLICY = Dashboard(
                     unit="ops",
                 ),
                 Panel(
+                    "Share shed to protect the proxy",
+                    "How much traffic does the policy drop to keep the event loop and memory bounded "
+                    "(body too large, parse worker full or over its time share), since start?",
+                    (Target("max(cachescout_policy_shed_ratio)", "shed share"),),
+                    unit="percentunit",
+                ),
+                Panel(
+                    "Client connections shed",
+                    "Are idle or slow clients crowding the connection cap? Connections closed per second: "
+                    "shed at the cap (idle, slow_header, slow_body), timed out (408) or refused (503).",
+                    (Target(rate("cachescout_connections_shed_total", "reason"), "{{reason}}"),),
+                    unit="ops",
+                ),
+                Panel(
                     "Memory budget",
                     "Is the policy within its byte budgets? Kept bytes by store, and drops per second "
                     "made to stay within them (oldest sessions first).",

@@ -245,13 +245,28 @@ class Settings(BaseSettings):
         description="idle seconds before a client keep-alive connection is closed (uvicorn timeout_keep_alive)",
     )
     upstream_max_header_line_bytes: int = Field(
-        64 * 1024,
+        128 * 1024,
         ge=8190,
         description="longest engine response status/header line accepted (aiohttp "
-        "max_line_size/max_field_size; aiohttp's own default 8190 turned valid replies into 502)",
+        "max_line_size/max_field_size; above httpx's 100 KiB whole-block and curl's 100 KiB line limits)",
     )
     upstream_max_headers: int = Field(
-        1024, ge=128, description="engine response header fields accepted (aiohttp max_headers; its default 128)"
+        4096,
+        ge=128,
+        description="engine response header fields accepted (aiohttp max_headers; its default 128; "
+        "httpx accepts as many as fit its 100 KiB block)",
+    )
+    server_body_timeout_s: float = Field(
+        20.0,
+        gt=0,
+        description="a request body with no byte for this long gets 408 and is closed; also the grace "
+        "before server_body_min_rate applies (nginx client_body_timeout, Apache mod_reqtimeout body=20)",
+    )
+    server_body_min_rate: float = Field(
+        500.0,
+        ge=0,
+        description="bytes/s a request body must average after the server_body_timeout_s grace, 408 below "
+        "(Apache mod_reqtimeout MinRate=500; 0 = no rate check)",
     )
     policy_max_body_bytes: int = Field(
         4 * 1024 * 1024,
@@ -263,6 +278,16 @@ class Settings(BaseSettings):
         256 * 1024,
         ge=0,
         description="request bodies up to this are parsed on the event loop; larger ones on a worker thread",
+    )
+    policy_parse_share: float = Field(
+        0.25,
+        gt=0,
+        le=1,
+        description="share of wall time the parse worker may spend on large bodies; a body that does not fit "
+        "is not learned from (counted, reason parse_budget); 1 = no time budget",
+    )
+    policy_parse_burst_s: float = Field(
+        0.25, gt=0, description="seconds of parse work the parse worker's time budget holds at once"
     )
     policy_offload_queue: int = Field(
         8,

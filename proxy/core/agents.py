@@ -13,12 +13,17 @@ The same code path serves the live proxy (canonical chat/Responses/Messages view
 (engine block ids): both hand chained hashes to ``identify``.
 
 The registry is bounded (``max_agents`` over all tenants); when full, the agent with the lowest
-value uses·e^(−λ·age) is evicted and its transition row/column are forgotten.
+value uses·e^(−λ·age) is evicted and its transition row/column are forgotten. It is also bounded
+in bytes (issue 22): each agent is charged its anchor (hash and block-token tuples) and its replay
+payload (``agent_bytes``); over ``agents_max_bytes``, or when the prefix index is over its budget
+and only agent nodes are left to evict, the least valuable agents go first (the agent just
+identified last; alone over the budget, it goes too: counted in ``dropped_for_bytes``).
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,7 +35,7 @@ from .action_payload import ActionPayload
 from .config import PolicyConfig
 from .fingerprint import truncate_payload
 from .prefix_index import PrefixIndex
-from .prefix_node import Node
+from .prefix_node import HASH_BYTES, Node
 from .survival import median_gap
 from .transitions import TransitionLearner
 from .view import RequestView
@@ -56,6 +61,36 @@ class Agent:
     node: Node | None = None  # its prefix-index node (None: restored, not yet seen)
     repeats: int = 0  # requests that were whole-prompt repeats
     anchor_len: int = 0  # blocks in the anchor (known before its hashes on restore)
+    cost: int = 0  # bytes charged to the registry's budget (agent_bytes when last measured)
+
+
+AGENT_BYTES = 1200  # the Agent object, its two gap deques and its dict/slot entries (tracemalloc)
+
+
+def anchor_payload_bytes(obj: object, depth: int = 0) -> int:
+    """Bytes a replay payload holds: its strings (exact sizes) and containers (~64 B each + slots);
+    compact payloads declare their ``nbytes``. Walked only when an agent's payload changes."""
+    n = getattr(obj, "nbytes", None)
+    if isinstance(n, int):
+        return n
+    if isinstance(obj, str | bytes | bytearray):
+        return sys.getsizeof(obj)
+    if depth > 8:
+        return 64
+    if isinstance(obj, ActionPayload):
+        return 64 + anchor_payload_bytes(obj.prompt, depth + 1) + anchor_payload_bytes(obj.assistant, depth + 1)
+    if isinstance(obj, dict):
+        d = depth + 1
+        return 64 + sum(40 + anchor_payload_bytes(k, d) + anchor_payload_bytes(v, d) for k, v in obj.items())
+    if isinstance(obj, list | tuple):
+        return 64 + sum(8 + anchor_payload_bytes(v, depth + 1) for v in obj)
+    return 32 if obj is not None else 0
+
+
+def agent_bytes(agent: Agent) -> int:
+    """An agent's charge: the object, its anchor tuples (a hash: an int + its slot; a block's token
+    count: a slot, the ints are small and shared) and its payload."""
+    return AGENT_BYTES + len(agent.anchor_hashes) * (HASH_BYTES + 8) + anchor_payload_bytes(agent.payload)
 
 
 def agent_id_for(tenant: str, key: int) -> str:
@@ -99,6 +134,8 @@ class AgentRegistry:
         # (expiry in identify() calls, agent promoted on first sight)
         self.tentative: deque[tuple[int, Agent]] = deque()
         self.discarded = 0  # tentative agents dropped: never reached again
+        self.bytes = 0  # sum of the live agents' cost
+        self.dropped_for_bytes = 0  # agents evicted to stay within agents_max_bytes / the index budget
 
     def tenant(self, tenant: str) -> TenantState:
         ts = self.tenants.get(tenant)
@@ -166,15 +203,48 @@ class AgentRegistry:
             ts = self.tenants[agent.tenant]
             if agent.tokens > ts.max_anchor_tokens:
                 ts.max_anchor_tokens = agent.tokens
+            self._charge(agent)
         if view.anchor_payload is not None and (agent.payload is None or agent.uses % 16 == 0):
             kept = truncate_payload(view.anchor_payload, n)  # refreshed now and then
             agent.payload = ActionPayload(kept) if kept is not None else None
+            self._charge(agent)
         if repeat:
             agent.repeats += 1
             self.repeats += 1
         agent.uses += 1
         agent.last_seen = now
+        if self.bytes > self.config.agents_max_bytes or self.index.bytes > self.index.max_bytes:
+            self._shrink(now, agent)
+            if not self.alive(agent):
+                return None
         return cast(Agent, agent)
+
+    def _charge(self, agent: Agent) -> None:
+        cost = agent_bytes(agent)
+        self.bytes += cost - agent.cost
+        agent.cost = cost
+
+    def _shrink(self, now: float, current: Agent) -> None:
+        """Evict the least valuable agents until the registry and the index fit their budgets
+        (the index drops the freed nodes' leaves itself); ``current`` last."""
+        lam = self.config.age_lambda
+        budget, index = self.config.agents_max_bytes, self.index
+
+        def over() -> bool:
+            if index.bytes > index.max_bytes:
+                index.evict_leaves()
+            return self.bytes > budget or index.bytes > index.max_bytes
+
+        ranked = sorted(self.by_id.values(), key=lambda a: a.uses * math.exp(-lam * max(0.0, now - a.last_seen)))
+        for victim in ranked:
+            if not over():
+                return
+            if victim is not current:
+                self.dropped_for_bytes += 1
+                self.remove(victim)
+        if over() and self.alive(current):  # alone over a budget
+            self.dropped_for_bytes += 1
+            self.remove(current)
 
     def _expire_tentative(self, seen: int) -> None:
         """Drop agents promoted on first sight that were not reached again within their window."""
@@ -247,6 +317,12 @@ class AgentRegistry:
         if node is not None and node.agent is agent:
             self.index.detach(node)
         agent.node = None
+        self.bytes -= agent.cost
+        agent.cost = 0
+        # the heavy parts go now: sessions and the tentative queue drop their references lazily,
+        # and every user checks ``alive`` (or an empty anchor) before reading them
+        agent.payload = None
+        agent.anchor_hashes = agent.anchor_block_tokens = ()
         ts.agents.pop(agent.key, None)
         ts.by_slot.pop(agent.slot, None)
         ts.learner.remove_slot(agent.slot)

@@ -132,6 +132,9 @@ class PolicyConfig:
     session_max_bytes: int = 64 * 1024 * 1024  # sessions' hash chains + kept payloads, estimated;
     # the least recently active sessions are dropped first
     fanout_max_bytes: int = 16 * 1024 * 1024  # parked fan-out parents between two plan ticks
+    agents_max_bytes: int = 16 * 1024 * 1024  # agents' anchors (hashes, block tokens, replay payload),
+    # estimated; over it (or over prefix_index_max_bytes with only agent nodes left to evict) the
+    # least valuable agents are evicted (issue 22)
 
     def with_overrides(self, **overrides: object) -> PolicyConfig:
         """Copy with some fields replaced; unknown names raise (typos must not pass silently)."""

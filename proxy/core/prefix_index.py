@@ -57,7 +57,8 @@ value that changes rarely (today's date) makes one agent per value (the old one 
 that changes per session before any agent-specific text leaves only the part before it recurring,
 so such agents are found per value (documented limitation).
 
-Memory: every node is charged ~200 B + 44 B per edge hash; over ``max_bytes`` the least recently
+Memory: every node is charged ~480 B + 44 B per edge hash (fitted to tracemalloc, node-heavy and
+hash-heavy trees alike: tests/core/test_memory_accounting.py); over ``max_bytes`` the least recently
 reached leaves (one-off tails: the cheap aged-out candidates) are evicted until it fits again, a parent left with one
 child is merged into it, and empty tenant roots go. Agent nodes are never evicted while alive.
 """
@@ -352,6 +353,11 @@ class PrefixIndex:
         return found
 
     # --- memory ----------------------------------------------------------------------------------
+    def evict_leaves(self) -> None:
+        """Evict cold leaves until the budget fits (the registry calls this after freeing agent
+        nodes: agent nodes themselves are never evicted here)."""
+        self._evict(0.0)
+
     def _evict(self, now: float) -> None:
         leaves = self._leaves
         budget = self.max_bytes  # just under the cap: at steady state each

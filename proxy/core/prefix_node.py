@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-NODE_BYTES = 200
+# Estimated bytes, fitted to tracemalloc (issue 22; tests/core/test_memory_accounting.py): a node is
+# the slotted object, its edge tuple, its source tuples and ints, its entry in the parent's children
+# dict and in the index's leaf LRU (~480 B); a hash is a 64-bit int plus its tuple slot (~44 B).
+# The old 200 B a node under-counted node-heavy (adversarial) trees by 2x.
+NODE_BYTES = 480
 HASH_BYTES = 44
 MAX_SOURCES = 3
 

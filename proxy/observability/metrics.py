@@ -12,6 +12,8 @@ series count by requesting random URLs.
 
 from __future__ import annotations
 
+from collections import Counter as _Tally
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
@@ -24,8 +26,12 @@ UPSTREAM_ERROR_KINDS = ("connect", "timeout", "protocol", "other")
 ACTION_OUTCOMES = ("ok", "error", "dropped_stale", "dropped_busy", "dropped_full", "unsupported")
 ACTION_KINDS = ("touch", "warm", "retain")
 ACTION_REASONS = ("transition", "tool_resume", "fanout", "hint")
-SKIP_REASONS = ("rejected", "not_allowed", "body_too_large", "offload_full")
-MEMORY_STORES = ("sessions", "fanout", "tap")
+SKIP_REASONS = ("rejected", "not_allowed", "body_too_large", "offload_full", "parse_budget")
+MEMORY_STORES = ("sessions", "fanout", "tap", "agents")
+# What the client-facing connection limits did (proxy/http/server_limits.py counts here, process-wide:
+# one server per process); exported as cachescout_connections_shed_total{reason} at each scrape.
+CONNECTION_EVENTS: _Tally[str] = _Tally()
+CONNECTION_REASONS = ("idle", "slow_header", "slow_body", "body_timeout", "header_timeout", "refused")
 HINT_KINDS = ("tool_started", "tool_finished", "fanout", "session_ended", "next_agent", "pin", "retain", "invalid")
 HINT_OUTCOMES = ("accepted", "ignored_standing", "ignored_unchecked", "refused", "invalid")
 HINT_SOURCE_LABELS = 16
@@ -156,20 +162,36 @@ class ProxyMetrics:
             "cachescout_policy_skipped_total",
             "Client requests the policy did not learn from, by reason "
             "(rejected = engine answered non-2xx, not_allowed = auth not in the allow-list, body_too_large, "
-            "offload_full = parse worker queue full)",
+            "offload_full = parse worker queue full, parse_budget = parse worker over its time share)",
             ("reason",),
             registry=r,
         )
+        self.policy_shed_ratio = Gauge(
+            "cachescout_policy_shed_ratio",
+            "Share of client requests (since start) the policy did not learn from to protect the event loop "
+            "or its memory: body_too_large + offload_full + parse_budget over all requests",
+            registry=r,
+        )
+        self.connections_shed_total = Counter(
+            "cachescout_connections_shed_total",
+            "Client connections closed by the server limits, by reason (idle / slow_header / slow_body = shed "
+            "at the connection cap; body_timeout, header_timeout = 408; refused = 503 at the cap, all busy)",
+            ("reason",),
+            registry=r,
+        )
+        for reason in CONNECTION_REASONS:
+            self.connections_shed_total.labels(reason)
+        self._connection_events_seen: dict[str, int] = {}
         self.memory_drops_total = Counter(
             "cachescout_memory_drops_total",
             "Kept state dropped to stay within its byte budget, by store "
-            "(sessions, fanout = parked fan-out parents, tap = response readers)",
+            "(sessions, fanout = parked fan-out parents, tap = response readers, agents = anchors)",
             ("store",),
             registry=r,
         )
         self.kept_bytes = Gauge(
             "cachescout_kept_bytes",
-            "Estimated bytes the policy keeps, by store (sessions, tap)",
+            "Estimated bytes the policy keeps, by store (sessions, tap, agents, prefix_index)",
             ("store",),
             registry=r,
         )
@@ -338,5 +360,11 @@ class ProxyMetrics:
         self._upstream_errors[kind if kind in self._upstream_errors else "other"].inc()
 
     def render(self) -> tuple[bytes, str]:
+        seen = self._connection_events_seen
+        for reason in CONNECTION_REASONS:
+            n = CONNECTION_EVENTS.get(reason, 0)
+            if n > seen.get(reason, 0):
+                self.connections_shed_total.labels(reason).inc(n - seen.get(reason, 0))
+                seen[reason] = n
         """Prometheus text exposition and its content type."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -161,6 +161,7 @@ class UsageAccounting:
             "sessions": sessions.dropped_for_bytes,
             "fanout": policy.fanout_dropped,
             "tap": self.tap_budget.overflows,
+            "agents": policy.agents.dropped_for_bytes,
         }
         seen = self._drops_seen
         for store, n in now.items():
@@ -169,3 +170,8 @@ class UsageAccounting:
             seen[store] = n
         m.kept_bytes.labels("sessions").set(sessions.bytes)
         m.kept_bytes.labels("tap").set(self.tap_budget.used)
+        m.kept_bytes.labels("agents").set(policy.agents.bytes)
+        c = self.counts
+        shed = c["body_too_large"] + c["offload_full"] + c["parse_budget"]
+        m.policy_shed_ratio.set(shed / c["requests"] if c["requests"] else 0.0)
+        m.kept_bytes.labels("prefix_index").set(policy.agents.index.bytes)

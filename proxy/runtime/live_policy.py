@@ -78,6 +78,7 @@ COUNTS = (
     "body_too_large",
     "offloaded",
     "offload_full",
+    "parse_budget",
 )
 
 
@@ -196,9 +197,12 @@ class LivePolicyObserver(BodyRewriting, UsageAccounting):
         if isinstance(ctx.json, dict):
             self._later(self._build_view, ctx, st)
         elif ctx.json is None and size > self.limits.inline_parse_bytes and ctx.body[:1] in b"{ \t\r\n":
+            if not self.offload.admit(size):  # the worker's time budget (runtime/offload.py)
+                self._skip(st, "parse_budget")
+                return
             st.parsing = True  # the forwarder left it unparsed: too large for the loop
             args = (ctx.path, ctx.body, ctx.headers, self.block_chars, self.chars_per_token)
-            if self.offload.submit(view_from_openai_bytes, args, lambda f: self._view_ready(ctx, st, f)):
+            if self.offload.submit(view_from_openai_bytes, args, lambda f: self._view_ready(ctx, st, f), size):
                 self.counts["offloaded"] += 1
             else:
                 st.parsing = False

@@ -68,7 +68,8 @@ def write_state_file(path: str, doc: Mapping[str, object]) -> None:
 def harden_observer(observer: LivePolicyObserver, settings: Settings) -> None:
     """Apply the `policy_*` hardening settings to a LivePolicyObserver."""
     observer.limits = ObserveLimits.from_settings(settings)
-    observer.offload = ParseOffload(observer.limits.offload_queue)
+    limits = observer.limits
+    observer.offload = ParseOffload(limits.offload_queue, limits.parse_share, limits.parse_burst_s)
     observer.tap_budget = TapBudget(settings.policy_tap_max_bytes)
     hashes = settings.policy_client_auth_sha256
     observer.allowed_auth = frozenset(h.strip().lower() for h in hashes if h.strip())

@@ -7,6 +7,7 @@ Run as a script (`python tests/fault/hostile_upstream.py --port N [--waiting W]`
                              "deep"  -> a 200k-deep JSON array body,
                              "stream": true -> a short SSE reply with usage, otherwise JSON + usage
   GET /huge-headers          200 with a 16 KiB header and 300 header fields
+  GET /headers?line=N&fields=M  200 with one N-byte header line and M more header fields
   POST /echo-sha             the sha256 and length of the body received (large-body byte-exactness)
   GET /stall, /trickle       headers then silence / a body in 10-byte pieces 50 ms apart
   POST /echo                 the body back (malformed bodies pass untouched)
@@ -125,6 +126,13 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
                 writer.write(_resp("200 OK", body, headers.get("content-type", "application/octet-stream").encode()))
             elif path == "/huge-headers":
                 extra = b"x-big: " + b"b" * 16384 + b"\r\n" + b"".join(b"x-h%d: %d\r\n" % (i, i) for i in range(300))
+                writer.write(_resp("200 OK", b'{"ok":true}', extra=extra))
+            elif path == "/headers":
+                q = dict(kv.split("=", 1) for kv in target.partition("?")[2].split("&") if "=" in kv)
+                line, fields = int(q.get("line", 0)), int(q.get("fields", 0))
+                extra = (b"x-line: " + b"l" * line + b"\r\n" if line else b"") + b"".join(
+                    b"x-f%d: %d\r\n" % (i, i) for i in range(fields)
+                )
                 writer.write(_resp("200 OK", b'{"ok":true}', extra=extra))
             elif path == "/reset":
                 writer.transport.abort()
