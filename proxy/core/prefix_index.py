@@ -57,7 +57,7 @@ value that changes rarely (today's date) makes one agent per value (the old one 
 that changes per session before any agent-specific text leaves only the part before it recurring,
 so such agents are found per value (documented limitation).
 
-Memory: every node is charged ~480 B + 44 B per edge hash (fitted to tracemalloc, node-heavy and
+Memory: every node is charged ~540 B + 44 B per edge hash (fitted to tracemalloc, node-heavy and
 hash-heavy trees alike: tests/core/test_memory_accounting.py); over ``max_bytes`` the least recently
 reached leaves (one-off tails: the cheap aged-out candidates) are evicted until it fits again, a parent left with one
 child is merged into it, and empty tenant roots go. Agent nodes are never evicted while alive.

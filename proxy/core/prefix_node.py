@@ -12,9 +12,9 @@ from typing import Any, NamedTuple
 
 # Estimated bytes, fitted to tracemalloc (issue 22; tests/core/test_memory_accounting.py): a node is
 # the slotted object, its edge tuple, its source tuples and ints, its entry in the parent's children
-# dict and in the index's leaf LRU (~480 B); a hash is a 64-bit int plus its tuple slot (~44 B).
+# dict and in the index's leaf LRU (~540 B with the lineage fields); a hash is a 64-bit int plus its tuple slot (~44 B).
 # The old 200 B a node under-counted node-heavy (adversarial) trees by 2x.
-NODE_BYTES = 480
+NODE_BYTES = 540
 HASH_BYTES = 44
 MAX_SOURCES = 3
 
