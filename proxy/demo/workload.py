@@ -72,6 +72,9 @@ class DemoSpec:
     cache_salt: str | None = None  # vLLM cache_salt on every request (one tenant's isolation domain)
     session_label: str = "session"  # body `user` = f"{session_label}-{sid}"
     session_header: bool = False  # also send X-Session-ID (what routers' session affinity keys on)
+    # vllm-router program scheduling's canonical identity: body vllm_xargs.agentic_context
+    # (program_id = session_id = the session label, step_id = the call's index in the session)
+    agentic_context: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +100,7 @@ class RequestRecord:
 class WorkloadResult:
     records: list[RequestRecord] = field(default_factory=list)
     turn_latencies: list[float] = field(default_factory=list)
+    session_spans: list[float] = field(default_factory=list)  # completed sessions: first call to last answer (s)
     errors: int = 0
     wall_s: float = 0.0
 
@@ -197,6 +201,8 @@ async def _session(
         headers = {**headers, "x-session-id": f"{spec.session_label}-{sid}"}
     transcript: list[dict] = []
     cur: int | None = None
+    calls = 0
+    started = finished = time.perf_counter()
     for _step in range(rng.randint(*spec.steps)):
         if cur is None:
             cur = rng.randrange(spec.agents)
@@ -217,6 +223,10 @@ async def _session(
             }
             if spec.cache_salt:
                 body["cache_salt"] = spec.cache_salt
+            if spec.agentic_context:
+                label = f"{spec.session_label}-{sid}"
+                body["vllm_xargs"] = {"agentic_context": {"program_id": label, "session_id": label, "step_id": calls}}
+            calls += 1
             if agent.tools:
                 body["tools"] = list(agent.tools)
                 body["tool_choice"] = "auto" if round_ < spec.max_tool_rounds else "none"
@@ -258,7 +268,10 @@ async def _session(
                     }
                 )
         out.turn_latencies.append(turn_s)
+        finished = time.perf_counter()
         await asyncio.sleep(spec.think_seconds)
+    if calls:
+        out.session_spans.append(finished - started)
 
 
 async def run_workload(
