@@ -1,7 +1,8 @@
 """benchmarks/program_scheduling.py: its arms, its tuned vllm-router config, its figures, and a smoke
 run of one arm on loopback (sim engine behind `vllm-router --enable-program-scheduling`): the
 workload's `vllm_xargs.agentic_context` must reach the router's program scheduler, which then lists
-each session as a program in `/scheduling/diagnostics`. Skipped when the vllm-router binary is absent.
+each session as a program in `/scheduling/diagnostics`, and a top-level `priority` (the session
+lane's lever) must pass through the router to the engine. Skipped when the vllm-router binary is absent.
 """
 
 from __future__ import annotations
@@ -11,15 +12,7 @@ import contextlib
 
 import pytest
 
-from benchmarks.program_scheduling import (
-    ARMS,
-    _find,
-    arm,
-    figures,
-    mean_2se,
-    start_all,
-    tuned_config,
-)
+from benchmarks.program_scheduling import ARMS, _find, arm, figures, mean_2se, start_all, tuned_config
 from proxy.demo.workload import DemoSpec, RequestRecord, WorkloadResult, run_workload
 from proxy.harness.router_fleet import MODEL, FleetConfig, find_router
 
@@ -95,7 +88,12 @@ def test_program_scheduling_sees_the_sessions() -> None:
         fronts, routers = start_all([arm("router+ps-tuned")], cfg, ROUTER, stack)
         res = asyncio.run(run_workload(fronts["router+ps-tuned"], spec, model=MODEL))
         doc = httpx.get(routers["router+ps-tuned"] + "/scheduling/diagnostics", timeout=10).json()
+        # the session lane's lever reaches the engine through the router: a top-level `priority` is
+        # forwarded (this arm's engine runs FCFS, so it refuses a non-zero one as vLLM V0 did)
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "priority": 5}
+        refused = httpx.post(fronts["router+ps-tuned"] + "/v1/chat/completions", json=body, timeout=30)
     assert res.errors == 0
+    assert refused.status_code == 400 and "priority" in refused.text.lower()
     assert len(res.session_spans) == 3 and all(s > 0 for s in res.session_spans)
     programs = _find(doc, "programs") or []
     assert {p.get("session_id") for p in programs} == {"session-0", "session-1", "session-2"}
