@@ -229,6 +229,7 @@ def spec_for(args: argparse.Namespace, seed: int) -> DemoSpec:
         seed=seed,
         session_header=True,
         agentic_context=True,
+        arrival_rate=args.arrival_rate,
     )
 
 
@@ -268,7 +269,10 @@ def main() -> int:
     ap.add_argument("--arms", nargs="+", default=list(ARMS))
     ap.add_argument("--reps", type=int, default=3, help="counted repetitions (plus one warm-up)")
     ap.add_argument("--sessions", type=int, default=10)
-    ap.add_argument("--concurrency", type=int, default=6)
+    ap.add_argument("--concurrency", type=int, default=6, help="closed loop: sessions at once")
+    ap.add_argument(
+        "--arrival-rate", type=float, default=0.0, help="> 0: open loop, Poisson session arrivals per s (seeded)"
+    )
     ap.add_argument("--cache-blocks", type=int, default=160, help="engine KV blocks of 16 tokens")
     ap.add_argument("--prefill-tps", type=float, default=4000.0)
     ap.add_argument("--speed", type=float, default=1.0)

@@ -75,6 +75,9 @@ class DemoSpec:
     # vllm-router program scheduling's canonical identity: body vllm_xargs.agentic_context
     # (program_id = session_id = the session label, step_id = the call's index in the session)
     agentic_context: bool = False
+    # > 0: open loop, sessions arrive as a Poisson process at this rate (per s, seeded) whatever
+    # is in flight, and `concurrency` is not a cap; 0: closed loop, `concurrency` sessions at once
+    arrival_rate: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,12 +285,20 @@ async def run_workload(
     script = script_order(spec)
     out = WorkloadResult()
     url = base_url.rstrip("/") + "/v1/chat/completions"
-    sem = asyncio.Semaphore(spec.concurrency)
-    limits = httpx.Limits(max_connections=spec.concurrency * 2, max_keepalive_connections=spec.concurrency * 2)
+    cap = spec.sessions if spec.arrival_rate > 0 else spec.concurrency
+    sem = asyncio.Semaphore(max(1, cap))
+    starts = [0.0] * spec.sessions
+    if spec.arrival_rate > 0:
+        arrivals = random.Random(spec.seed * 7919 + 1)
+        for sid in range(1, spec.sessions):
+            starts[sid] = starts[sid - 1] + arrivals.expovariate(spec.arrival_rate)
+    limits = httpx.Limits(max_connections=max(1, cap) * 2, max_keepalive_connections=max(1, cap) * 2)
     t0 = time.perf_counter()
     async with httpx.AsyncClient(timeout=httpx.Timeout(60.0), limits=limits) as client:
 
         async def one(sid: int) -> None:
+            if starts[sid] > 0:
+                await asyncio.sleep(starts[sid])
             async with sem:
                 await _session(client, url, spec, sid, agents, script, model, headers or {}, out, tick)
 
