@@ -81,6 +81,12 @@ class DemoSpec:
     # > 0: each tool agent's tools take a characteristic time (log-uniform over `tool_seconds`, fixed
     # per agent and seed), each call that time x uniform(1 - tool_jitter, 1 + tool_jitter)
     tool_jitter: float = 0.0
+    # vllm-router program scheduling's canonical identity: body vllm_xargs.agentic_context
+    # (program_id = session_id = the session label, step_id = the call's index in the session)
+    agentic_context: bool = False
+    # > 0: open loop, sessions arrive as a Poisson process at this rate (per s, seeded) whatever
+    # is in flight, and `concurrency` is not a cap; 0: closed loop, `concurrency` sessions at once
+    arrival_rate: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +114,7 @@ class WorkloadResult:
     records: list[RequestRecord] = field(default_factory=list)
     turn_latencies: list[float] = field(default_factory=list)
     session_latencies: list[float] = field(default_factory=list)  # a session's start to its last answer
+    session_spans: list[float] = field(default_factory=list)  # completed sessions: first call to last answer (s)
     errors: int = 0
     wall_s: float = 0.0
 
@@ -215,12 +222,13 @@ async def _session(
     t0: float = 0.0,
 ) -> None:
     rng = random.Random(spec.seed * 1000 + sid)
-    started = time.perf_counter()
     task = {"role": "user", "content": f"Task {sid}: " + _words(rng, rng.randint(*spec.task_words))}
     if spec.session_header:
         headers = {**headers, "x-session-id": f"{spec.session_label}-{sid}"}
     transcript: list[dict] = []
     cur: int | None = None
+    calls = 0
+    started = finished = time.perf_counter()
     for _step in range(rng.randint(*spec.steps)):
         if cur is None:
             cur = rng.randrange(spec.agents)
@@ -244,6 +252,10 @@ async def _session(
             }
             if spec.cache_salt:
                 body["cache_salt"] = spec.cache_salt
+            if spec.agentic_context:
+                label = f"{spec.session_label}-{sid}"
+                body["vllm_xargs"] = {"agentic_context": {"program_id": label, "session_id": label, "step_id": calls}}
+            calls += 1
             if agent.tools:
                 body["tools"] = list(agent.tools)
                 if spec.tool_rounds is not None:
@@ -290,8 +302,11 @@ async def _session(
                     }
                 )
         out.turn_latencies.append(turn_s)
+        finished = time.perf_counter()
         await asyncio.sleep(spec.think_seconds)
     out.session_latencies.append(time.perf_counter() - started)
+    if calls:
+        out.session_spans.append(finished - started)
 
 
 async def run_workload(
@@ -302,14 +317,23 @@ async def run_workload(
     script = script_order(spec)
     out = WorkloadResult()
     url = base_url.rstrip("/") + "/v1/chat/completions"
-    sem = asyncio.Semaphore(spec.concurrency)
-    limits = httpx.Limits(max_connections=spec.concurrency * 2, max_keepalive_connections=spec.concurrency * 2)
+    cap = spec.sessions if spec.arrival_rate > 0 else spec.concurrency
+    sem = asyncio.Semaphore(max(1, cap))
+    starts = [0.0] * spec.sessions
+    if spec.arrival_rate > 0:
+        arrivals = random.Random(spec.seed * 7919 + 1)
+        for sid in range(1, spec.sessions):
+            starts[sid] = starts[sid - 1] + arrivals.expovariate(spec.arrival_rate)
+    limits = httpx.Limits(max_connections=max(1, cap) * 2, max_keepalive_connections=max(1, cap) * 2)
     t0 = time.perf_counter()
     async with httpx.AsyncClient(timeout=httpx.Timeout(60.0), limits=limits) as client:
 
         async def one(sid: int) -> None:
+            delay = starts[sid]
             if spec.start_spread_s > 0:
-                await asyncio.sleep(random.Random(spec.seed * 7919 + sid).uniform(0, spec.start_spread_s))
+                delay += random.Random(spec.seed * 7919 + sid).uniform(0, spec.start_spread_s)
+            if delay > 0:
+                await asyncio.sleep(delay)
             async with sem:
                 await _session(client, url, spec, sid, agents, script, model, headers or {}, out, tick, t0)
 
