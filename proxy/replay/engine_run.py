@@ -322,6 +322,7 @@ def run_on_engine(
     cpu_blocks: int = 0,
     block_size: int = 16,
 ) -> RunRecorder:
+    """One policy over the stream on `SimEngine` in virtual time (with a host tier of `cpu_blocks`)."""
     outputs = np.fromiter((r.output_tokens for r in requests), dtype=np.int64, count=len(requests))
     rec = RunRecorder(cost, outputs, engines)
     from proxy.replay.runner import resume_mask

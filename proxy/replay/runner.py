@@ -124,18 +124,8 @@ def resume_mask(requests: Sequence[ReplayRequest]) -> np.ndarray:
     return out
 
 
-def run_policy(
-    policy: ReplayPolicy,
-    requests: Sequence[ReplayRequest],
-    capacity: int,
-    cost: CostModel,
-    progress: Callable[[int], None] | None = None,
-    engines: int = 1,
-    cpu_blocks: int = 0,
-    block_size: int = 16,
-) -> RunRecorder:
-    """One policy over the stream on the simulated engine (with a host tier of `cpu_blocks`)."""
-    return run_on_engine(policy, requests, capacity, cost, progress, engines, cpu_blocks, block_size)
+# One policy over the stream on the simulated engine (with a host tier of `cpu_blocks`).
+run_policy = run_on_engine
 
 
 def _bar(name: str, n: int, enabled: bool) -> Callable[[int], None] | None:
