@@ -19,7 +19,7 @@ from .decisions import ACTED, DecisionLog
 from .economics import Verdict
 from .residency import ResidencyShadow
 from .sessions import Session, SessionTracker
-from .survival import anchor_score, continuation_probability, reachable_agents, remaining_gap
+from .survival import anchor_score, continuation_probability, reachable_agents
 
 
 @dataclass(slots=True)
@@ -108,7 +108,7 @@ class CandidateSources:
             samples = agent.tool_gaps if tool else agent.gaps
             med = agent.tool_gap_median if tool else agent.gap_median
             elapsed = now - s.last_end if s.last_end is not None else 0.0  # (paused: it is set)
-            lead = remaining_gap(samples, med, elapsed)
+            lead = med - elapsed if med is not None and elapsed < med else None
             if s.finish == "tool_calls" and not (s.hashes and s.context_payload is not None):
                 self._drop("no_context", now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant)  # nothing to rebuild
             elif s.finish == "tool_calls":
@@ -268,7 +268,7 @@ class CandidateSources:
                 continue
             med = agent.tool_gap_median if tool else agent.gap_median
             elapsed = now - s.last_end
-            lead = remaining_gap(agent.tool_gaps if tool else agent.gaps, med, elapsed)
+            lead = med - elapsed if med is not None and elapsed < med else None
             payload = ActionPayload(s.context_payload, s.assistant_payload)
             scored.append(
                 Candidate(

@@ -107,17 +107,3 @@ def median_gap(samples: Sequence[float]) -> float | None:
         return None
     s = sorted(samples)
     return s[len(s) // 2]
-
-
-def remaining_gap(samples: Sequence[float], median: float | None, elapsed: float) -> float | None:
-    """Seconds until a paused session's next request is expected: its agent's median gap minus the
-    time already waited; once the wait has passed the median, the median of the samples still longer
-    than the wait (the conditional median) minus the wait — a pause past its median is closer to
-    its end, not of unknown length. None while there are no samples, or every sample is shorter
-    than the wait."""
-    if median is not None and elapsed < median:
-        return median - elapsed
-    longer = sorted(g for g in samples if g > elapsed)
-    if not longer:
-        return None
-    return longer[len(longer) // 2] - elapsed

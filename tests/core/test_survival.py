@@ -64,17 +64,3 @@ def test_continuation_probability():
     assert continuation_probability(gaps, 50.0, 10.0, False, 0.9) == 0.0  # only 100 alive, > 60
     assert continuation_probability(gaps, 200.0, 10.0, False, 0.9) < 0.1  # beyond all samples
     assert median_gap([5.0, 1.0, 3.0]) == 3.0 and median_gap([]) is None
-
-
-def test_remaining_gap_before_and_past_the_median():
-    from proxy.core.survival import median_gap, remaining_gap
-
-    samples = [4.0, 5.0, 6.0, 7.0, 8.0]
-    med = median_gap(samples)
-    assert med == 6.0
-    assert remaining_gap(samples, med, 1.5) == 4.5  # before the median: median - waited
-    # past the median the pause is closer to its end, not of unknown length: the conditional median
-    assert remaining_gap(samples, med, 6.5) == 1.5  # samples > 6.5: [7, 8] -> 8 (upper median) - 6.5
-    assert remaining_gap(samples, med, 7.5) == 0.5
-    assert remaining_gap(samples, med, 9.0) is None  # longer than every sample: nothing to go by
-    assert remaining_gap([], None, 0.0) is None  # no samples yet
