@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .action_payload import ActionPayload
-from .actions import REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, REASON_TRANSITION
+from .actions import REASON_FANOUT, REASON_SWEEP, REASON_TOOL_RESUME, REASON_TRANSITION
 from .agents import agent_id_for
 from .hints import FANOUT, NEXT_AGENT, HintCandidate
 
@@ -117,7 +117,7 @@ def pin_candidates(d: HintDriver, now: float, out: list[HintCandidate]) -> None:
         pin.last_offered = now
         out.append(
             HintCandidate(
-                tokens, REASON_HINT, tenant, aid, hashes, toks, payload, 1.0, None, True, ctx, pin.kind, pin.source
+                tokens, REASON_SWEEP, tenant, aid, hashes, toks, payload, 1.0, None, True, ctx, pin.kind, pin.source
             )
         )
     for slot in stale:
