@@ -7,8 +7,9 @@ candidate may be retained), then, for those that pass, the residency shadow's an
 verdicts and the missing tokens. Why this shape: every rule is a named function checked once,
 recorded under its own stage, and switched off by name (``PolicyConfig.disabled_pieces``).
 
-``FIRST`` run before the residency verdicts, ``AFTER_RESIDENCY`` after them; a filter of the
-second list records the missing tokens it compared (``Look.missing``).
+``FIRST`` run before the residency verdicts, ``RESIDENCY`` after them, and ``WARM`` only for a
+candidate that would need a warm (tokens missing, not in the host tier); a filter of the last two
+lists records the missing tokens it compared (``Look.missing``), ``resident`` excepted.
 """
 
 from __future__ import annotations
@@ -121,35 +122,33 @@ def resident(c: Candidate, x: Look) -> str | None:
     return None
 
 
+# --- only for a candidate that would need a warm (tokens missing, not in the host tier) ---------------
 def warm_allowed(c: Candidate, x: Look) -> str | None:
     """Warming is for predictions: sweeps protect what is there (p_surv is a rank, not a probability
     of demand), touch-only candidates never warm, and no warm queues behind client traffic."""
-    if x.missing and not x.h_full and (c.reason == REASON_SWEEP or not c.warm_ok or x.busy):
+    if c.reason == REASON_SWEEP or not c.warm_ok or x.busy:
         return "warm_busy" if x.busy else "warm_not_allowed"
     return None
 
 
 def warm_too_late(c: Candidate, x: Look) -> str | None:
     """The demand is predicted before a warm could finish."""
-    if x.missing and not x.h_full and c.lead is not None:
-        cfg = x.cfg
-        if c.lead < max(cfg.min_lead_s, x.missing / cfg.prefill_tokens_per_s):
-            return "warm_too_late"
+    lead = c.lead
+    if lead is not None and lead < max(x.cfg.min_lead_s, x.missing / x.cfg.prefill_tokens_per_s):
+        return "warm_too_late"
     return None
 
 
 def warm_too_big(c: Candidate, x: Look) -> str | None:
     """One session's context over ``warm_max_cache_share`` of the cache: too much for one use."""
-    if x.missing and not x.h_full and x.max_warm and c.context and x.missing > x.max_warm:
-        return "warm_too_big"
-    return None
+    return "warm_too_big" if x.max_warm and c.context and x.missing > x.max_warm else None
 
 
 def warm_too_early(c: Candidate, x: Look) -> str | None:
     """It would be evicted again before the predicted demand (lead beyond a share of the cache's
     lifetime)."""
     lead, life = c.lead, x.life
-    if not x.missing or x.h_full or lead is None or life is None:
+    if lead is None or life is None:
         return None
     return "warm_too_early" if 0 < x.cfg.warm_lifetime_share * life < lead else None
 
@@ -161,9 +160,8 @@ FIRST: tuple[tuple[str, Filter], ...] = (
     ("cooldown", cooldown),
     ("resident_memo", resident_memo),
 )
-AFTER_RESIDENCY: tuple[tuple[str, Filter], ...] = (
-    ("host_tier", host_tier),
-    ("resident", resident),
+RESIDENCY: tuple[tuple[str, Filter], ...] = (("host_tier", host_tier), ("resident", resident))
+WARM: tuple[tuple[str, Filter], ...] = (  # only when tokens are missing and not in the host tier
     ("warm_allowed", warm_allowed),
     ("warm_too_late", warm_too_late),
     ("warm_too_big", warm_too_big),
@@ -172,7 +170,7 @@ AFTER_RESIDENCY: tuple[tuple[str, Filter], ...] = (
 # filters that are not per-candidate functions: the R gate (sources ask it, once per tenant per
 # tick) and the deferral of successors of a running request (Successors; ScoutPolicy.observe_request)
 OTHER_FILTERS = ("gate", "deferred")
-FILTER_NAMES = (*(n for n, _ in FIRST), *(n for n, _ in AFTER_RESIDENCY), *OTHER_FILTERS)
+FILTER_NAMES = (*(n for n, _ in FIRST), *(n for n, _ in RESIDENCY), *(n for n, _ in WARM), *OTHER_FILTERS)
 
 
 def enabled(registry: tuple[tuple[str, Filter], ...], off: frozenset[str]) -> tuple[Filter, ...]:

@@ -18,7 +18,7 @@ from .candidates import Candidate, Recorder
 from .config import PolicyConfig
 from .decisions import ACTED
 from .economics import NOTHING, WAIT, Market, Prospect, Verdict, assess
-from .plan_filters import AFTER_RESIDENCY, FIRST, Look, enabled
+from .plan_filters import FIRST, RESIDENCY, WARM, Filter, Look, enabled
 from .residency import ResidencyShadow
 from .sessions import SessionTracker
 
@@ -43,6 +43,12 @@ class Picker(Recorder):
     declined: int
     action_gate: Callable[[str, str, float], bool] | None
     _off: frozenset[str]
+    _filters: tuple[tuple[Filter, ...], tuple[Filter, ...], tuple[Filter, ...]] = ((), (), ())
+
+    @staticmethod
+    def _enabled_filters(off: frozenset[str]) -> tuple[tuple[Filter, ...], tuple[Filter, ...], tuple[Filter, ...]]:
+        """The filter registries minus the pieces switched off (read once per config)."""
+        return enabled(FIRST, off), enabled(RESIDENCY, off), enabled(WARM, off)
 
     def _select(
         self, cands: list[Candidate], now: float, slots: int, busy: bool = False, market: Market | None = None
@@ -52,8 +58,7 @@ class Picker(Recorder):
         res = self.residency
         m = market if market is not None else Market(capacity_tokens=float(res.capacity_tokens))
         x = Look(self.cfg, res, self.host_residency, now, busy, self.last_acted, self._safe)
-        off = self._off
-        first, after = enabled(FIRST, off), enabled(AFTER_RESIDENCY, off)
+        first, after, warm = self._filters
         priced: list[Priced] = []
         for c in cands:
             x.first(c)
@@ -70,6 +75,11 @@ class Picker(Recorder):
                 skip = f(c, x)
                 if skip is not None:
                     break
+            if skip is None and x.missing and not x.h_full:
+                for f in warm:
+                    skip = f(c, x)
+                    if skip is not None:
+                        break
             if skip is not None:
                 self._skip(skip, c, now, None, None if skip == "resident" else x.missing)
                 continue

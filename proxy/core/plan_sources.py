@@ -17,6 +17,7 @@ from .action_payload import ActionPayload
 from .actions import REASON_FANOUT, REASON_SWEEP, REASON_TOOL_RESUME, REASON_TRANSITION
 from .agents import Agent, agent_id_for
 from .candidates import Candidate, CandidateSource, Tick
+from .config import PolicyConfig
 
 __all__ = ["SOURCES", "CandidateSource", "build_sources"]
 from .plan_sweep import reachable_agents
@@ -83,25 +84,43 @@ class Successors:
     filters use (switched off by the same names)."""
 
     name = SUCCESSORS
+    _tick: tuple[
+        float, PolicyConfig, dict[str, bool] | None, dict[str, float], dict[str, tuple[int, float]], bool, int,
+        float, list[Candidate],
+    ]  # fmt: skip
+
+    def begin(self, t: Tick) -> None:
+        """This tick's constants, read once (the per-session loop below runs for nearly every
+        request)."""
+        p_, off = t.p, t.off
+        res = p_.residency
+        self._tick = (
+            t.now,
+            p_.cfg,
+            t.gates if "gate" not in off else None,
+            p_.last_acted if "cooldown" not in off else {},
+            p_._safe if "resident_memo" not in off else {},
+            "deferred" not in off,
+            res.epoch,
+            res.inserted_tokens,
+            t.out,
+        )
 
     def session(self, t: Tick, s: Session, agent: Agent, paused: bool, lead: float | None) -> None:
-        p_, now = t.p, t.now
-        cfg = p_.cfg
+        now, cfg, gates, last_acted, safe, defer, epoch, inserted, out = self._tick
+        p_ = t.p
         tenant = agent.tenant
-        if "gate" not in t.off and not t.gate(tenant):  # the most common no-op: counted like any other
-            p_._drop("gate_closed", now, REASON_TRANSITION, agent.agent_id, tenant)
-            return
+        if gates is not None:
+            g = gates.get(tenant)
+            if g is None:
+                g = p_._gate(tenant, gates)
+            if not g:  # the most common no-op: counted like any other skip
+                p_._drop("gate_closed", now, REASON_TRANSITION, agent.agent_id, tenant)
+                return
         ts = p_.registry.tenant(tenant)
         trigger = cfg.plan_trigger
         by_slot = ts.by_slot
-        off = t.off
-        last_acted = p_.last_acted if "cooldown" not in off else {}
-        safe = p_._safe if "resident_memo" not in off else {}
         cooldown = cfg.cooldown_s
-        defer = "deferred" not in off
-        res = p_.residency
-        epoch, inserted = res.epoch, res.inserted_tokens
-        out = t.out
         for rank, (slot, p) in enumerate(ts.learner.successors(agent.slot, cfg.top_k, cfg.tau)):
             nxt = by_slot.get(slot)
             if nxt is None or nxt.payload is None or not nxt.anchor_hashes:
@@ -158,11 +177,15 @@ class DirtySessions:
 
     def collect(self, t: Tick) -> None:
         p_ = t.p
+        if not p_.dirty:
+            return
         sessions = p_.sessions.sessions
         registry = p_.registry
         now = t.now
         tool_on = TOOL_RESUME not in t.off
         succ_on = SUCCESSORS not in t.off
+        if succ_on:
+            self.successors.begin(t)
         for key in p_.dirty:
             s = sessions.get(key)
             if s is None:

@@ -38,7 +38,6 @@ from .residency import ResidencyShadow
 from .sessions import SessionTracker
 from .view import EngineLoad
 
-_NONE: frozenset[str] = frozenset()
 TOUCH_EWMA = 0.2  # weight of one measured touch in the touch-prefill estimate (~5 touches of memory)
 DIRTY_SLACK = 2  # dirty sessions kept across busy ticks before dead ones are filtered out (x max_sessions)
 
@@ -82,6 +81,9 @@ class Planner(Picker):
         # the pipeline's sources (plan_sources.SOURCES), and the pieces switched off (disabled_pieces)
         self.sources: list[CandidateSource] = [cls() for cls in SOURCES]
         self._off: frozenset[str] = frozenset(config.disabled_pieces)
+        self._pieces_cfg: PolicyConfig | None = None  # the config _off and _active were read from
+        self._active: list[CandidateSource] = self.sources
+        self._filters = self._enabled_filters(self._off)
 
     # --- gate ------------------------------------------------------------------------------------
     def gate_r(self, ts: TenantState, now: float | None = None) -> float | None:
@@ -149,14 +151,16 @@ class Planner(Picker):
             self._drop("tick_overflow", now)
             return []
         self._r.clear()
-        off = self._off = frozenset(cfg.disabled_pieces) if cfg.disabled_pieces else _NONE
+        if self._pieces_cfg is not cfg:  # cfg may be swapped (measured rate): re-read what is off
+            self._pieces_cfg, off = cfg, frozenset(cfg.disabled_pieces)
+            self._off, self._active = off, [src for src in self.sources if src.name not in off]
+            self._filters = self._enabled_filters(off)
         sweep_due = now - self._last_sweep >= cfg.sweep_interval_s
         if sweep_due:
             self._last_sweep = now
-        tick = Tick(self, now, off, sweep_due, {}, [])
-        for src in self.sources:
-            if src.name not in off:
-                src.collect(tick)
+        tick = Tick(self, now, self._off, sweep_due, {}, [])
+        for src in self._active:
+            src.collect(tick)
         # a dirty session is planned once; a parked fan-out parent is only worth acting on now
         self.dirty.clear()
         self.fanout.clear()

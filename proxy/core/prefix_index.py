@@ -66,15 +66,15 @@ child is merged into it, and empty tenant roots go. Agent nodes are never evicte
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from typing import Generic, TypeVar, cast
 
 from .prefix_node import HASH_BYTES, MAX_SOURCES, NODE_BYTES, Node, is_template
 
-if TYPE_CHECKING:
-    from .agents import Agent
+A = TypeVar("A")  # what the registry names an agent node with (agents.Agent); generic so that
+# this module never imports agents.py (agents -> prefix_index is one-way: no import cycle)
 
 
-class PrefixIndex:
+class PrefixIndex(Generic[A]):
     """Radix trees of block-hash chains, one root per tenant, one byte budget over all."""
 
     def __init__(self, max_bytes: int = 16 << 20, min_sources_below: int = 3, min_children: int = 3) -> None:
@@ -307,7 +307,7 @@ class PrefixIndex:
                     stack.append(c)
         return tuple(out)
 
-    def attach(self, node: Node, agent: Agent) -> None:
+    def attach(self, node: Node, agent: A) -> None:
         """Name a promoted node (the registry calls this with the Agent it created)."""
         node.agent = agent
 
@@ -343,14 +343,14 @@ class PrefixIndex:
         path, _ = self._walk(tenant, hashes, True)
         return path[-1]
 
-    def lookup(self, tenant: str, hashes: tuple[int, ...]) -> Agent | None:
+    def lookup(self, tenant: str, hashes: tuple[int, ...]) -> A | None:
         """The deepest agent on a chain, read-only (no counts, no promotion)."""
         path, _ = self._walk(tenant, hashes, False)
         found = None
         for node in path:
             if node.agent is not None and node.agent is not True:
                 found = node.agent
-        return found
+        return cast("A | None", found)
 
     # --- memory ----------------------------------------------------------------------------------
     def evict_leaves(self) -> None:
