@@ -29,6 +29,7 @@ from .hint_candidates import HintHost, HintPlan, pin_candidates, plan_candidates
 from .hint_checks import CheckBook, Key, Watch
 from .hint_scope import HintScope, SessionKey
 from .hint_tables import OBJECT_BYTES, ByteLRU, key_bytes
+from .hint_trust import TrustBook
 from .hints import (
     ACCEPTED,
     FACT,
@@ -45,7 +46,6 @@ from .hints import (
     Hint,
     HintCandidate,
     HintConfig,
-    TrustBook,
     hint_class,
 )
 
