@@ -6,8 +6,9 @@ signal is one class here (or in a module of its own), its test (tests/core/test_
 and one line in ``SOURCES``; ``PolicyConfig.disabled_pieces`` switches any of them off by name.
 
 Order matters and is the registry's order: the sessions that just changed first (each one's own
-tool resume, then its predicted successors), parked fan-out parents, runtime hints, then, when the
-sweep is due, the survival sweep of anchors and the paused-session sweep. Candidates are sorted by
+tool resume, then its predicted successors), parked fan-out parents, runtime hints (``SOURCES``),
+then, when the sweep is due, the survival sweep of anchors and the paused-session sweep
+(``SWEEP_SOURCES``). Candidates are sorted by
 score afterwards (a stable sort: the registry order breaks ties).
 """
 
@@ -19,7 +20,7 @@ from .agents import Agent, agent_id_for
 from .candidates import Candidate, CandidateSource, Tick
 from .config import PolicyConfig
 
-__all__ = ["SOURCES", "CandidateSource", "build_sources"]
+__all__ = ["SOURCES", "SWEEP_SOURCES", "CandidateSource"]
 from .plan_sweep import reachable_agents
 from .sessions import Session
 from .survival import anchor_score, continuation_probability
@@ -368,19 +369,13 @@ class SessionSweep:
         t.out.extend(scored[: cfg.sweep_top_n])
 
 
-# The registry: one line per source, in the order their candidates are collected.
+# The registry: one line per source, in the order their candidates are collected; the sweep
+# sources run only at the sweep cadence (sweep_interval_s), after the others.
 SOURCES: tuple[type[CandidateSource], ...] = (
     DirtySessions,  # ToolResume, then Successors, per session that changed
     FanoutParents,
     RuntimeHintsSource,
-    AnchorSweep,
-    SessionSweep,
 )
+SWEEP_SOURCES: tuple[type[CandidateSource], ...] = (AnchorSweep, SessionSweep)
 # per-session sources inside DirtySessions, and every source's piece name
 SOURCE_NAMES = (TOOL_RESUME, SUCCESSORS, FANOUT_PARENTS, RUNTIME_HINTS, ANCHOR_SWEEP, SESSION_SWEEP)
-
-
-def build_sources(off: frozenset[str]) -> list[CandidateSource]:
-    """The registry's sources, minus those switched off (the per-session ones are skipped inside
-    ``DirtySessions``)."""
-    return [cls() for cls in SOURCES if cls.name not in off]

@@ -33,7 +33,7 @@ from .config import PRUNE_SLACK, PolicyConfig
 from .decisions import SKIP_REASONS, DecisionLog
 from .economics import Market
 from .plan_picker import Picker
-from .plan_sources import SOURCES, CandidateSource
+from .plan_sources import SOURCES, SWEEP_SOURCES, CandidateSource
 from .residency import ResidencyShadow
 from .sessions import SessionTracker
 from .view import EngineLoad
@@ -80,9 +80,11 @@ class Planner(Picker):
         self.hints: RuntimeHints | None = None  # runtime hints (core.hint_actions.HintDriver): a source
         # the pipeline's sources (plan_sources.SOURCES), and the pieces switched off (disabled_pieces)
         self.sources: list[CandidateSource] = [cls() for cls in SOURCES]
+        self.sweep_sources: list[CandidateSource] = [cls() for cls in SWEEP_SOURCES]  # at the sweep cadence
         self._off: frozenset[str] = frozenset(config.disabled_pieces)
         self._pieces_cfg: PolicyConfig | None = None  # the config _off and _active were read from
         self._active: list[CandidateSource] = self.sources
+        self._active_sweep: list[CandidateSource] = self.sweep_sources
         self._filters = self._enabled_filters(self._off)
 
     # --- gate ------------------------------------------------------------------------------------
@@ -154,6 +156,7 @@ class Planner(Picker):
         if self._pieces_cfg is not cfg:  # cfg may be swapped (measured rate): re-read what is off
             self._pieces_cfg, off = cfg, frozenset(cfg.disabled_pieces)
             self._off, self._active = off, [src for src in self.sources if src.name not in off]
+            self._active_sweep = [src for src in self.sweep_sources if src.name not in off]
             self._filters = self._enabled_filters(off)
         sweep_due = now - self._last_sweep >= cfg.sweep_interval_s
         if sweep_due:
@@ -161,6 +164,9 @@ class Planner(Picker):
         tick = Tick(self, now, self._off, sweep_due, {}, [])
         for src in self._active:
             src.collect(tick)
+        if sweep_due:
+            for src in self._active_sweep:
+                src.collect(tick)
         # a dirty session is planned once; a parked fan-out parent is only worth acting on now
         self.dirty.clear()
         self.fanout.clear()

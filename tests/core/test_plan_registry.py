@@ -10,7 +10,7 @@ from proxy.core import EngineLoad, ScoutPolicy
 from proxy.core.config import FILTER_PIECES, PIECES, SOURCE_PIECES, VETO_PIECES, PolicyConfig
 from proxy.core.plan_filters import FILTER_NAMES, FIRST, RESIDENCY, WARM
 from proxy.core.plan_picker import VETO_NAMES
-from proxy.core.plan_sources import SOURCE_NAMES, SOURCES, DirtySessions
+from proxy.core.plan_sources import SOURCE_NAMES, SOURCES, SWEEP_SOURCES, DirtySessions
 from proxy.replay.cli import parse_overrides
 
 
@@ -19,7 +19,7 @@ def test_the_config_names_every_registered_piece_once():
     assert sorted(FILTER_PIECES) == sorted(FILTER_NAMES)
     assert VETO_PIECES == VETO_NAMES
     assert len(set(PIECES)) == len(PIECES)
-    top = {cls.name for cls in SOURCES}
+    top = {cls.name for cls in (*SOURCES, *SWEEP_SOURCES)}
     per_session = {DirtySessions().tool_resume.name, DirtySessions().successors.name}
     assert (top - {DirtySessions.name}) | per_session == set(SOURCE_NAMES)
 
@@ -40,9 +40,9 @@ def test_switching_a_piece_off_takes_it_out_of_the_pipeline(piece):
     for p in (on, off):
         p.plan(1.0, EngineLoad())  # reads the pieces of its config
     assert off._off == {piece} and on._off == frozenset()
-    names = {s.name for s in off._active}
-    if piece in {cls.name for cls in SOURCES}:
-        assert piece not in names and piece in {s.name for s in on._active}
+    names = {s.name for s in (*off._active, *off._active_sweep)}
+    if piece in {cls.name for cls in (*SOURCES, *SWEEP_SOURCES)}:
+        assert piece not in names and piece in {s.name for s in (*on._active, *on._active_sweep)}
     registry = dict((*FIRST, *RESIDENCY, *WARM))
     if piece in registry:
         assert registry[piece] in {f for group in on._filters for f in group}
