@@ -94,3 +94,23 @@ def _fanout(**kw) -> list[str]:
 def test_fanout_parents_offer_the_shared_parent():
     assert _fanout() == [REASON_FANOUT]
     assert _fanout(disabled_pieces=("fanout_parents",)) == []
+
+
+def _hinted(**kw) -> list[str]:
+    from proxy.core.hint_actions import Hint, HintDriver
+
+    from .test_runtime_hints import evict_all, paused
+
+    w = _w(residency_capacity_tokens=16 * 40, **kw)
+    d = HintDriver(w.policy)
+    paused(w, "s1", 1.0)  # finish "stop": no tool_resume of its own; nothing learned: gate shut
+    evict_all(w, 1.5)
+    assert not w.policy.plan(2.0)
+    d.submit([Hint("tool_started", "s1")], "rt", 2.0)
+    assert w.policy.planner.hints is d  # the driver attached itself: a source that gets agents and sessions
+    return [a.reason for a in w.policy.plan(2.1)]
+
+
+def test_runtime_hints_offer_what_the_runtime_announced():
+    assert _hinted() == [REASON_TOOL_RESUME]
+    assert _hinted(disabled_pieces=("runtime_hints",)) == []
