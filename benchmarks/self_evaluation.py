@@ -41,7 +41,7 @@ from prometheus_client import CollectorRegistry
 
 from proxy.contracts import RequestContext
 from proxy.core import PolicyConfig, ScoutPolicy
-from proxy.core.switchback import SwitchbackConfig
+from proxy.core.switchback_experiment import SwitchbackConfig
 from proxy.core.yield_ledger import YieldConfig
 from proxy.demo.workload import DemoSpec, build_agents
 from proxy.engines.base import WarmResult

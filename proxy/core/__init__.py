@@ -5,9 +5,10 @@ Re-exports the contract so callers can write ``from proxy.core import ScoutPolic
 
 from .actions import Action, ObservedRequest, PolicyStats
 from .config import PolicyConfig
-from .fingerprint import SESSION_HEADER, WARMUP_HEADER, view_from_openai
+from .fingerprint import WARMUP_HEADER, view_from_openai
 from .policy import ScoutPolicy
 from .residency import ResidencyShadow
+from .session_ids import SESSION_HEADER
 from .view import EngineLoad, RequestView, ResponseOutcome, view_from_blocks
 
 __all__ = [

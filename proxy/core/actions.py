@@ -15,17 +15,25 @@ WARM = "warm"  # anchor evicted and predicted soon: re-prefill off the critical 
 RETAIN = "retain"  # priority/TTL hint for engines that honour one
 KINDS = (TOUCH, WARM, RETAIN)
 
+# Action reasons: the one definition (metric label values of cachescout_actions_total{reason} and
+# the yield ledger's signals, so their string values are deployed names and stay as they are).
 REASON_TRANSITION = "transition"  # top-1 predicted next agent of a live session
-REASON_FANOUT = "fanout"  # further successors above τ (parallel/branching workflows)
+# further successors above τ (parallel/branching workflows) AND parents of detected fan-outs: one
+# label value for both (deployed), so one yield signal throttles both
+REASON_FANOUT = "fanout"
 REASON_TOOL_RESUME = "tool_resume"  # session paused on tool calls: keep its context for the resume
-REASON_HINT = "hint"  # survival-ranked sweep (retention hints, protective touches)
-REASONS = (REASON_TRANSITION, REASON_FANOUT, REASON_TOOL_RESUME, REASON_HINT)
+# the survival sweep of anchors and paused sessions (and operator pins): protective touches and
+# retention; NOT runtime hints (those carry the reason of what they predict). Value "hint": deployed.
+REASON_SWEEP = "hint"
+REASONS = (REASON_TRANSITION, REASON_FANOUT, REASON_TOOL_RESUME, REASON_SWEEP)
+# the successor-driven reasons (transition/fanout) and the sweep: actions on agent anchors
+ANCHOR_REASONS = (REASON_TRANSITION, REASON_FANOUT, REASON_SWEEP)
 
 
 @dataclass(frozen=True, slots=True)
 class Action:
     kind: str  # "touch" | "warm" | "retain"
-    reason: str  # "transition" | "tool_resume" | "fanout" | "hint"
+    reason: str  # REASONS: "transition" | "tool_resume" | "fanout" | "hint" (the sweep)
     tenant: str
     anchor_id: str  # short hex id (safe to log; never prompt text)
     block_hashes: tuple[int, ...]

@@ -124,7 +124,7 @@ class AgentRegistry:
         self.by_id: dict[str, Agent] = {}
         self.evictions = 0
         self.on_evict: Callable[[Agent], None] | None = None  # lets the session tracker drop references
-        self.index = PrefixIndex(config.prefix_index_max_bytes, config.min_sources_below_agent)
+        self.index: PrefixIndex[Agent] = PrefixIndex(config.prefix_index_max_bytes, config.min_sources_below_agent)
         self.promotions = 0
         self.retirements = 0
         self.repeats = 0

@@ -1,31 +1,40 @@
-"""Where a plan's candidates come from: the sessions that just changed (their predicted next
-agents, a paused session's own context), the survival sweep over the tenant's agents, and the
-paused sessions likely to resume. Each candidate carries its score, its prefix and the predicted
-demand; ``Planner._select`` (planner.py) then prices them (economics.py) and emits actions.
+"""The planner's pipeline vocabulary: what a candidate is, what one tick knows, and the protocols
+its pieces are written against (docs/policy.md "The planner pipeline").
 
-Why separate: collecting candidates is prediction (transitions, gaps, survival); selecting them is
-economics and budgets. A mixin keeps the hot loops as methods on the planner's own state.
+    sources (plan_sources.py) -> filters (plan_filters.py) -> pricer (economics.assess)
+        -> picker (plan_picker.py) -> vetoes (the runtime's action_gate)
+
+A source appends ``Candidate``s to ``Tick.out``; every piece that drops one records the stage
+that dropped it (``decisions.SKIP_REASONS``) through ``Recorder``. Why a separate module: the
+pieces import this one and never the planner, so the planner can import them all (no cycle).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from .action_payload import ActionPayload
-from .actions import REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, REASON_TRANSITION
-from .agents import AgentRegistry, agent_id_for
+from .actions import Action
+from .agents import Agent, AgentRegistry
 from .config import PolicyConfig
 from .decisions import ACTED, DecisionLog
 from .economics import Verdict
+from .hints import HintCandidate
 from .residency import ResidencyShadow
-from .sessions import Session, SessionTracker
-from .survival import anchor_score, continuation_probability, reachable_agents
+from .sessions import SessionTracker
+
+# a parked fan-out parent: (agent, parent hashes, their block tokens, payload)
+FanoutParent = tuple[Agent, tuple[int, ...], tuple[int, ...], ActionPayload]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Candidate:
+    """One prefix worth considering this tick; keyword-only so a source says what each field is."""
+
     score: float
-    reason: str
+    reason: str  # the action reason it will carry (actions.REASONS); the decision's ``source``
     tenant: str
     anchor_id: str
     hashes: tuple[int, ...]
@@ -39,15 +48,17 @@ class Candidate:
     soon: bool = False  # the demand follows a request still running (its pause is too short)
 
 
-class CandidateSources:
-    """The planner's candidate collection (mixed into ``Planner``, which owns this state)."""
+class RuntimeHints(Protocol):
+    """What the planner needs of the runtime hints driver (core.hint_actions.HintDriver)."""
 
-    cfg: PolicyConfig
-    registry: AgentRegistry
-    sessions: SessionTracker
-    residency: ResidencyShadow
-    last_acted: dict[str, float]
-    _safe: dict[str, tuple[int, float]]
+    def candidates(self, now: float) -> list[HintCandidate]: ...
+
+    def note(self, actions: Sequence[Action]) -> None: ...
+
+
+class Recorder:
+    """Counting and noting decisions (mixed into ``Planner``, which owns this state)."""
+
     skipped: dict[str, int]  # Planner.skipped (SKIP_REASONS)
     decisions: DecisionLog
     _r: dict[str, float | None]  # tenant -> gate R this tick
@@ -91,200 +102,47 @@ class CandidateSources:
                 v.kept,
             )
 
-    def _gate(self, tenant: str, gates: dict[str, bool]) -> bool:
-        raise NotImplementedError  # Planner._gate
 
-    def _session_candidates(self, s: Session, now: float, gates: dict[str, bool], out: list[Candidate]) -> None:
-        cfg = self.cfg
-        agent = s.agent
-        registry = self.registry
-        if agent is None or registry.by_id.get(agent.agent_id) is not agent:  # registry.alive
-            self._drop("no_agent", now, REASON_TRANSITION)
-            return
-        paused = s.inflight == 0 and s.last_end is not None
-        lead = None
-        if paused:
-            tool = s.finish == "tool_calls"
-            samples = agent.tool_gaps if tool else agent.gaps
-            med = agent.tool_gap_median if tool else agent.gap_median
-            elapsed = now - s.last_end if s.last_end is not None else 0.0  # (paused: it is set)
-            lead = med - elapsed if med is not None and elapsed < med else None
-            if s.finish == "tool_calls" and not (s.hashes and s.context_payload is not None):
-                self._drop("no_context", now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant)  # nothing to rebuild
-            elif s.finish == "tool_calls":
-                p = continuation_probability(
-                    samples,
-                    elapsed,
-                    cfg.continuation_horizon_s,
-                    True,
-                    cfg.tool_resume_prior,
-                    cfg.continuation_prior,
-                    cfg.continuation_min_samples,
-                )
-                if p < cfg.tool_resume_min_p:
-                    self._drop("resume_unlikely", now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant, p)
-                elif cfg.tool_resume_gated and not self._gate(agent.tenant, gates):
-                    self._drop("gate_closed", now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant, p)
-                else:
-                    payload = ActionPayload(s.context_payload, s.assistant_payload)
-                    out.append(
-                        Candidate(
-                            p * sum(s.block_tokens),
-                            REASON_TOOL_RESUME,
-                            agent.tenant,
-                            agent_id_for(agent.tenant, s.hashes[-1]),
-                            s.hashes,
-                            s.block_tokens,
-                            payload,
-                            p,
-                            lead,
-                            True,
-                            True,
-                            s.key,
-                        )
-                    )
-        tenant = agent.tenant
-        g = gates.get(tenant)
-        if g is None:
-            g = self._gate(tenant, gates)
-        if not g:  # the most common no-op: counted like any other skip
-            self._drop("gate_closed", now, REASON_TRANSITION, agent.agent_id, tenant)
-            return
-        ts = registry.tenant(tenant)
-        trigger = cfg.plan_trigger
-        by_slot = ts.by_slot
-        # _settled, inlined (this loop runs for nearly every request)
-        last_acted, safe, cooldown = self.last_acted, self._safe, cfg.cooldown_s
-        res = self.residency
-        epoch, inserted = res.epoch, res.inserted_tokens
-        for rank, (slot, p) in enumerate(ts.learner.successors(agent.slot, cfg.top_k, cfg.tau)):
-            nxt = by_slot.get(slot)
-            if nxt is None or nxt.payload is None or not nxt.anchor_hashes:
-                continue
-            aid = nxt.agent_id
-            last = last_acted.get(aid)
-            if last is not None and now - last < cooldown:
-                self._drop("cooldown", now, REASON_TRANSITION if rank == 0 else REASON_FANOUT, aid, tenant, p)
-                continue
-            memo = safe.get(aid)
-            if memo is not None and memo[0] == epoch and inserted < memo[1]:
-                self._drop("resident", now, REASON_TRANSITION if rank == 0 else REASON_FANOUT, aid, tenant, p)
-                continue
-            if rank >= cfg.warm_top_k:
-                warm_ok = False  # lower-ranked successors are only kept, not re-made
-            else:
-                warm_ok = paused or trigger == "request"
-            if not paused and trigger == "auto":
-                # act now only if the pause after this response is too short for a warm then
-                gap = agent.gap_median
-                if gap is not None and gap >= max(cfg.min_lead_s, cfg.reload_s(nxt.tokens)):
-                    self._drop("deferred", now, REASON_TRANSITION if rank == 0 else REASON_FANOUT, aid, tenant, p)
-                    continue  # planned again when the response ends
-                warm_ok = rank < cfg.warm_top_k
-            reason = REASON_TRANSITION if rank == 0 else REASON_FANOUT
-            score = anchor_score(p, now - nxt.last_seen, nxt.tokens, cfg.delta, cfg.age_lambda)
-            out.append(
-                Candidate(
-                    score,
-                    reason,
-                    nxt.tenant,
-                    nxt.agent_id,
-                    nxt.anchor_hashes,
-                    nxt.anchor_block_tokens,
-                    nxt.payload,
-                    p,
-                    lead,
-                    warm_ok,
-                    False,
-                    s.key,
-                    not paused,
-                )
-            )
+class PlanState(Protocol):
+    """The planner's state a source reads (``Planner`` is one)."""
 
-    def _sweep_candidates(self, now: float, gates: dict[str, bool], out: list[Candidate]) -> None:
-        cfg = self.cfg
-        scored: list[Candidate] = []
+    cfg: PolicyConfig
+    registry: AgentRegistry
+    sessions: SessionTracker
+    residency: ResidencyShadow
+    dirty: dict[tuple[str, str], None]
+    fanout: dict[tuple[str, str], FanoutParent]
+    hints: RuntimeHints | None
+    last_acted: dict[str, float]
+    _safe: dict[str, tuple[int, float]]
 
-        def admit(tenant: str) -> bool:
-            if self._gate(tenant, gates):
-                return True
-            self._drop("gate_closed", now, REASON_HINT, "", tenant)  # the tenant's whole sweep
-            return False
+    def _drop(
+        self, stage: str, now: float, source: str = "", anchor: str = "", tenant: str = "", prob: float | None = None
+    ) -> None: ...
 
-        for a, p in reachable_agents(self.registry, self.sessions.on_agent, cfg.max_hops, cfg.tau, admit):
-            if a.payload is None or not a.anchor_hashes:
-                continue
-            score = anchor_score(p, now - a.last_seen, a.tokens, cfg.delta, cfg.age_lambda)
-            scored.append(
-                Candidate(
-                    score, REASON_HINT, a.tenant, a.agent_id, a.anchor_hashes, a.anchor_block_tokens, a.payload, p, None
-                )
-            )
-        scored.sort(key=lambda c: c.score, reverse=True)
-        out.extend(scored[: cfg.sweep_top_n])
-        if cfg.sweep_sessions:
-            self._sweep_paused_sessions(now, gates, out)
+    def _gate(self, tenant: str, gates: dict[str, bool]) -> bool: ...
 
-    def _sweep_paused_sessions(self, now: float, gates: dict[str, bool], out: list[Candidate]) -> None:
-        """Paused sessions likely to resume soon keep their context (session continuation).
 
-        Walks the most recently active sessions only (``sweep_sessions`` of them), so a sweep
-        stays O(that) however many sessions are live. A session continuing is a fact of its own
-        history, not an agent-to-agent guess, but by default only tool_resume ignores the gate
-        (``tool_resume_gated``/``session_gated``)."""
-        cfg = self.cfg
-        scored: list[Candidate] = []
-        for k, s in enumerate(reversed(self.sessions.sessions.values())):
-            if k >= cfg.sweep_sessions:
-                break
-            agent = s.agent
-            if s.inflight or s.last_end is None:
-                continue
-            if agent is None or agent.forgotten or not s.hashes or s.context_payload is None:
-                if s.finish == "tool_calls":
-                    self._drop(
-                        "no_agent" if agent is None or agent.forgotten else "no_context", now, REASON_TOOL_RESUME
-                    )
-                continue
-            tool = s.finish == "tool_calls"
-            if (cfg.tool_resume_gated if tool else cfg.session_gated) and not self._gate(agent.tenant, gates):
-                self._drop(
-                    "gate_closed", now, REASON_TOOL_RESUME if tool else REASON_HINT, agent.agent_id, agent.tenant
-                )
-                continue
-            p = continuation_probability(
-                agent.tool_gaps if tool else agent.gaps,
-                now - s.last_end,
-                cfg.continuation_horizon_s,
-                tool,
-                cfg.tool_resume_prior,
-                cfg.continuation_prior,
-                cfg.continuation_min_samples,
-            )
-            if p < cfg.tool_resume_min_p:
-                self._drop(
-                    "resume_unlikely", now, REASON_TOOL_RESUME if tool else REASON_HINT, agent.agent_id, agent.tenant, p
-                )
-                continue
-            med = agent.tool_gap_median if tool else agent.gap_median
-            elapsed = now - s.last_end
-            lead = med - elapsed if med is not None and elapsed < med else None
-            payload = ActionPayload(s.context_payload, s.assistant_payload)
-            scored.append(
-                Candidate(
-                    p * sum(s.block_tokens),
-                    REASON_TOOL_RESUME if tool else REASON_HINT,
-                    agent.tenant,
-                    agent_id_for(agent.tenant, s.hashes[-1]),
-                    s.hashes,
-                    s.block_tokens,
-                    payload,
-                    p,
-                    lead,
-                    tool,
-                    True,
-                    s.key,
-                )
-            )
-        scored.sort(key=lambda c: c.score, reverse=True)
-        out.extend(scored[: cfg.sweep_top_n])
+@dataclass(slots=True)
+class Tick:
+    """One plan() call as its sources see it: the time, the R gates decided so far (one verdict per
+    tenant per tick), the pieces switched off, whether the sweep is due, and the output list."""
+
+    p: PlanState
+    now: float
+    off: frozenset[str]
+    sweep_due: bool
+    gates: dict[str, bool]
+    out: list[Candidate]
+
+    def gate(self, tenant: str) -> bool:
+        """The tenant's R gate, decided once per tick (``Planner._gate``)."""
+        return self.p._gate(tenant, self.gates)
+
+
+class CandidateSource(Protocol):
+    """A source of candidates once per tick: appends to ``tick.out`` and records what it drops."""
+
+    name: str  # its piece name (PolicyConfig.disabled_pieces)
+
+    def collect(self, tick: Tick) -> None: ...

@@ -17,6 +17,18 @@ PRUNE_SLACK = 4  # maps keyed by agent/anchor (last-acted times, safe-anchor mem
 # attributions) are pruned of expired entries only once they hold this many times their cap: one
 # O(n) prune per O(n) inserts keeps them amortised O(1) and their memory a constant multiple of the cap
 
+# The planner's pieces, each switchable off by name (PolicyConfig.disabled_pieces), for ablations
+# (issue 26 item 4): sources (plan_sources.py), filters (plan_filters.py), vetoes (plan_picker.py).
+# Named here, where the config can check them; tests/core/test_plan_registry.py keeps this list and
+# the registries equal.
+SOURCE_PIECES = ("tool_resume", "successors", "fanout_parents", "runtime_hints", "anchor_sweep", "session_sweep")
+FILTER_PIECES = (
+    "duplicate", "cooldown", "resident_memo", "host_tier", "resident", "warm_allowed", "warm_too_late",
+    "warm_too_big", "warm_too_early", "gate", "deferred",
+)  # fmt: skip
+VETO_PIECES = ("action_gate",)
+PIECES = (*SOURCE_PIECES, *FILTER_PIECES, *VETO_PIECES)
+
 # The engine's waiting queue gates actions at three points, from strictest to loosest:
 #   warm_max_waiting (planner: no Warm above it; 0 = a warm never queues in front of a request),
 #   max_engine_waiting (planner: no action at all above it),
@@ -124,6 +136,8 @@ class PolicyConfig:
     # priority for its retention time (SGLang/Dynamo: 300 s) and
     # contexts of finished sessions then crowd out live histories
     conversion_window_s: float = 300.0  # an executed action counts toward a request this long
+    disabled_pieces: tuple[str, ...] = ()  # planner pieces switched off by name (PIECES above), for
+    # ablations only; a comma list is accepted ("tool_resume,cooldown", e.g. --scout-set); unknown raise
     # --- snapshot -------------------------------------------------------------------------
     snapshot_max_bytes: int = 2 * 1024 * 1024  # state file budget: max_agents agents and a full
     # transition matrix fit (~1.7 MB at 256 agents); dump keeps the
@@ -135,6 +149,18 @@ class PolicyConfig:
     agents_max_bytes: int = 16 * 1024 * 1024  # agents' anchors (hashes, block tokens, replay payload),
     # estimated; over it (or over prefix_index_max_bytes with only agent nodes left to evict) the
     # least valuable agents are evicted (issue 22)
+
+    def __post_init__(self) -> None:
+        off: object = self.disabled_pieces
+        if isinstance(off, str):  # a --scout-set / policy_overrides value: a comma list
+            off = tuple(p.strip() for p in off.split(",") if p.strip())
+        if not isinstance(off, tuple):
+            off = tuple(off) if isinstance(off, (list, set, frozenset)) else (str(off),)
+        unknown = [p for p in off if p not in PIECES]
+        if unknown:
+            raise ValueError(f"unknown disabled_pieces {unknown}; known: {', '.join(PIECES)}")
+        if off is not self.disabled_pieces:
+            object.__setattr__(self, "disabled_pieces", off)
 
     def with_overrides(self, **overrides: object) -> PolicyConfig:
         """Copy with some fields replaced; unknown names raise (typos must not pass silently)."""

@@ -22,14 +22,14 @@ requests); names are bound to the fingerprinted agent of the requests that carry
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .actions import WARM, Action
-from .hint_candidates import pin_candidates, plan_candidates
+from .hint_candidates import HintHost, HintPlan, pin_candidates, plan_candidates
 from .hint_checks import CheckBook, Key, Watch
 from .hint_scope import HintScope, SessionKey
 from .hint_tables import OBJECT_BYTES, ByteLRU, key_bytes
+from .hint_trust import TrustBook
 from .hints import (
     ACCEPTED,
     FACT,
@@ -46,12 +46,8 @@ from .hints import (
     Hint,
     HintCandidate,
     HintConfig,
-    TrustBook,
     hint_class,
 )
-
-if TYPE_CHECKING:
-    from .policy import ScoutPolicy
 
 __all__ = ["Hint", "HintCandidate", "HintDriver"]
 
@@ -60,20 +56,12 @@ PLAN_BYTES = OBJECT_BYTES + 64  # a _Plan (its strings are shared with the hint 
 EXPOSED = (TOOL_STARTED, TOOL_FINISHED, FANOUT, NEXT_AGENT)  # drive actions until checked
 
 
-@dataclass(slots=True)
-class _Plan:
-    kind: str
-    source: str
-    weight: float  # standing-weighted probability
-    expected_at: float | None = None  # trusted predicted arrival (lead time)
-    agent_id: str | None = None  # next_agent / pin on an agent
-    until: float = float("inf")
-    last_offered: float = float("-inf")
-    warms_left: int = 1  # a hint pays for one warm; then touch/retain only
+_Plan = HintPlan  # the driver's name for it
 
 
 class HintDriver:
-    def __init__(self, policy: ScoutPolicy, config: HintConfig | None = None) -> None:
+    def __init__(self, policy: HintHost, config: HintConfig | None = None) -> None:
+        """``policy``: what holds the agents, sessions, shadow and planner (a ``ScoutPolicy``)."""
         self.policy = policy
         self.cfg = config or HintConfig()
         self.trust = TrustBook(self.cfg)
@@ -273,9 +261,9 @@ class HintDriver:
             self.checks.expire(now)
         out: list[HintCandidate] = []
         if self.plans:
-            plan_candidates(self, now, out)
+            plan_candidates(self.plans, self._anchor_plan, self.policy, now, out)
         if self.pins:
-            pin_candidates(self, now, out)
+            pin_candidates(self.pins, self.policy, self.cfg.directive_cache_share, now, out)
         self.last_offered = {c.anchor_id: (c.kind, c.source) for c in out} if out else {}
         offered = self.offered
         for c in out:

@@ -1,27 +1,79 @@
 """The planner's candidates from live hint plans and pins (a part of ``HintDriver.candidates``,
-apart to keep modules small). Pure: explicit ``now``."""
+apart to keep modules small), and what the driver needs of its host. Pure: explicit ``now``.
+
+Why the ``HintHost`` protocol: the driver is a candidate source that reads agents and sessions
+(and parks nothing but its own plans); it is handed the object that holds them (``ScoutPolicy``)
+without importing it, so hint_actions -> policy -> planner is no import cycle."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from .action_payload import ActionPayload
-from .actions import REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, REASON_TRANSITION
-from .agents import agent_id_for
+from .actions import REASON_FANOUT, REASON_SWEEP, REASON_TOOL_RESUME, REASON_TRANSITION
+from .agents import AgentRegistry, agent_id_for
+from .candidates import FanoutParent, RuntimeHints
+from .hint_scope import SessionKey
+from .hint_tables import ByteLRU
 from .hints import FANOUT, NEXT_AGENT, HintCandidate
-
-if TYPE_CHECKING:
-    from .hint_actions import HintDriver
+from .residency import ResidencyShadow
+from .sessions import SessionTracker
 
 PIN_REFRESH_S = 1.0  # a pin is offered to the planner at most this often
 
 
-def plan_candidates(d: HintDriver, now: float, out: list[HintCandidate]) -> None:
-    d._anchor_plan.clear()
-    sessions = d.policy.sessions.sessions
-    by_id = d.policy.agents.by_id
+class PlannerHooks(Protocol):
+    """The planner's tables the driver attaches to and releases from (``Planner`` is one)."""
+
+    hints: RuntimeHints | None
+    dirty: dict[tuple[str, str], None]
+    fanout: dict[tuple[str, str], FanoutParent]
+
+
+class HintHost(Protocol):
+    """What the driver reads: the agents, the sessions, the cache shadow, the planner's hooks
+    (``ScoutPolicy`` is one; read as attributes, so a restored policy's new tables are seen)."""
+
+    @property
+    def agents(self) -> AgentRegistry: ...
+
+    @property
+    def sessions(self) -> SessionTracker: ...
+
+    @property
+    def residency(self) -> ResidencyShadow: ...
+
+    @property
+    def planner(self) -> PlannerHooks: ...
+
+
+@dataclass(slots=True)
+class HintPlan:
+    """A live hint's plan (one per session, or one pin)."""
+
+    kind: str
+    source: str
+    weight: float  # standing-weighted probability
+    expected_at: float | None = None  # trusted predicted arrival (lead time)
+    agent_id: str | None = None  # next_agent / pin on an agent
+    until: float = float("inf")
+    last_offered: float = float("-inf")
+    warms_left: int = 1  # a hint pays for one warm; then touch/retain only
+
+
+def plan_candidates(
+    plans: ByteLRU[SessionKey, HintPlan],
+    anchor_plan: dict[str, HintPlan],
+    host: HintHost,
+    now: float,
+    out: list[HintCandidate],
+) -> None:
+    anchor_plan.clear()
+    sessions = host.sessions.sessions
+    by_id = host.agents.by_id
     stale = []
-    for key, plan in d.plans.items():
+    for key, plan in plans.items():
         s = sessions.get(key)
         if plan.until < now or s is None:
             stale.append(key)
@@ -31,7 +83,7 @@ def plan_candidates(d: HintDriver, now: float, out: list[HintCandidate]) -> None
             if a is None or a.payload is None or not a.anchor_hashes:
                 stale.append(key)
                 continue
-            d._anchor_plan[a.agent_id] = plan
+            anchor_plan[a.agent_id] = plan
             out.append(
                 HintCandidate(
                     plan.weight * a.tokens,
@@ -58,7 +110,7 @@ def plan_candidates(d: HintDriver, now: float, out: list[HintCandidate]) -> None
         reason = REASON_FANOUT if plan.kind == FANOUT else REASON_TOOL_RESUME
         payload = ActionPayload(s.context_payload, s.assistant_payload)
         aid = agent_id_for(key[0], s.hashes[-1])
-        d._anchor_plan[aid] = plan
+        anchor_plan[aid] = plan
         out.append(
             HintCandidate(
                 plan.weight * sum(s.block_tokens),
@@ -77,15 +129,17 @@ def plan_candidates(d: HintDriver, now: float, out: list[HintCandidate]) -> None
             )
         )
     for key in stale:
-        d.plans.pop(key)
+        plans.pop(key)
 
 
-def pin_candidates(d: HintDriver, now: float, out: list[HintCandidate]) -> None:
-    pol = d.policy
-    cap = pol.residency.capacity_tokens * d.cfg.directive_cache_share
+def pin_candidates(
+    pins: ByteLRU[tuple[str, Any], HintPlan], host: HintHost, share: float, now: float, out: list[HintCandidate]
+) -> None:
+    pol = host
+    cap = pol.residency.capacity_tokens * share
     used = 0.0
     stale = []
-    for slot, pin in d.pins.items():
+    for slot, pin in pins.items():
         if pin.until < now:
             stale.append(slot)
             continue
@@ -117,8 +171,8 @@ def pin_candidates(d: HintDriver, now: float, out: list[HintCandidate]) -> None:
         pin.last_offered = now
         out.append(
             HintCandidate(
-                tokens, REASON_HINT, tenant, aid, hashes, toks, payload, 1.0, None, True, ctx, pin.kind, pin.source
+                tokens, REASON_SWEEP, tenant, aid, hashes, toks, payload, 1.0, None, True, ctx, pin.kind, pin.source
             )
         )
     for slot in stale:
-        d.pins.pop(slot)
+        pins.pop(slot)

@@ -23,7 +23,8 @@ import heapq
 from dataclasses import dataclass
 
 from .hint_tables import OBJECT_BYTES, key_bytes, str_bytes
-from .hints import FACT, FANOUT, NEXT_AGENT, SESSION_ENDED, TOOL_FINISHED, TOOL_STARTED, Check, TrustBook
+from .hint_trust import TrustBook
+from .hints import FACT, FANOUT, NEXT_AGENT, SESSION_ENDED, TOOL_FINISHED, TOOL_STARTED, Check
 
 DURATION = "tool_duration"  # the prediction half of a tool_started (its expected duration)
 Key = tuple[str, str, str]  # (tenant, principal, session id)

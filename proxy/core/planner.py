@@ -25,27 +25,24 @@ be exempted with ``session_gated=False``); with a shut gate the planner does not
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from .action_payload import ActionPayload
-from .actions import REASON_FANOUT, REASON_HINT, RETAIN, TOUCH, Action
-from .agents import Agent, AgentRegistry, TenantState, agent_id_for
-from .candidates import Candidate, CandidateSources
+from .actions import TOUCH, Action
+from .agents import AgentRegistry, TenantState
+from .candidates import FanoutParent, RuntimeHints, Tick
 from .config import PRUNE_SLACK, PolicyConfig
-from .decisions import ACTED, SKIP_REASONS, DecisionLog
-from .economics import NOTHING, WAIT, Market, Prospect, Verdict, assess
+from .decisions import SKIP_REASONS, DecisionLog
+from .economics import Market
+from .plan_picker import Picker
+from .plan_sources import SOURCES, SWEEP_SOURCES, CandidateSource
 from .residency import ResidencyShadow
 from .sessions import SessionTracker
 from .view import EngineLoad
-
-if TYPE_CHECKING:
-    from .hint_actions import HintDriver
 
 TOUCH_EWMA = 0.2  # weight of one measured touch in the touch-prefill estimate (~5 touches of memory)
 DIRTY_SLACK = 2  # dirty sessions kept across busy ticks before dead ones are filtered out (x max_sessions)
 
 
-class Planner(CandidateSources):
+class Planner(Picker):
     def __init__(
         self, config: PolicyConfig, registry: AgentRegistry, sessions: SessionTracker, residency: ResidencyShadow
     ) -> None:
@@ -56,7 +53,7 @@ class Planner(CandidateSources):
         self.host_residency: ResidencyShadow | None = None  # the engine's host tier, when it has one
         self.dirty: dict[tuple[str, str], None] = {}
         # session -> (agent, parent hashes, their block tokens, payload)
-        self.fanout: dict[tuple[str, str], tuple[Agent, tuple[int, ...], tuple[int, ...], ActionPayload]] = {}
+        self.fanout: dict[tuple[str, str], FanoutParent] = {}
         self.bucket = config.warm_budget()[1]
         self._refilled: float | None = None
         self.inflight: dict[tuple[str, float], tuple[float, tuple[int, ...]]] = {}
@@ -80,7 +77,15 @@ class Planner(CandidateSources):
         # the one outside veto (runtime wiring): (reason, kind, now) -> may this action be emitted?
         # Observe-only windows and throttled signals (core/yield_ledger.py) answer False.
         self.action_gate: Callable[[str, str, float], bool] | None = None
-        self.hints: HintDriver | None = None  # runtime hints (core.hint_actions.HintDriver): extra candidates
+        self.hints: RuntimeHints | None = None  # runtime hints (core.hint_actions.HintDriver): a source
+        # the pipeline's sources (plan_sources.SOURCES), and the pieces switched off (disabled_pieces)
+        self.sources: list[CandidateSource] = [cls() for cls in SOURCES]
+        self.sweep_sources: list[CandidateSource] = [cls() for cls in SWEEP_SOURCES]  # at the sweep cadence
+        self._off: frozenset[str] = frozenset(config.disabled_pieces)
+        self._pieces_cfg: PolicyConfig | None = None  # the config _off and _active were read from
+        self._active: list[CandidateSource] = self.sources
+        self._active_sweep: list[CandidateSource] = self.sweep_sources
+        self._filters = self._enabled_filters(self._off)
 
     # --- gate ------------------------------------------------------------------------------------
     def gate_r(self, ts: TenantState, now: float | None = None) -> float | None:
@@ -120,6 +125,7 @@ class Planner(CandidateSources):
 
     # --- planning --------------------------------------------------------------------------------
     def plan(self, now: float, load: EngineLoad) -> list[Action]:
+        """One tick: the per-tick gates, then sources -> filters -> pricer -> picker -> vetoes."""
         cfg = self.cfg
         self._now = now
         self._refill(now)
@@ -146,58 +152,25 @@ class Planner(CandidateSources):
             self.overflow_ticks += 1
             self._drop("tick_overflow", now)
             return []
-        cands: list[Candidate] = []
-        gates: dict[str, bool] = {}
         self._r.clear()
-        sessions = self.sessions.sessions
-        for key in self.dirty:
-            s = sessions.get(key)
-            if s is not None:
-                self._session_candidates(s, now, gates, cands)
-        self.dirty.clear()
-        if self.fanout:
-            for agent, hashes, toks, payload in self.fanout.values():
-                # a fact (the siblings are running), so not gated; touch/retain only
-                out_id = agent_id_for(agent.tenant, hashes[-1])
-                cands.append(
-                    Candidate(
-                        float(sum(toks)),
-                        REASON_FANOUT,
-                        agent.tenant,
-                        out_id,
-                        hashes,
-                        toks,
-                        payload,
-                        1.0,
-                        None,
-                        False,
-                        True,
-                    )
-                )
-            self.fanout.clear()
-        if self.hints is not None:  # runtime hints: facts and trusted predictions
-            for h in self.hints.candidates(now):
-                # a runtime hint carries its own timing (the driver defers far ones): imminent
-                cands.append(
-                    Candidate(
-                        h.score,
-                        h.reason,
-                        h.tenant,
-                        h.anchor_id,
-                        h.hashes,
-                        h.block_tokens,
-                        h.payload,
-                        h.prob,
-                        h.lead,
-                        h.warm_ok,
-                        h.context,
-                        None,
-                        True,
-                    )
-                )
-        if now - self._last_sweep >= cfg.sweep_interval_s:
+        if self._pieces_cfg is not cfg:  # cfg may be swapped (measured rate): re-read what is off
+            self._pieces_cfg, off = cfg, frozenset(cfg.disabled_pieces)
+            self._off, self._active = off, [src for src in self.sources if src.name not in off]
+            self._active_sweep = [src for src in self.sweep_sources if src.name not in off]
+            self._filters = self._enabled_filters(off)
+        sweep_due = now - self._last_sweep >= cfg.sweep_interval_s
+        if sweep_due:
             self._last_sweep = now
-            self._sweep_candidates(now, gates, cands)
+        tick = Tick(self, now, self._off, sweep_due, {}, [])
+        for src in self._active:
+            src.collect(tick)
+        if sweep_due:
+            for src in self._active_sweep:
+                src.collect(tick)
+        # a dirty session is planned once; a parked fan-out parent is only worth acting on now
+        self.dirty.clear()
+        self.fanout.clear()
+        cands = tick.out
         if not cands:
             return []
         cands.sort(key=lambda c: c.score, reverse=True)
@@ -220,7 +193,7 @@ class Planner(CandidateSources):
 
     def _gate(self, tenant: str, gates: dict[str, bool]) -> bool:
         g = gates.get(tenant)
-        if g is None:
+        if g is None:  # one verdict per tenant per tick (Tick.gate)
             r = self._r[tenant] = self.gate_r(self.registry.tenant(tenant), self._now)
             g = gates[tenant] = r is not None and r >= self.cfg.r_min
         return g
@@ -251,135 +224,3 @@ class Planner(CandidateSources):
             priority_lane=load.priority_lane,
             external=load.external,
         )
-
-    def _host_prefetch(self, c: Candidate, missing: float, busy: bool) -> bool:
-        """Load a host-resident prefix back now? Predictions (transition, tool resume) are loaded
-        so the load lands just before the predicted demand — lead >= load time, and no earlier than
-        `prefetch_window_s` before that (an early load only crowds the GPU); with no predicted time,
-        at once."""
-        if not c.warm_ok or busy:
-            return False
-        if c.lead is None:
-            return True
-        need = self.cfg.reload_s(missing)
-        return need <= c.lead <= need + self.cfg.prefetch_window_s
-
-    def _select(
-        self, cands: list[Candidate], now: float, slots: int, busy: bool = False, market: Market | None = None
-    ) -> list[Action]:
-        """Each candidate becomes the action the economics finds worth most (touch, warm, retain)
-        or nothing; the best net values are taken first, within slots and the token bucket."""
-        cfg = self.cfg
-        res = self.residency
-        m = market if market is not None else Market(capacity_tokens=float(res.capacity_tokens))
-        life = res.lifetime_s(now)
-        max_warm = cfg.warm_max_cache_share * res.capacity_tokens
-        priced: list[tuple[float, float, str, Candidate, Verdict | None, float]] = []
-        seen: set[str] = set()
-        for c in cands:
-            if c.anchor_id in seen:
-                self._skip("duplicate", c, now)  # one action per anchor per tick
-                continue
-            last = self.last_acted.get(c.anchor_id)
-            if last is not None and now - last < cfg.cooldown_s:
-                self._skip("cooldown", c, now)
-                continue
-            memo = self._safe.get(c.anchor_id)
-            # a session's context or fan-out parent serves one session: an engine priority would
-            # outlive it by the engine's retention time (retain_sessions opts in)
-            retainable = (
-                cfg.retain_enabled
-                and c.reason in (REASON_HINT, REASON_FANOUT)
-                and (cfg.retain_sessions or not c.context)
-            )
-            if memo is not None and memo[0] == res.epoch and res.inserted_tokens < memo[1] and not retainable:
-                self._skip("resident", c, now)
-                continue  # found resident and safe recently; nothing moved since
-            resident, full, near = res.verdict(c.hashes)
-            total = float(sum(c.block_tokens))
-            host = self.host_residency
-            h_full, h_near = host.verdict(c.hashes)[1:] if host is not None and not full else (False, False)
-            if h_full:
-                # evicted from the GPU but in host memory: bringing it back is a load (a touch); a
-                # sweep hint touches it only when it nears eviction from host memory too (issue 15:
-                # the host tier's own timing rule, priced by the load, ahead of recompute decisions)
-                missing = float(sum(c.block_tokens[resident:]))
-                if not (h_near if c.reason == REASON_HINT else self._host_prefetch(c, missing, busy)):
-                    self._skip("host_not_now", c, now, None, missing)
-                    continue
-                priced.append((missing, cfg.reload_cost_tokens(missing), TOUCH, c, None, missing))
-                seen.add(c.anchor_id)
-                continue
-            if full and not near:
-                if retainable:
-                    priced.append((float("inf"), 0.0, RETAIN, c, None, 0.0))
-                    seen.add(c.anchor_id)
-                    continue
-                if len(self._safe) > PRUNE_SLACK * cfg.max_agents + cfg.max_sessions:
-                    self._safe.clear()
-                self._safe[c.anchor_id] = (res.epoch, res.safe_until())
-                self._skip("resident", c, now)
-                continue
-            missing = 0.0 if full else float(sum(c.block_tokens[resident:]))
-            if missing:
-                if c.reason == REASON_HINT or not c.warm_ok or busy:
-                    # sweeps protect what is there (p_surv is a rank, not a probability of
-                    # demand); warming is for predictions
-                    self._skip("warm_busy" if busy else "warm_not_allowed", c, now, None, missing)
-                    continue
-                if c.lead is not None and c.lead < max(cfg.min_lead_s, missing / cfg.prefill_tokens_per_s):
-                    self._skip("warm_too_late", c, now, None, missing)
-                    continue  # demand predicted before a warm could finish
-                if max_warm and c.context and missing > max_warm:
-                    self._skip("warm_too_big", c, now, None, missing)
-                    continue  # one session's context: too much of the cache for one use
-                if c.lead is not None and life is not None and 0 < cfg.warm_lifetime_share * life < c.lead:
-                    self._skip("warm_too_early", c, now, None, missing)
-                    continue  # it would be evicted again before the demand
-            v = assess(Prospect(total, missing, near or (bool(missing) and resident > 0), c.prob, c.lead, c.soon), m)
-            if v.kind == WAIT:
-                if c.session is not None and c.session in self.sessions.sessions:
-                    self.dirty[c.session] = None  # ask again at a tick when the engine has slack
-                self._skip("wait_for_slack", c, now, None, missing)
-                continue
-            if v.kind == NOTHING or v.net <= 0:
-                self.declined += 1
-                self._skip("not_worth_it", c, now, v, missing)  # with the saving and cost it compared
-                continue
-            priced.append((v.net, float(cfg.touch_cost_tokens) if v.kind == TOUCH else missing, v.kind, c, v, missing))
-            seen.add(c.anchor_id)
-        priced.sort(key=lambda e: e[0], reverse=True)
-        actions: list[Action] = []
-        for _net, cost, kind, c, verdict, lack in priced:
-            if len(actions) >= slots:
-                self._skip("no_slot", c, now, verdict, lack, kind)
-                continue
-            if cost > self.bucket:
-                self._skip("budget", c, now, verdict, lack, kind)
-                continue
-            if self.action_gate is not None and not self.action_gate(c.reason, kind, now):
-                self._skip("vetoed", c, now, verdict, lack, kind)
-                continue
-            self._skip(ACTED, c, now, verdict, lack, kind)
-            self.bucket -= cost
-            # session contexts get no engine priority unless asked: a priority outlives the pause
-            prio = round(c.prob * cfg.retain_priority_scale) if cfg.retain_sessions or not c.context else 0
-            action = Action(
-                kind=kind,
-                reason=c.reason,
-                tenant=c.tenant,
-                anchor_id=c.anchor_id,
-                block_hashes=c.hashes,
-                tokens=int(sum(c.block_tokens)),
-                payload=c.payload,
-                priority=prio,
-                created=now,
-                deadline=now + cfg.action_ttl_s,
-            )
-            self.last_acted[c.anchor_id] = now
-            if kind != RETAIN:
-                self.inflight[(c.anchor_id, now)] = (action.deadline, c.block_tokens)
-            k = f"{kind}/{c.reason}"
-            self.emitted[k] = self.emitted.get(k, 0) + 1
-            actions.append(action)
-        return actions

@@ -135,7 +135,8 @@ class ScoutPolicy:
             # the planner would defer every successor to the response end anyway: skip the work
             cfg = self.config
             ts = self.agents.tenant(agent.tenant)
-            if agent.gap_median < max(cfg.min_lead_s, ts.max_anchor_tokens / cfg.prefill_tokens_per_s):
+            soon = agent.gap_median < max(cfg.min_lead_s, ts.max_anchor_tokens / cfg.prefill_tokens_per_s)
+            if soon or "deferred" in cfg.disabled_pieces:  # (the deferral switched off: an ablation)
                 self.planner.dirty[session.key] = None
             else:  # planned when the response ends (a skip with a name, like the planner's own)
                 self.planner._drop("deferred", now, REASON_TRANSITION, agent.agent_id, agent.tenant)

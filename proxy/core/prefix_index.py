@@ -66,15 +66,16 @@ child is merged into it, and empty tenant roots go. Agent nodes are never evicte
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from typing import Generic, TypeVar, cast
 
+from .prefix_memory import TreeMemory
 from .prefix_node import HASH_BYTES, MAX_SOURCES, NODE_BYTES, Node, is_template
 
-if TYPE_CHECKING:
-    from .agents import Agent
+A = TypeVar("A")  # what the registry names an agent node with (agents.Agent); generic so that
+# this module never imports agents.py (agents -> prefix_index is one-way: no import cycle)
 
 
-class PrefixIndex:
+class PrefixIndex(TreeMemory, Generic[A]):
     """Radix trees of block-hash chains, one root per tenant, one byte budget over all."""
 
     def __init__(self, max_bytes: int = 16 << 20, min_sources_below: int = 3, min_children: int = 3) -> None:
@@ -96,10 +97,6 @@ class PrefixIndex:
             r.tenant = tenant
             self._charge(r)
         return r
-
-    def _charge(self, n: Node, sign: int = 1) -> None:
-        self.bytes += sign * (NODE_BYTES + HASH_BYTES * len(n.edge))
-        self.nodes += sign
 
     def _new_leaf(self, parent: Node, edge: tuple[int, ...], depth: int) -> Node:
         leaf = Node(edge, parent, depth)
@@ -307,7 +304,7 @@ class PrefixIndex:
                     stack.append(c)
         return tuple(out)
 
-    def attach(self, node: Node, agent: Agent) -> None:
+    def attach(self, node: Node, agent: A) -> None:
         """Name a promoted node (the registry calls this with the Agent it created)."""
         node.agent = agent
 
@@ -343,73 +340,11 @@ class PrefixIndex:
         path, _ = self._walk(tenant, hashes, True)
         return path[-1]
 
-    def lookup(self, tenant: str, hashes: tuple[int, ...]) -> Agent | None:
+    def lookup(self, tenant: str, hashes: tuple[int, ...]) -> A | None:
         """The deepest agent on a chain, read-only (no counts, no promotion)."""
         path, _ = self._walk(tenant, hashes, False)
         found = None
         for node in path:
             if node.agent is not None and node.agent is not True:
                 found = node.agent
-        return found
-
-    # --- memory ----------------------------------------------------------------------------------
-    def evict_leaves(self) -> None:
-        """Evict cold leaves until the budget fits (the registry calls this after freeing agent
-        nodes: agent nodes themselves are never evicted here)."""
-        self._evict(0.0)
-
-    def _evict(self, now: float) -> None:
-        leaves = self._leaves
-        budget = self.max_bytes  # just under the cap: at steady state each
-        # new tail evicts about one cold leaf (no pauses)
-        guard = len(leaves) + 16
-        while self.bytes > budget and leaves and guard > 0:
-            guard -= 1
-            leaf = next(iter(leaves))
-            del leaves[leaf]
-            if leaf.agent is not None or leaf.children is not None:
-                continue  # promoted or grown since: not a leaf
-            self._remove_leaf(leaf)
-
-    def _remove_leaf(self, leaf: Node) -> None:
-        parent = leaf.parent
-        self._charge(leaf, -1)
-        self.evicted += 1
-        if parent is None:
-            return
-        ch = parent.children
-        if ch is not None:
-            ch.pop(leaf.edge[0], None)
-            if not ch:
-                parent.children = None
-        if parent.parent is None:  # tenant root
-            if parent.children is None:
-                self._charge(parent, -1)
-                self.roots.pop(parent.tenant, None)
-            return
-        if parent.agent is not None or parent.ends:
-            if parent.children is None:
-                self._leaves[parent] = None
-                self._leaves.move_to_end(parent, last=False)
-            return
-        if parent.children is None:
-            self._leaves[parent] = None
-            self._leaves.move_to_end(parent, last=False)
-        elif len(parent.children) == 1:  # merge the lone child into its parent
-            only = next(iter(parent.children.values()))
-            grand = parent.parent
-            only.edge = parent.edge + only.edge
-            only.parent = grand
-            only.last_gen = parent.last_gen
-            grand.children[parent.edge[0]] = only  # type: ignore[index]
-            self.bytes -= NODE_BYTES
-            self.nodes -= 1
-
-    def stats(self) -> dict[str, int]:
-        return {
-            "nodes": self.nodes,
-            "bytes": self.bytes,
-            "max_bytes": self.max_bytes,
-            "evicted": self.evicted,
-            "tenants": len(self.roots),
-        }
+        return cast("A | None", found)

@@ -25,6 +25,9 @@ with stale queue entries skipped lazily: eviction pops the queue's head, and a s
 keep "the oldest zone's worth of tokens" current, so each entry is passed by each pointer once and no step
 rescans the cache (no latency spikes on the request path).
 
+What the planner asks of the shadow (resident prefix, near eviction, the verdict of a candidate)
+is in residency_queries.py; this module feeds and evicts.
+
 Touch order follows the engine: blocks are touched deepest-first so a prompt's first block ends
 most recently used and the tail of a prefix is evicted first. With capacity 0 (unknown) nothing is
 evicted for capacity (only beyond ``max_entries``, a memory bound) and nothing counts as near
@@ -39,6 +42,7 @@ from itertools import accumulate, compress
 from operator import eq, itemgetter
 from typing import Any
 
+from .residency_queries import ShadowQueries
 from .turnover import Turnover
 from .view import RequestView
 
@@ -46,7 +50,7 @@ _COMPACT_SLACK = 4096
 _SHAPE_CACHE = 4096  # memoised sampling shapes (prompt length, anchor end)
 
 
-class ResidencyShadow:
+class ResidencyShadow(ShadowQueries):
     def __init__(
         self,
         capacity_tokens: int = 0,
@@ -254,112 +258,6 @@ class ResidencyShadow:
             self._qh = qh[head:]
             self._cur = cur - head
         self._head = 0
-
-    # --- queries ----------------------------------------------------------------------------
-    def resident_prefix(self, hashes: Sequence[int]) -> int:
-        """Leading blocks of ``hashes`` the shadow holds (to the last tracked resident block)."""
-        blocks = self._stamp
-        n = len(hashes)
-        k = self.stride
-        if k <= 1:
-            i = 0
-            for h in hashes:
-                if h not in blocks:
-                    break
-                i += 1
-            return i
-        good = 0
-        for i in range(k - 1, n, k):
-            if hashes[i] not in blocks:
-                return good
-            good = i + 1
-        if n and hashes[n - 1] in blocks:  # an anchor's tracked last block
-            return n
-        return good
-
-    def fully_resident(self, hashes: Sequence[int]) -> bool:
-        """Every tracked block of this prefix is held (exact when stride is 1)."""
-        return self.resident_prefix(hashes) > len(hashes) - max(1, self.stride)
-
-    def resident_prefix_tokens(self, hashes: Sequence[int], tokens: Sequence[int]) -> int:
-        n = self.resident_prefix(hashes)
-        return sum(tokens[:n])
-
-    def near_eviction(self, hashes: Sequence[int]) -> bool:
-        """True when a resident prefix's deepest block lies in the oldest part of the cache
-        (``zone_tokens``). The deepest block is evicted first, so it (and the first tracked
-        block) is what is checked."""
-        if not hashes or self.capacity_tokens <= 0:
-            return False
-        zone = self.zone_tokens()
-        if self._used < self.capacity_tokens - zone:
-            return False  # cache not full enough for anything to be near the tail
-        self._advance(zone - max(0, self.capacity_tokens - self._used))  # free room also protects
-        qs = self._qs
-        cs = qs[self._cur] if self._cur < len(qs) else self._seq + 1
-        stamps = self._stamp
-        for h in (hashes[-1], hashes[min(max(1, self.stride), len(hashes)) - 1]):
-            st = stamps.get(h)
-            if st is not None and st < cs:
-                return True
-        return False
-
-    def verdict(self, hashes: Sequence[int]) -> tuple[int, bool, bool]:
-        """(resident_prefix, fully_resident, near_eviction if fully resident else False) in one
-        call: what the planner asks of every candidate. Same answers as the three methods (the
-        residency tests pin that); inlined because it runs for most requests."""
-        blocks = self._stamp
-        n = len(hashes)
-        k = self.stride
-        if k <= 1:
-            resident = 0
-            for h in hashes:
-                if h not in blocks:
-                    break
-                resident += 1  # noqa: SIM113 - the leading run only: stops at the first miss
-            k = 1
-        else:
-            resident = 0
-            for i in range(k - 1, n, k):
-                if hashes[i] not in blocks:
-                    break
-                resident = i + 1
-            else:
-                if n and hashes[n - 1] in blocks:
-                    resident = n
-        if resident <= n - k:
-            return resident, False, False
-        return resident, True, self.near_eviction(hashes)
-
-    def _advance(self, budget: float) -> None:
-        """Move the zone cursor until the live entries behind it hold ``budget`` tokens."""
-        if self._zone_tok > budget * 1.5 + 1:
-            self._cur, self._zone_tok = self._head, 0  # the zone shrank a lot: walk again
-        qs, qh = self._qs, self._qh
-        stamps, toks = self._stamp, self._tok
-        cur, tok, n = self._cur, self._zone_tok, len(qs)
-        while tok < budget and cur < n:
-            h = qh[cur]
-            if stamps.get(h) == qs[cur]:
-                tok += toks[h]
-            cur += 1
-        self._cur, self._zone_tok = cur, tok
-
-    def zone_tokens(self) -> float:
-        """Size of the tail zone: a fixed share of capacity, or (with a horizon) what the client
-        traffic will insert within ``horizon_s``, whichever is larger, at most the capacity."""
-        cap = self.capacity_tokens
-        zone = self.near_eviction_fraction * cap
-        if self.horizon_s > 0 and self.rates.insert_rate:
-            zone = min(float(cap), max(zone, self.rates.insert_rate * self.horizon_s))
-        return zone
-
-    def safe_until(self) -> float:
-        """A "resident and not near eviction" verdict stays valid until this many tokens were
-        inserted (a quarter of the tail zone from now); the planner memoises verdicts with it."""
-        if self.capacity_tokens <= 0:
-            return float("inf")
-        return self._inserted + self.zone_tokens() / 4
 
     @property
     def inserted_tokens(self) -> int:

@@ -1,5 +1,8 @@
 """Survival scoring: how soon will an anchor (or a paused session's context) be needed again?
 
+Leaf math only (it imports no registry: ``plan_sweep.reachable_agents`` walks the registry with
+``hop_distances`` and ``p_surv``, so agents -> survival is one-way).
+
 Anchors: a multi-source BFS from the current agent of every live session, over edges with
 P_ij >= τ, gives each agent its hop distance E (the minimum over sessions); then
 
@@ -17,13 +20,9 @@ come back with its result).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
 
 from .transitions import TransitionLearner
-
-if TYPE_CHECKING:
-    from .agents import Agent, AgentRegistry
 
 
 def hop_distances(learner: TransitionLearner, sources: Iterable[int], max_hops: int, tau: float) -> dict[int, int]:
@@ -46,30 +45,6 @@ def hop_distances(learner: TransitionLearner, sources: Iterable[int], max_hops: 
                     nxt.append(j)
         frontier = nxt
     return dist
-
-
-def reachable_agents(
-    registry: AgentRegistry,
-    on_agent: Iterable[tuple[str, int]],
-    max_hops: int,
-    tau: float,
-    admit: Callable[[str], bool] | None = None,
-) -> Iterator[tuple[Agent, float]]:
-    """(agent, p_surv) for every agent within ``max_hops`` of a live session's current agent, per
-    tenant (``on_agent``: (tenant, slot) of each session's current agent); ``admit`` filters tenants
-    (the planner's gate). The one survival BFS: the planner's sweep and the replay's in-engine
-    policy both read it."""
-    sources: dict[str, list[int]] = {}
-    for tenant, slot in on_agent:
-        sources.setdefault(tenant, []).append(slot)
-    for tenant, srcs in sources.items():
-        if admit is not None and not admit(tenant):
-            continue
-        ts = registry.tenant(tenant)
-        for slot, hops in hop_distances(ts.learner, srcs, max_hops, tau).items():
-            a = ts.by_slot.get(slot)
-            if a is not None:
-                yield a, p_surv(hops, max_hops)
 
 
 def p_surv(hops: int | None, max_hops: int) -> float:

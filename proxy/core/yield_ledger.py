@@ -23,7 +23,7 @@ otherwise have been paid. Both sides come from engine-reported usage, never from
   the LRU at that time). See :func:`counterfactual_cached`.
 
 Pollution (blocks an action pushed out that a later request then missed) is not charged per
-action here; the switchback experiment (``core/switchback.py``) measures the total effect on TTFT,
+action here; the switchback experiment (``core/switchback_experiment.py``) measures the total effect on TTFT,
 pollution included.
 
 Both sums decay exponentially (``half_life_s``) so the ledger follows the traffic. A signal whose

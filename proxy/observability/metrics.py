@@ -17,6 +17,7 @@ from collections import Counter as _Tally
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from proxy.core.actions import REASON_FANOUT, REASON_SWEEP, REASON_TOOL_RESUME, REASON_TRANSITION
 from proxy.core.decisions import SKIP_REASONS as PLANNER_SKIP_REASONS
 
 KNOWN_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings", "/v1/models")
@@ -25,8 +26,11 @@ CODE_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 UPSTREAM_ERROR_KINDS = ("connect", "timeout", "protocol", "other")
 ACTION_OUTCOMES = ("ok", "error", "dropped_stale", "dropped_busy", "dropped_full", "unsupported")
 ACTION_KINDS = ("touch", "warm", "retain")
-ACTION_REASONS = ("transition", "tool_resume", "fanout", "hint")
-SKIP_REASONS = ("rejected", "not_allowed", "body_too_large", "offload_full", "parse_budget")
+# the action reasons (defined once, core/actions.py), in their exposition order
+ACTION_REASONS = (REASON_TRANSITION, REASON_TOOL_RESUME, REASON_FANOUT, REASON_SWEEP)
+# why a client request was not learned from (cachescout_policy_skipped_total{reason}); not the
+# planner's skip reasons (core/decisions.SKIP_REASONS, cachescout_planner_skips_total{reason})
+REQUEST_SKIP_REASONS = ("rejected", "not_allowed", "body_too_large", "offload_full", "parse_budget")
 MEMORY_STORES = ("sessions", "fanout", "tap", "agents")
 # What the client-facing connection limits did (proxy/http/server_limits.py counts here, process-wide:
 # one server per process); exported as cachescout_connections_shed_total{reason} at each scrape.
@@ -203,7 +207,7 @@ class ProxyMetrics:
             ("reason",),
             registry=r,
         )
-        for reason in SKIP_REASONS:
+        for reason in REQUEST_SKIP_REASONS:
             self.policy_skipped_total.labels(reason)
         for reason in PLANNER_SKIP_REASONS:
             self.planner_skips_total.labels(reason)

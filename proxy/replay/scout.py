@@ -26,8 +26,8 @@ from proxy.cachemodel.policy_pool import ScoredEvictor
 from proxy.core import config as core_config
 from proxy.core.actions import Action, ObservedRequest
 from proxy.core.economics import RunningSet
+from proxy.core.plan_sweep import reachable_agents
 from proxy.core.policy import ScoutPolicy
-from proxy.core.survival import reachable_agents
 from proxy.core.view import EngineLoad, ResponseOutcome, view_from_blocks
 from proxy.core.yield_book import YieldBook
 from proxy.replay.engine_side import ReplayExecutor

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
+from proxy.core.actions import ANCHOR_REASONS
 from proxy.core.yield_book import CONVERSION_SHARE, YieldBook, ran_alongside_traffic
 
 if TYPE_CHECKING:
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
     from proxy.runtime.switchback import SelfEvaluation
 
 MAX_ACTED = 4096  # executed actions whose anchor priority is remembered
-ANCHOR_REASONS = ("transition", "fanout", "hint")
 
 
 class UsageAccounting:

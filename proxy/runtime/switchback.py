@@ -1,4 +1,4 @@
-"""Live self-evaluation: drives the switchback experiment (``core/switchback.py``) and the per-signal
+"""Live self-evaluation: drives the switchback experiment (``core/switchback_experiment.py``) and the per-signal
 yield ledger (``core/yield_ledger.py``) from the running proxy, and says what they found.
 
 Why here and not in the core: the core decides; this edge owns the clock, the seeded randomness,
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from proxy.core.actions import REASONS
-from proxy.core.switchback import Switchback, SwitchbackConfig
+from proxy.core.switchback_experiment import Switchback, SwitchbackConfig
 from proxy.core.yield_ledger import YieldConfig, YieldLedger
 
 if TYPE_CHECKING:

@@ -11,7 +11,8 @@ from proxy.core.hint_actions import HintDriver
 from proxy.core.hint_checks import CheckBook
 from proxy.core.hint_scope import HintScope
 from proxy.core.hint_tables import ByteLRU
-from proxy.core.hints import ACCEPTED, FACT, HINT_KINDS, IGNORED_UNCHECKED, Hint, HintConfig, TrustBook
+from proxy.core.hint_trust import TrustBook
+from proxy.core.hints import ACCEPTED, FACT, HINT_KINDS, IGNORED_UNCHECKED, Hint, HintConfig
 
 
 def measured(build) -> tuple[int, object]:

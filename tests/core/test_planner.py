@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from proxy.core import EngineLoad, ResponseOutcome, ScoutPolicy
 from proxy.core.action_payload import ActionPayload
-from proxy.core.actions import REASON_FANOUT, REASON_HINT, REASON_TOOL_RESUME, REASON_TRANSITION
+from proxy.core.actions import REASON_FANOUT, REASON_SWEEP, REASON_TOOL_RESUME, REASON_TRANSITION
 
 from .conftest import ANCHOR, BLOCK, Workload, quiet_config
 
@@ -230,7 +230,7 @@ def test_sweep_emits_retain_hints_with_survival_priority(workload):
     now = fresh(w, learn(w, PIPE, drain=False))
     actions = w.policy.plan(now + 0.1)
     retains = [a for a in actions if a.kind == "retain"]
-    assert retains and all(a.reason == REASON_HINT for a in retains)
+    assert retains and all(a.reason == REASON_SWEEP for a in retains)
     by_payload = {a.payload.prompt["agent"]: a.priority for a in retains if "agent" in a.payload.prompt}
     # sessions sit on agent 2 (their last step): 2 is E=0, 0 is one hop, 1 two hops
     assert by_payload[2] > by_payload[0] > by_payload[1]
@@ -295,7 +295,7 @@ def test_planner_never_breaks_budgets(evs, per_tick, concurrent, r_min, session_
                     # fan-out parents: siblings overlapping in time, here a request sent before the
                     # previous one's response ended)
                     assert (
-                        a.reason in (REASON_TOOL_RESUME, REASON_HINT, REASON_FANOUT) and "session" in a.payload.prompt
+                        a.reason in (REASON_TOOL_RESUME, REASON_SWEEP, REASON_FANOUT) and "session" in a.payload.prompt
                     )
                     assert a.reason in (REASON_TOOL_RESUME, REASON_FANOUT) or not session_gated
                 if a.kind != "retain":
@@ -422,7 +422,7 @@ def test_sweep_keeps_paused_sessions_that_usually_resume(workload):
     w.policy.plan(end + 0.1)
     w.junk(16 * 47, end + 0.2)  # its context is now at the LRU tail
     acts = w.policy.plan(end + 1.0)  # paused 1 s of its usual 2 s
-    assert [(a.kind, a.reason, a.block_hashes) for a in acts] == [("touch", REASON_HINT, ctx)]
+    assert [(a.kind, a.reason, a.block_hashes) for a in acts] == [("touch", REASON_SWEEP, ctx)]
     assert acts[0].payload.prompt == {"session": "chat"}
     w.junk(16 * 200, end + 1.1)  # gone: a sweep does not re-prefill it
     assert w.policy.plan(end + 1.6) == []

@@ -8,17 +8,8 @@ import pytest
 from proxy.core.actions import REASON_FANOUT, REASON_TOOL_RESUME, REASON_TRANSITION
 from proxy.core.hint_actions import Hint, HintDriver
 from proxy.core.hint_checks import CheckBook
-from proxy.core.hints import (
-    ACCEPTED,
-    FACT,
-    IGNORED_STANDING,
-    PREDICTION,
-    REFUSED,
-    HintConfig,
-    TrustBook,
-    ignore_bound,
-    source_id,
-)
+from proxy.core.hint_trust import TrustBook
+from proxy.core.hints import ACCEPTED, FACT, IGNORED_STANDING, PREDICTION, REFUSED, HintConfig, ignore_bound, source_id
 
 from .conftest import ANCHOR, BLOCK, Workload
 

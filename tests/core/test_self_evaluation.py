@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from proxy.core.switchback import Switchback, SwitchbackConfig
+from proxy.core.switchback_experiment import Switchback, SwitchbackConfig
 from proxy.core.window_stats import effect, t_quantile
 from proxy.core.yield_ledger import YieldConfig, YieldLedger, counterfactual_cached, remaining_life
 

@@ -1,0 +1,381 @@
+"""The planner's candidate sources, one class each, and their registry (``SOURCES``).
+
+Each source turns one kind of evidence into ``Candidate``s (candidates.py) and records, by name,
+every candidate it does not offer (``Tick.p._drop``). Why classes behind one protocol: adding a
+signal is one class here (or in a module of its own), its test (tests/core/test_plan_sources.py)
+and one line in ``SOURCES``; ``PolicyConfig.disabled_pieces`` switches any of them off by name.
+
+Order matters and is the registry's order: the sessions that just changed first (each one's own
+tool resume, then its predicted successors), parked fan-out parents, runtime hints (``SOURCES``),
+then, when the sweep is due, the survival sweep of anchors and the paused-session sweep
+(``SWEEP_SOURCES``). Candidates are sorted by
+score afterwards (a stable sort: the registry order breaks ties).
+"""
+
+from __future__ import annotations
+
+from .action_payload import ActionPayload
+from .actions import REASON_FANOUT, REASON_SWEEP, REASON_TOOL_RESUME, REASON_TRANSITION
+from .agents import Agent, agent_id_for
+from .candidates import Candidate, CandidateSource, Tick
+from .config import PolicyConfig
+
+__all__ = ["SOURCES", "SWEEP_SOURCES", "CandidateSource"]
+from .plan_sweep import reachable_agents
+from .sessions import Session
+from .survival import anchor_score, continuation_probability
+
+# piece names (PolicyConfig.disabled_pieces; docs/policy.md)
+TOOL_RESUME = "tool_resume"
+SUCCESSORS = "successors"
+FANOUT_PARENTS = "fanout_parents"
+RUNTIME_HINTS = "runtime_hints"
+ANCHOR_SWEEP = "anchor_sweep"
+SESSION_SWEEP = "session_sweep"
+
+
+class ToolResume:
+    """A session that just paused on ``tool_calls``: its own context, for the tool's answer."""
+
+    name = TOOL_RESUME
+
+    def session(self, t: Tick, s: Session, agent: Agent, elapsed: float, lead: float | None) -> None:
+        cfg, p_ = t.p.cfg, t.p
+        if not (s.hashes and s.context_payload is not None):
+            p_._drop("no_context", t.now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant)  # nothing to rebuild
+            return
+        p = continuation_probability(
+            agent.tool_gaps,
+            elapsed,
+            cfg.continuation_horizon_s,
+            True,
+            cfg.tool_resume_prior,
+            cfg.continuation_prior,
+            cfg.continuation_min_samples,
+        )
+        if p < cfg.tool_resume_min_p:
+            p_._drop("resume_unlikely", t.now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant, p)
+        elif cfg.tool_resume_gated and "gate" not in t.off and not t.gate(agent.tenant):
+            p_._drop("gate_closed", t.now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant, p)
+        else:
+            t.out.append(
+                Candidate(
+                    score=p * sum(s.block_tokens),
+                    reason=REASON_TOOL_RESUME,
+                    tenant=agent.tenant,
+                    anchor_id=agent_id_for(agent.tenant, s.hashes[-1]),
+                    hashes=s.hashes,
+                    block_tokens=s.block_tokens,
+                    payload=ActionPayload(s.context_payload, s.assistant_payload),
+                    prob=p,
+                    lead=lead,
+                    warm_ok=True,
+                    context=True,
+                    session=s.key,
+                )
+            )
+
+
+class Successors:
+    """The predicted next agents of a session that just changed: the top-1 (``transition``) and
+    further successors with P >= τ (``fanout``, touch only beyond ``warm_top_k``). Behind the R gate.
+
+    The cooldown, the resident memo and the deferral are checked here, before a candidate is
+    built, because this loop runs for nearly every request; they are the same verdicts the
+    filters use (switched off by the same names)."""
+
+    name = SUCCESSORS
+    _tick: tuple[
+        float, PolicyConfig, dict[str, bool] | None, dict[str, float], dict[str, tuple[int, float]], bool, int,
+        float, list[Candidate],
+    ]  # fmt: skip
+
+    def begin(self, t: Tick) -> None:
+        """This tick's constants, read once (the per-session loop below runs for nearly every
+        request)."""
+        p_, off = t.p, t.off
+        res = p_.residency
+        self._tick = (
+            t.now,
+            p_.cfg,
+            t.gates if "gate" not in off else None,
+            p_.last_acted if "cooldown" not in off else {},
+            p_._safe if "resident_memo" not in off else {},
+            "deferred" not in off,
+            res.epoch,
+            res.inserted_tokens,
+            t.out,
+        )
+
+    def session(self, t: Tick, s: Session, agent: Agent, paused: bool, lead: float | None) -> None:
+        now, cfg, gates, last_acted, safe, defer, epoch, inserted, out = self._tick
+        p_ = t.p
+        tenant = agent.tenant
+        if gates is not None:
+            g = gates.get(tenant)
+            if g is None:
+                g = p_._gate(tenant, gates)
+            if not g:  # the most common no-op: counted like any other skip
+                p_._drop("gate_closed", now, REASON_TRANSITION, agent.agent_id, tenant)
+                return
+        ts = p_.registry.tenant(tenant)
+        trigger = cfg.plan_trigger
+        by_slot = ts.by_slot
+        cooldown = cfg.cooldown_s
+        for rank, (slot, p) in enumerate(ts.learner.successors(agent.slot, cfg.top_k, cfg.tau)):
+            nxt = by_slot.get(slot)
+            if nxt is None or nxt.payload is None or not nxt.anchor_hashes:
+                continue
+            reason = REASON_TRANSITION if rank == 0 else REASON_FANOUT
+            aid = nxt.agent_id
+            last = last_acted.get(aid)
+            if last is not None and now - last < cooldown:
+                p_._drop("cooldown", now, reason, aid, tenant, p)
+                continue
+            memo = safe.get(aid)
+            if memo is not None and memo[0] == epoch and inserted < memo[1]:
+                p_._drop("resident", now, reason, aid, tenant, p)
+                continue
+            if rank >= cfg.warm_top_k:
+                warm_ok = False  # lower-ranked successors are only kept, not re-made
+            else:
+                warm_ok = paused or trigger == "request"
+            if not paused and trigger == "auto":
+                # act now only if the pause after this response is too short for a warm then
+                gap = agent.gap_median
+                if defer and gap is not None and gap >= max(cfg.min_lead_s, cfg.reload_s(nxt.tokens)):
+                    p_._drop("deferred", now, reason, aid, tenant, p)
+                    continue  # planned again when the response ends
+                warm_ok = rank < cfg.warm_top_k
+            out.append(
+                Candidate(
+                    score=anchor_score(p, now - nxt.last_seen, nxt.tokens, cfg.delta, cfg.age_lambda),
+                    reason=reason,
+                    tenant=nxt.tenant,
+                    anchor_id=nxt.agent_id,
+                    hashes=nxt.anchor_hashes,
+                    block_tokens=nxt.anchor_block_tokens,
+                    payload=nxt.payload,
+                    prob=p,
+                    lead=lead,
+                    warm_ok=warm_ok,
+                    context=False,
+                    session=s.key,
+                    soon=not paused,
+                )
+            )
+
+
+class DirtySessions:
+    """The sessions that changed since the last tick (``Planner.dirty``), each offered in turn to
+    its per-session sources: its tool resume, then its successors."""
+
+    name = "dirty_sessions"  # not a piece of its own: switch off tool_resume / successors
+
+    def __init__(self) -> None:
+        self.tool_resume = ToolResume()
+        self.successors = Successors()
+
+    def collect(self, t: Tick) -> None:
+        p_ = t.p
+        if not p_.dirty:
+            return
+        sessions = p_.sessions.sessions
+        registry = p_.registry
+        now = t.now
+        tool_on = TOOL_RESUME not in t.off
+        succ_on = SUCCESSORS not in t.off
+        if succ_on:
+            self.successors.begin(t)
+        for key in p_.dirty:
+            s = sessions.get(key)
+            if s is None:
+                continue
+            agent = s.agent
+            if agent is None or registry.by_id.get(agent.agent_id) is not agent:  # registry.alive
+                p_._drop("no_agent", now, REASON_TRANSITION)
+                continue
+            paused = s.inflight == 0 and s.last_end is not None
+            lead = None
+            if paused:
+                tool = s.finish == "tool_calls"
+                med = agent.tool_gap_median if tool else agent.gap_median
+                elapsed = now - s.last_end if s.last_end is not None else 0.0  # (paused: it is set)
+                lead = med - elapsed if med is not None and elapsed < med else None
+                if tool and tool_on:
+                    self.tool_resume.session(t, s, agent, elapsed, lead)
+            if succ_on:
+                self.successors.session(t, s, agent, paused, lead)
+
+
+class FanoutParents:
+    """Parents of fan-outs the policy detected (``Planner.fanout``): a fact (the siblings are
+    running on it), so not gated; touch/retain only."""
+
+    name = FANOUT_PARENTS
+
+    def collect(self, t: Tick) -> None:
+        for agent, hashes, toks, payload in t.p.fanout.values():
+            t.out.append(
+                Candidate(
+                    score=float(sum(toks)),
+                    reason=REASON_FANOUT,
+                    tenant=agent.tenant,
+                    anchor_id=agent_id_for(agent.tenant, hashes[-1]),
+                    hashes=hashes,
+                    block_tokens=toks,
+                    payload=payload,
+                    prob=1.0,
+                    lead=None,
+                    warm_ok=False,
+                    context=True,
+                )
+            )
+
+
+class RuntimeHintsSource:
+    """Runtime hints (core.hint_actions.HintDriver): facts and trusted predictions, each with its
+    own timing (the driver defers far ones), so imminent."""
+
+    name = RUNTIME_HINTS
+
+    def collect(self, t: Tick) -> None:
+        hints = t.p.hints
+        if hints is None:
+            return
+        for h in hints.candidates(t.now):
+            t.out.append(
+                Candidate(
+                    score=h.score,
+                    reason=h.reason,
+                    tenant=h.tenant,
+                    anchor_id=h.anchor_id,
+                    hashes=h.hashes,
+                    block_tokens=h.block_tokens,
+                    payload=h.payload,
+                    prob=h.prob,
+                    lead=h.lead,
+                    warm_ok=h.warm_ok,
+                    context=h.context,
+                    session=None,
+                    soon=True,
+                )
+            )
+
+
+class AnchorSweep:
+    """The survival sweep (reason ``sweep``): every ``sweep_interval_s``, the ``sweep_top_n``
+    anchors nearest a live session's current agent (survival.p_surv), kept where they are."""
+
+    name = ANCHOR_SWEEP
+
+    def collect(self, t: Tick) -> None:
+        if not t.sweep_due:
+            return
+        p_, now = t.p, t.now
+        cfg = p_.cfg
+        scored: list[Candidate] = []
+        gated = "gate" not in t.off
+
+        def admit(tenant: str) -> bool:
+            if not gated or t.gate(tenant):
+                return True
+            p_._drop("gate_closed", now, REASON_SWEEP, "", tenant)  # the tenant's whole sweep
+            return False
+
+        for a, p in reachable_agents(p_.registry, p_.sessions.on_agent, cfg.max_hops, cfg.tau, admit):
+            if a.payload is None or not a.anchor_hashes:
+                continue
+            scored.append(
+                Candidate(
+                    score=anchor_score(p, now - a.last_seen, a.tokens, cfg.delta, cfg.age_lambda),
+                    reason=REASON_SWEEP,
+                    tenant=a.tenant,
+                    anchor_id=a.agent_id,
+                    hashes=a.anchor_hashes,
+                    block_tokens=a.anchor_block_tokens,
+                    payload=a.payload,
+                    prob=p,
+                    lead=None,
+                )
+            )
+        scored.sort(key=lambda c: c.score, reverse=True)
+        t.out.extend(scored[: cfg.sweep_top_n])
+
+
+class SessionSweep:
+    """Paused sessions likely to resume soon keep their context (session continuation).
+
+    Walks the most recently active sessions only (``sweep_sessions`` of them), so a sweep stays
+    O(that) however many sessions are live. A session continuing is a fact of its own history,
+    not an agent-to-agent guess, but by default only tool_resume ignores the gate
+    (``tool_resume_gated``/``session_gated``)."""
+
+    name = SESSION_SWEEP
+
+    def collect(self, t: Tick) -> None:
+        cfg = t.p.cfg
+        if not t.sweep_due or not cfg.sweep_sessions:
+            return
+        p_, now = t.p, t.now
+        gated = "gate" not in t.off
+        scored: list[Candidate] = []
+        for k, s in enumerate(reversed(p_.sessions.sessions.values())):
+            if k >= cfg.sweep_sessions:
+                break
+            agent = s.agent
+            if s.inflight or s.last_end is None:
+                continue
+            tool = s.finish == "tool_calls"
+            if agent is None or agent.forgotten or not s.hashes or s.context_payload is None:
+                if tool:
+                    p_._drop("no_agent" if agent is None or agent.forgotten else "no_context", now, REASON_TOOL_RESUME)
+                continue
+            reason = REASON_TOOL_RESUME if tool else REASON_SWEEP
+            if gated and (cfg.tool_resume_gated if tool else cfg.session_gated) and not t.gate(agent.tenant):
+                p_._drop("gate_closed", now, reason, agent.agent_id, agent.tenant)
+                continue
+            elapsed = now - s.last_end
+            p = continuation_probability(
+                agent.tool_gaps if tool else agent.gaps,
+                elapsed,
+                cfg.continuation_horizon_s,
+                tool,
+                cfg.tool_resume_prior,
+                cfg.continuation_prior,
+                cfg.continuation_min_samples,
+            )
+            if p < cfg.tool_resume_min_p:
+                p_._drop("resume_unlikely", now, reason, agent.agent_id, agent.tenant, p)
+                continue
+            med = agent.tool_gap_median if tool else agent.gap_median
+            scored.append(
+                Candidate(
+                    score=p * sum(s.block_tokens),
+                    reason=reason,
+                    tenant=agent.tenant,
+                    anchor_id=agent_id_for(agent.tenant, s.hashes[-1]),
+                    hashes=s.hashes,
+                    block_tokens=s.block_tokens,
+                    payload=ActionPayload(s.context_payload, s.assistant_payload),
+                    prob=p,
+                    lead=med - elapsed if med is not None and elapsed < med else None,
+                    warm_ok=tool,
+                    context=True,
+                    session=s.key,
+                )
+            )
+        scored.sort(key=lambda c: c.score, reverse=True)
+        t.out.extend(scored[: cfg.sweep_top_n])
+
+
+# The registry: one line per source, in the order their candidates are collected; the sweep
+# sources run only at the sweep cadence (sweep_interval_s), after the others.
+SOURCES: tuple[type[CandidateSource], ...] = (
+    DirtySessions,  # ToolResume, then Successors, per session that changed
+    FanoutParents,
+    RuntimeHintsSource,
+)
+SWEEP_SOURCES: tuple[type[CandidateSource], ...] = (AnchorSweep, SessionSweep)
+# per-session sources inside DirtySessions, and every source's piece name
+SOURCE_NAMES = (TOOL_RESUME, SUCCESSORS, FANOUT_PARENTS, RUNTIME_HINTS, ANCHOR_SWEEP, SESSION_SWEEP)

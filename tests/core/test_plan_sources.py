@@ -1,0 +1,116 @@
+"""The candidate sources (plan_sources.py): each offers its own candidates, and switched off
+(``disabled_pieces``) offers none while the others still do."""
+
+from __future__ import annotations
+
+from proxy.core import ScoutPolicy
+from proxy.core.actions import REASON_FANOUT, REASON_SWEEP, REASON_TOOL_RESUME, REASON_TRANSITION
+from proxy.core.candidates import Candidate
+
+from .conftest import Workload, quiet_config
+from .test_planner import PIPE, fresh, learn
+
+
+def _w(**kw) -> Workload:
+    return Workload(ScoutPolicy(quiet_config(**kw)))
+
+
+def test_candidate_is_keyword_only():
+    import pytest
+
+    with pytest.raises(TypeError):
+        Candidate(1.0, "transition", "", "a", (1,), (16,), None, 1.0, None)  # type: ignore[misc,arg-type]
+
+
+def _successor_warm(**kw) -> list[str]:
+    w = _w(residency_capacity_tokens=16 * 60, **kw)
+    now = fresh(w, learn(w, PIPE))
+    w.junk(16 * 80, now)
+    w.step(0, "live", now + 1)
+    return [a.reason for a in w.policy.plan(now + 1.2)]
+
+
+def test_successors_offer_the_predicted_next_agent():
+    assert _successor_warm() == [REASON_TRANSITION]
+    assert _successor_warm(disabled_pieces=("successors",)) == []
+    assert _successor_warm(disabled_pieces=("tool_resume",)) == [REASON_TRANSITION]  # another source
+
+
+def _tool_resume(**kw) -> list[str]:
+    w = _w(residency_capacity_tokens=16 * 60, **kw)
+    w.step(0, "s", 1.0, finish="tool_calls")
+    w.junk(16 * 80, 2.0)
+    w.policy.plan(2.5)
+    return [a.reason for a in w.policy.plan(6.0)]
+
+
+def test_tool_resume_offers_a_tool_paused_session_context():
+    assert _tool_resume() == [REASON_TOOL_RESUME]
+    assert _tool_resume(disabled_pieces=("tool_resume",)) == []
+
+
+def _sweep(**kw) -> set[str]:
+    w = _w(residency_capacity_tokens=16 * 1000, retain_enabled=True, sweep_interval_s=0.0, **kw)
+    now = fresh(w, learn(w, PIPE, drain=False))
+    return {a.reason for a in w.policy.plan(now + 0.1) if a.kind == "retain"}
+
+
+def test_anchor_sweep_offers_the_survival_ranked_anchors():
+    assert _sweep() == {REASON_SWEEP}
+    assert _sweep(disabled_pieces=("anchor_sweep",)) == set()
+
+
+def test_session_sweep_offers_paused_sessions_likely_to_resume():
+    w = _w(residency_capacity_tokens=16 * 60, sweep_interval_s=0.0, session_gated=False)
+    w.step(0, "s", 1.0, finish="tool_calls")
+    w.policy.planner.dirty.clear()  # only the sweep may see it
+    w.junk(16 * 80, 2.0)
+    assert [a.reason for a in w.policy.plan(6.0)] == [REASON_TOOL_RESUME]
+    w = _w(residency_capacity_tokens=16 * 60, sweep_interval_s=0.0, disabled_pieces=("session_sweep",))
+    w.step(0, "s", 1.0, finish="tool_calls")
+    w.policy.planner.dirty.clear()
+    w.junk(16 * 80, 2.0)
+    assert w.policy.plan(6.0) == []
+
+
+def _fanout(**kw) -> list[str]:
+    from proxy.core import view_from_blocks
+
+    from .conftest import ANCHOR, BLOCK
+
+    w = _w(residency_capacity_tokens=16 * 100, **kw)
+    pol = w.policy
+    w.step(0, "s", 1.0, dur=0.1)
+    parent = w.anchor(0) + w.hist["s"]
+    for t, tail in ((2.0, 7001), (2.1, 7002)):
+        v = view_from_blocks("", [*parent, tail], BLOCK, anchor_blocks=ANCHOR, session_id="s", context_payload="x")
+        pol.observe_request(v, t)
+        if t == 2.0:
+            pol.plan(2.0)
+    w.junk(16 * 80, 2.2)
+    return [a.reason for a in pol.plan(2.3)]
+
+
+def test_fanout_parents_offer_the_shared_parent():
+    assert _fanout() == [REASON_FANOUT]
+    assert _fanout(disabled_pieces=("fanout_parents",)) == []
+
+
+def _hinted(**kw) -> list[str]:
+    from proxy.core.hint_actions import Hint, HintDriver
+
+    from .test_runtime_hints import evict_all, paused
+
+    w = _w(residency_capacity_tokens=16 * 40, **kw)
+    d = HintDriver(w.policy)
+    paused(w, "s1", 1.0)  # finish "stop": no tool_resume of its own; nothing learned: gate shut
+    evict_all(w, 1.5)
+    assert not w.policy.plan(2.0)
+    d.submit([Hint("tool_started", "s1")], "rt", 2.0)
+    assert w.policy.planner.hints is d  # the driver attached itself: a source that gets agents and sessions
+    return [a.reason for a in w.policy.plan(2.1)]
+
+
+def test_runtime_hints_offer_what_the_runtime_announced():
+    assert _hinted() == [REASON_TOOL_RESUME]
+    assert _hinted(disabled_pieces=("runtime_hints",)) == []
