@@ -212,3 +212,15 @@ class GapKeeperPolicy(OracleKeeperBlindPolicy):
 
     def _chain(self, t: int, now: float) -> tuple[int, ...]:
         return self.chains.get(t, ())
+
+
+class ToolGapKeeperPolicy(GapKeeperPolicy):
+    """`gap-keeper` for tool pauses only: what a proxy sees (``finish_reason: tool_calls`` says the
+    session will send the tool's result) — no future, only the visible pause and its learned length."""
+
+    name = "tool-gap-keeper"
+
+    def _target(self, i: int) -> tuple[int, int] | None:
+        if self.requests[i].finish_reason != TOOL:
+            return None
+        return super()._target(i)

@@ -34,7 +34,7 @@ from proxy.replay.traces import ReplayRequest, unique_blocks
 
 POLICIES = ("lru", "history", "ttl", "scout-engine", "scout-proxy", "scout-proxy-priority", "oracle-keeper", "belady")
 # the oracle keeper's decomposition (oracle_blind.py): opt-in, and in the grid's policies
-BLIND_POLICIES = ("oracle-keeper-blind", "gap-keeper")
+BLIND_POLICIES = ("oracle-keeper-blind", "gap-keeper", "tool-gap-keeper")
 # scout-proxy with a runtime sending hints (truthful, noisy, lying; proxy/replay/hint_stream.py):
 # opt-in by name, not in the default --policies list
 HINT_POLICIES = (
@@ -76,9 +76,10 @@ def make_policy(name: str, s: ReplaySettings) -> ReplayPolicy:
 
         return OracleKeeperPolicy()
     if name in BLIND_POLICIES:
-        from proxy.replay.oracle_blind import GapKeeperPolicy, OracleKeeperBlindPolicy
+        from proxy.replay.oracle_blind import GapKeeperPolicy, OracleKeeperBlindPolicy, ToolGapKeeperPolicy
 
-        return OracleKeeperBlindPolicy() if name == "oracle-keeper-blind" else GapKeeperPolicy()
+        blind = {"oracle-keeper-blind": OracleKeeperBlindPolicy, "gap-keeper": GapKeeperPolicy}
+        return blind.get(name, ToolGapKeeperPolicy)()
     if name in ("scout-proxy", "scout-proxy-priority", "scout-engine"):
         from proxy.replay.scout import ScoutEnginePolicy, ScoutProxyPolicy, ScoutProxyPriorityPolicy
 

@@ -85,3 +85,15 @@ def test_blind_keeper_knows_which_sessions_return_and_gap_keeper_does_not():
     keeper, _ = _run("gap-keeper", reqs)
     assert blind.extra()["sent"] == 0
     assert keeper.extra()["sent"] >= 1  # it keeps the context of a session that is gone
+
+
+def test_tool_gap_keeper_keeps_only_sessions_paused_on_a_tool():
+    tool = _trace(None)  # s paused on tool_calls and never returns: kept anyway (no future known)
+    keeper, _ = _run("tool-gap-keeper", tool)
+    assert keeper.extra()["sent"] >= 1
+    # the same stream with every pause after a plain stop: gap-keeper keeps s, tool-gap-keeper not
+    stop = [_blk(r.t, r.block_hashes, session_id=r.session_id, finish_reason="stop") for r in tool]
+    plain, _ = _run("gap-keeper", stop)
+    keeper2, _ = _run("tool-gap-keeper", stop)
+    assert plain.extra()["sent"] >= 1
+    assert keeper2.extra()["sent"] == 0
