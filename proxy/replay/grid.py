@@ -37,10 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from proxy.replay import regimes
-from proxy.replay.runner import HINT_POLICIES, POLICIES, ReplaySettings, replay
+from proxy.replay.runner import BLIND_POLICIES, HINT_POLICIES, POLICIES, ReplaySettings, replay
 from proxy.replay.workloads import generate, preset
 
-WANTED = ("lru", "history", "oracle-keeper", "belady", "scout-proxy")
+WANTED = ("lru", "history", "oracle-keeper", "oracle-keeper-blind", "belady", "scout-proxy")
 LEVEL_KEYS = ("preset", "pause", "busy", "requests", "busy_offered", "busy_offered_steady", "replay_s")
 MIN_GAIN = 0.01  # a bound's gain below this share of LRU's TTFT is no gap: shares are None there
 
@@ -97,7 +97,7 @@ def spec_for(gp: GridPreset, pause: str, busy: float, seed: int):
 
 
 def available_policies() -> tuple[list[str], list[str]]:
-    known = set(POLICIES) | set(HINT_POLICIES)
+    known = set(POLICIES) | set(HINT_POLICIES) | set(BLIND_POLICIES)
     return [p for p in WANTED if p in known], [p for p in WANTED if p not in known]
 
 

@@ -33,6 +33,8 @@ from proxy.replay.tiers import resolve_cpu_capacity
 from proxy.replay.traces import ReplayRequest, unique_blocks
 
 POLICIES = ("lru", "history", "ttl", "scout-engine", "scout-proxy", "scout-proxy-priority", "oracle-keeper", "belady")
+# the oracle keeper's decomposition (oracle_blind.py): opt-in, and in the grid's policies
+BLIND_POLICIES = ("oracle-keeper-blind", "gap-keeper", "tool-gap-keeper")
 # scout-proxy with a runtime sending hints (truthful, noisy, lying; proxy/replay/hint_stream.py):
 # opt-in by name, not in the default --policies list
 HINT_POLICIES = (
@@ -73,6 +75,11 @@ def make_policy(name: str, s: ReplaySettings) -> ReplayPolicy:
         from proxy.replay.oracle import OracleKeeperPolicy
 
         return OracleKeeperPolicy()
+    if name in BLIND_POLICIES:
+        from proxy.replay.oracle_blind import GapKeeperPolicy, OracleKeeperBlindPolicy, ToolGapKeeperPolicy
+
+        blind = {"oracle-keeper-blind": OracleKeeperBlindPolicy, "gap-keeper": GapKeeperPolicy}
+        return blind.get(name, ToolGapKeeperPolicy)()
     if name in ("scout-proxy", "scout-proxy-priority", "scout-engine"):
         from proxy.replay.scout import ScoutEnginePolicy, ScoutProxyPolicy, ScoutProxyPriorityPolicy
 
@@ -163,8 +170,8 @@ def replay(
     s = settings or ReplaySettings()
     names = list(dict.fromkeys(["lru", *policies, "belady"]))
     for n in names:
-        if n not in POLICIES and n not in HINT_POLICIES:
-            raise ValueError(f"unknown policy {n!r}; choose from {POLICIES + HINT_POLICIES}")
+        if n not in POLICIES and n not in HINT_POLICIES and n not in BLIND_POLICIES:
+            raise ValueError(f"unknown policy {n!r}; choose from {POLICIES + BLIND_POLICIES + HINT_POLICIES}")
     span = (requests[-1].t - requests[0].t) if requests else 0.0
     out: dict = {
         "policies": names,
