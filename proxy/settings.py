@@ -268,6 +268,13 @@ class Settings(BaseSettings):
         description="bytes/s a request body must average after the server_body_timeout_s grace, 408 below "
         "(Apache mod_reqtimeout MinRate=500; 0 = no rate check)",
     )
+    malloc_mmap_threshold_bytes: int = Field(
+        1024 * 1024,
+        ge=0,
+        description="`cachescout serve` (glibc): memory blocks of at least this size get their own mapping, "
+        "returned to the OS when freed (large request bodies do not leave holes in the heap); "
+        "0 = glibc's dynamic default",
+    )
     policy_max_body_bytes: int = Field(
         4 * 1024 * 1024,
         ge=0,

@@ -256,49 +256,70 @@ def _agent_prompt(a: int, size: int) -> str:
 
 
 def test_agents_with_huge_system_prompts_are_bounded_in_bytes(engine_url, tmp_path):
-    """20 agents x 3.5 MB system prompts, two calls each (so each becomes an agent), all 2xx.
+    """Agents with 3.5 MB system prompts, two calls each (so each becomes an agent), all 2xx.
     Before: anchor text, hash chain and index node of every agent kept, bounded by count only
-    (300 agents: 2,102 MB; ~9 MB an agent). Now: `agents_max_bytes` (16 MiB) and the index budget
-    evict the least valuable agents. The parse budget is off here (every body is learned)."""
-    prompts = [_agent_prompt(a, 3_500_000) for a in range(20)]
+    (300 agents: 2,102 MB; ~9 MB an agent). Then `agents_max_bytes` (16 MiB) and the index budget:
+    300 agents 316 MB, over the 300 MB acceptance bound: the residency shadow (64-84 MB at 200k
+    entries, not the 52 MB counted) and free heap memory glibc kept after 3.5 MB bodies (47 MB).
+    Now: a leaner shadow at 160k entries (~40 MB) and large blocks mapped on their own
+    (`malloc_mmap_threshold_bytes`). 60 agents here (every structure full: 120 prompts fill the
+    sessions' 64 MiB and the shadow's 160k entries); FAULT_FULL_SIZE=1 runs the issue's 300
+    (~2-4 min). The parse budget is off here (every body is learned)."""
+    import os
+
+    n = 300 if os.environ.get("FAULT_FULL_SIZE") else 60
+    size = 3_500_000
     with proxy(engine_url, tmp_path, "policy_parse_share=1") as px:
         rss0 = px.rss_mb()
+        peak = rss0
 
         async def drive() -> None:
-            async with httpx.AsyncClient(timeout=120) as c:
+            nonlocal peak
+            async with httpx.AsyncClient(timeout=300) as c:
                 sem = asyncio.Semaphore(3)
 
                 async def one(a: int, r: int) -> None:
-                    body = json.dumps(
-                        {
-                            "model": "m",
-                            "user": f"s{a}-{r}",
-                            "max_tokens": 8,
-                            "messages": [
-                                {"role": "system", "content": prompts[a]},
-                                {"role": "user", "content": f"task {r}"},
-                            ],
-                        }
-                    ).encode()
                     async with sem:
+                        body = json.dumps(
+                            {
+                                "model": "m",
+                                "user": f"s{a}-{r}",
+                                "max_tokens": 8,
+                                "messages": [
+                                    {"role": "system", "content": _agent_prompt(a, size)},
+                                    {"role": "user", "content": f"task {r}"},
+                                ],
+                            }
+                        ).encode()
                         assert (await c.post(px.url + CHAT, content=body, headers=GOOD)).status_code == 200
 
-                for r in range(2):
-                    await asyncio.gather(*(one(a, r) for a in range(20)))
+                for base in range(0, n, 10):
+                    for r in range(2):
+                        await asyncio.gather(*(one(a, r) for a in range(base, min(n, base + 10))))
+                    peak = max(peak, px.rss_mb())
 
         asyncio.run(drive())
         time.sleep(1.0)  # the last parses finish, a plan tick updates the gauges
         rss = px.rss_mb()
+        peak = max(peak, rss)
         metrics = httpx.get(px.url + "/metrics", timeout=10).text
         st = px.state()
     kept = _metric(metrics, "cachescout_kept_bytes")
     drops = _metric(metrics, "cachescout_memory_drops_total")
-    print(f"\nhuge agents: RSS {rss0:.0f} -> {rss:.0f} MB, agents {len(st['agents'])}, kept {kept}, drops {drops}")
+    print(
+        f"\n{n} agents x 3.5 MB: RSS {rss0:.0f} -> {rss:.0f} MB (peak sampled {peak:.0f}), agents {len(st['agents'])}, "
+        f"kept {kept}, drops {drops}"
+    )
     obs = st["observer"]
-    assert obs["observed"] + obs["offload_full"] == 40 and obs["observed"] >= 30, obs
+    assert obs["observed"] + obs["offload_full"] == 2 * n and obs["observed"] >= 1.5 * n, obs
     assert kept['{store="agents"}'] <= 16 << 20 and kept['{store="prefix_index"}'] <= 16 << 20
     assert drops['{store="agents"}'] > 0
-    assert rss < 300, (rss0, rss)  # the acceptance bound; before: ~9 MB an agent more (20: ~330 MB)
+    assert peak < 300, (rss0, rss, peak)  # the acceptance bound (before: 316 MB at 300 agents)
+    # The documented bound (docs/hardening.md): the byte budgets (sessions 64 MiB, agents and
+    # index 16 MiB each), ~250 B per residency-shadow entry, and what is in flight (3 requests:
+    # body and parsed prompt). Before this fix: 175 MB over the start at 60 agents.
+    bound = ((64 + 16 + 16) << 20) + 250 * 160_000 + 3 * 2 * size
+    assert (rss - rss0) * (1 << 20) < bound, (rss0, rss, bound / (1 << 20))
 
 
 def test_adversarial_prompts_keep_the_index_within_its_real_budget(engine_url, tmp_path):
