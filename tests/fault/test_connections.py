@@ -25,6 +25,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from proxy.harness.child_process import free_port
+
 from .conftest import GOOD, proxy
 
 pytestmark = pytest.mark.sockets
@@ -52,8 +54,10 @@ print(json.dumps(out))
 
 
 @contextlib.contextmanager
-def livez(url: str, tmp_path: Path) -> Iterator[list[tuple[float, int]]]:
-    host, port = url.removeprefix("http://").split(":")
+def livez(url: str, tmp_path: Path, port: int | None = None) -> Iterator[list[tuple[float, int]]]:
+    """Polls `/livez` on ``url`` (or on its host's ``port``: the health listener)."""
+    host, main_port = url.removeprefix("http://").split(":")
+    port = str(port or main_port)
     stop = tmp_path / f"livez-stop-{time.monotonic_ns()}"
     proc = subprocess.Popen([sys.executable, "-c", PROBE, host, port, str(stop)], stdout=subprocess.PIPE, text=True)
     samples: list[tuple[float, int]] = []
@@ -209,13 +213,16 @@ def test_parse_flood_sheds_work_not_livez(engine_url, tmp_path):
 
     Phase A sends the same bytes as non-JSON bodies (forwarded, never parsed): what forwarding
     alone costs `/livez` on this machine right now. Phase B is the parse flood. The policy's own
-    share of `/livez` p99 (B - A) must stay under 50 ms."""
+    share of `/livez` p99 (B - A) must stay under 50 ms (x MARGIN). During B `/livez` is also polled
+    on the health port (`health_port`: a child process the event loop cannot delay, what the
+    Kubernetes probes use): there the acceptance figure itself, p99 < 50 ms, unscaled."""
     import os
 
     bodies = [_flood_body(k, (1 << 20) + k * (3 << 20) // 7 - (256 << 10)) for k in range(8)]
     raw = [b"x" + b[1:] for b in bodies]  # not JSON: the policy does not parse these
     extra = [x for x in os.environ.get("X_SETS", "").split(";") if x]
-    with proxy(engine_url, tmp_path, *extra) as px:
+    health_port = free_port()
+    with proxy(engine_url, tmp_path, f"health_port={health_port}", *extra) as px:
 
         async def flood(path: str, payloads: list[bytes], until: float) -> int:
             async with httpx.AsyncClient(timeout=60) as c:
@@ -232,7 +239,7 @@ def test_parse_flood_sheds_work_not_livez(engine_url, tmp_path):
 
         with livez(px.url, tmp_path) as base:
             asyncio.run(flood("/echo-sha", raw, time.monotonic() + 2.5))
-        with livez(px.url, tmp_path) as samples:
+        with livez(px.url, tmp_path) as samples, livez(px.url, tmp_path, health_port) as health:
             sent = asyncio.run(flood(CHAT, bodies, time.monotonic() + 3.5))
         time.sleep(0.5)
         metrics = httpx.get(px.url + "/metrics", timeout=10).text
@@ -242,9 +249,13 @@ def test_parse_flood_sheds_work_not_livez(engine_url, tmp_path):
     print(
         f"\nparse flood: sent {sent}, observed {obs['observed']}, parse_budget {obs['parse_budget']}, "
         f"offload_full {obs['offload_full']}, shed ratio {shed_ratio:.2f}; /livez p99 forwarding only "
-        f"{p99(base) * 1000:.1f} ms (n={len(base)}), parse flood {p99(samples) * 1000:.1f} ms (n={len(samples)})"
+        f"{p99(base) * 1000:.1f} ms (n={len(base)}), parse flood {p99(samples) * 1000:.1f} ms (n={len(samples)}); "
+        f"health_port /livez p50 {statistics.median(s[0] for s in health) * 1000:.1f} "
+        f"p99 {p99(health) * 1000:.1f} ms max {max(s[0] for s in health) * 1000:.1f} ms (n={len(health)})"
     )
-    assert {st for _, st in base + samples} == {200}
+    assert {st for _, st in base + samples + health} == {200}
+    assert len(health) >= 100  # a probe every ~10 ms for 3.5 s
+    assert p99(health) < 0.05, p99(health)  # the acceptance figure, unscaled
     assert sent >= 16 and obs["observed"] >= 1  # some are still learned
     assert skipped['{reason="parse_budget"}'] == obs["parse_budget"] > 0 and shed_ratio > 0
     assert p99(samples) - p99(base) < 0.05 * MARGIN, (p99(base), p99(samples))
