@@ -239,9 +239,20 @@ def test_parse_flood_sheds_work_not_livez(engine_url, tmp_path):
 
         with livez(px.url, tmp_path) as base:
             asyncio.run(flood("/echo-sha", raw, time.monotonic() + 2.5))
+        rss = [px.rss_mb()]
+        done = threading.Event()
+
+        def sample_rss() -> None:
+            while not done.wait(0.1):
+                rss.append(px.rss_mb())
+
+        sampler = threading.Thread(target=sample_rss, daemon=True)
+        sampler.start()
         with livez(px.url, tmp_path) as samples, livez(px.url, tmp_path, health_port) as health:
             sent = asyncio.run(flood(CHAT, bodies, time.monotonic() + 3.5))
         time.sleep(0.5)
+        done.set()
+        sampler.join()
         metrics = httpx.get(px.url + "/metrics", timeout=10).text
         obs = px.state()["observer"]
     skipped = _metric(metrics, "cachescout_policy_skipped_total")
@@ -251,8 +262,10 @@ def test_parse_flood_sheds_work_not_livez(engine_url, tmp_path):
         f"offload_full {obs['offload_full']}, shed ratio {shed_ratio:.2f}; /livez p99 forwarding only "
         f"{p99(base) * 1000:.1f} ms (n={len(base)}), parse flood {p99(samples) * 1000:.1f} ms (n={len(samples)}); "
         f"health_port /livez p50 {statistics.median(s[0] for s in health) * 1000:.1f} "
-        f"p99 {p99(health) * 1000:.1f} ms max {max(s[0] for s in health) * 1000:.1f} ms (n={len(health)})"
+        f"p99 {p99(health) * 1000:.1f} ms max {max(s[0] for s in health) * 1000:.1f} ms (n={len(health)}); "
+        f"RSS {rss[0]:.0f} -> peak {max(rss):.0f} MB"
     )
+    assert max(rss) < 300, rss  # issue 22: 398 MB before the parse budget
     assert {st for _, st in base + samples + health} == {200}
     assert len(health) >= 100  # a probe every ~10 ms for 3.5 s
     assert p99(health) < 0.05, p99(health)  # the acceptance figure, unscaled
