@@ -66,11 +66,8 @@ class ResidencyShadow:
         self.usage_ratio: float | None = None
         self._tok: dict[int, int] = {}  # hash -> tokens of the segment it closes
         self._stamp: dict[int, int] = {}  # hash -> stamp of its last touch (membership)
-        # queue in touch order: stamps (a C array: 8 bytes each, no int object per entry) ...
-        self._qs: array[int] = array("q")
-        # ... and hashes (any int, so a list; the same objects the dicts hold); stale entries kept
-        # until passed, and a passed slot is cleared so that an evicted hash is freed at once
-        self._qh: list[int] = []
+        self._qs: array[int] = array("q")  # queue in touch order: stamps (8 B each, no int objects) ...
+        self._qh: list[int] = []  # ... and hashes (the dicts' objects); stale entries kept until passed
         self._head = 0  # queue index of the LRU end (entries before it are gone)
         self._cur = 0  # live entries in queue[_head:_cur] form the tail zone
         self._zone_tok = 0  # their tokens
@@ -220,7 +217,7 @@ class ResidencyShadow:
         while (len(stamps) > limit or (cap > 0 and used > cap)) and head < n:
             h = qh[head]
             st = qs[head]
-            qh[head] = 0  # behind the head: never read again (compaction drops it)
+            qh[head] = 0  # passed: never read again, and an evicted hash is freed at once
             head += 1
             if stamps.get(h) != st:
                 continue  # stale: the block was touched again later
@@ -247,8 +244,7 @@ class ResidencyShadow:
         if len(qs) - head > 4 * len(self._stamp) + _COMPACT_SLACK:
             stamps = self._stamp
             cs = qs[cur] if cur < len(qs) else self._seq + 1
-            # C-level filter (map/compress, no Python loop per entry): this runs every few
-            # hundred requests over thousands of entries and used to be a multi-ms request
+            # C-level filter (map/compress): a Python loop per entry here was a multi-ms request
             tail_s, tail_h = qs[head:], qh[head:]
             live = list(map(eq, map(stamps.get, tail_h), tail_s))
             self._qs = array("q", compress(tail_s, live))
