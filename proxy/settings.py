@@ -52,6 +52,16 @@ class Settings(BaseSettings):
     log_level: str = Field("info", description="critical|error|warning|info|debug|trace")
     admin_token: SecretStr | None = Field(None, description="token for /debug/*; unset = /debug/* is 404")
     readiness_cache_seconds: float = Field(2.0, ge=0, description="how long /readyz reuses an upstream probe")
+    health_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="also answer GET /livez on this port, from a thread of its own (a busy event loop cannot "
+        "delay it; Kubernetes liveness/startup probes); 0 = off",
+    )
+    health_stall_s: float = Field(
+        10.0, gt=0, description="health_port's /livez answers 503 once the event loop has not run for this long"
+    )
     policy_enabled: bool = Field(True, description="run the cache policy (off = a plain pass-through proxy)")
     shutdown_grace_seconds: float = Field(
         30.0, ge=0, description="on SIGTERM, how long in-flight requests (streams) may finish before they are cut"
@@ -267,6 +277,13 @@ class Settings(BaseSettings):
         ge=0,
         description="bytes/s a request body must average after the server_body_timeout_s grace, 408 below "
         "(Apache mod_reqtimeout MinRate=500; 0 = no rate check)",
+    )
+    malloc_mmap_threshold_bytes: int = Field(
+        1024 * 1024,
+        ge=0,
+        description="`cachescout serve` (glibc): memory blocks of at least this size get their own mapping, "
+        "returned to the OS when freed (large request bodies do not leave holes in the heap); "
+        "0 = glibc's dynamic default",
     )
     policy_max_body_bytes: int = Field(
         4 * 1024 * 1024,

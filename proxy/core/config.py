@@ -78,8 +78,10 @@ class PolicyConfig:
     near_eviction_horizon_s: float = 0.0  # >0: or within what traffic inserts in this many seconds
     residency_stride: int = 0  # track every Nth block; 0 = auto (256 tokens / block size); 1 = exact
     residency_stride_tokens: int = 256  # auto stride target
-    residency_max_entries: int = 200_000  # memory bound on tracked blocks (~260 B each: ~52 MB; at the auto
-    # stride of 256 tokens that covers 51M tokens, more than any one engine)
+    residency_max_entries: int = 160_000  # memory bound on tracked blocks (~250 B each under churn: ~40 MB;
+    # at the auto stride of 256 tokens that covers 41M tokens, more than any one engine). Kept under
+    # 174,762 (2^19 / 3): a dict that churns at n entries resizes to the power of two above 3n, so at
+    # 200k its two dicts took 2^20 slots (21 MB each), at 160k 2^19 (10.5 MB each).
     # --- planner --------------------------------------------------------------------------
     warmup_tokens_per_s: float = 0.0  # token-bucket refill for warm/touch cost; 0 = auto:
     # warmup_share x prefill_tokens_per_s (a fixed number that

@@ -36,6 +36,7 @@ eviction: the planner then only warms anchors it never saw forwarded.
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from itertools import accumulate, compress
@@ -69,8 +70,8 @@ class ResidencyShadow(ShadowQueries):
         self.usage_ratio: float | None = None
         self._tok: dict[int, int] = {}  # hash -> tokens of the segment it closes
         self._stamp: dict[int, int] = {}  # hash -> stamp of its last touch (membership)
-        self._qs: list[int] = []  # queue in touch order: stamps ...
-        self._qh: list[int] = []  # ... and hashes; stale entries kept until passed
+        self._qs: array[int] = array("q")  # queue in touch order: stamps (8 B each, no int objects) ...
+        self._qh: list[int] = []  # ... and hashes (the dicts' objects); stale entries kept until passed
         self._head = 0  # queue index of the LRU end (entries before it are gone)
         self._cur = 0  # live entries in queue[_head:_cur] form the tail zone
         self._zone_tok = 0  # their tokens
@@ -187,7 +188,7 @@ class ResidencyShadow(ShadowQueries):
         stamps = self._stamp
         toks = self._tok
         qs, qh = self._qs, self._qh
-        seq = self._seq
+        first = seq = self._seq
         cs = qs[self._cur] if self._cur < len(qs) else seq + 1  # zone = stamps below this
         added = left_zone = 0
         for h, t in zip(reversed(hashes), reversed(tokens)):
@@ -199,8 +200,8 @@ class ResidencyShadow(ShadowQueries):
             elif old < cs:
                 left_zone += toks[h]
             stamps[h] = seq
-            qs.append(seq)
-            qh.append(h)
+        qs.extend(range(first + 1, seq + 1))  # one stamp each, consecutive, in touch order
+        qh.extend(reversed(hashes))
         self._seq = seq
         self._zone_tok -= left_zone
         self._used += added
@@ -220,6 +221,7 @@ class ResidencyShadow(ShadowQueries):
         while (len(stamps) > limit or (cap > 0 and used > cap)) and head < n:
             h = qh[head]
             st = qs[head]
+            qh[head] = 0  # passed: never read again, and an evicted hash is freed at once
             head += 1
             if stamps.get(h) != st:
                 continue  # stale: the block was touched again later
@@ -246,11 +248,10 @@ class ResidencyShadow(ShadowQueries):
         if len(qs) - head > 4 * len(self._stamp) + _COMPACT_SLACK:
             stamps = self._stamp
             cs = qs[cur] if cur < len(qs) else self._seq + 1
-            # C-level filter (map/compress, no Python loop per entry): this runs every few
-            # hundred requests over thousands of entries and used to be a multi-ms request
+            # C-level filter (map/compress): a Python loop per entry here was a multi-ms request
             tail_s, tail_h = qs[head:], qh[head:]
             live = list(map(eq, map(stamps.get, tail_h), tail_s))
-            self._qs = list(compress(tail_s, live))
+            self._qs = array("q", compress(tail_s, live))
             self._qh = list(compress(tail_h, live))
             self._cur = bisect_left(self._qs, cs)  # stamps are appended in increasing order
         else:
@@ -299,7 +300,7 @@ class ResidencyShadow(ShadowQueries):
         if cleared:
             self._stamp.clear()
             self._tok.clear()
-            self._qs, self._qh = [], []
+            self._qs, self._qh = array("q"), []
             self._head = self._cur = self._zone_tok = self._used = 0
         qs = self._qs
         cs = qs[self._cur] if self._cur < len(qs) else self._seq + 1

@@ -14,6 +14,7 @@ test requests in `async with app.router.lifespan_context(app):`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -118,9 +119,17 @@ def create_app(
         forwarder.observer = obs
         app.state.live = live_obj
         app.state.observer = obs
+        health = None
+        if settings.health_port:
+            from proxy.http.health_port import HealthPort
+
+            health = HealthPort(settings.host, settings.health_port, settings.health_stall_s)
+            health.start(asyncio.get_running_loop())
         try:
             yield
         finally:
+            if health is not None:
+                health.stop()
             forwarder.observer = NullObserver()
             if live_obj is not None:
                 try:

@@ -143,6 +143,9 @@ def run(args: argparse.Namespace) -> int:
     from proxy.http.server_limits import raise_fd_limit
 
     raise_fd_limit()
+    from proxy.http.allocator import set_mmap_threshold
+
+    set_mmap_threshold(settings.malloc_mmap_threshold_bytes)
     app = create_app(settings)
     logging.getLogger("cachescout.serve").info(
         "cachescout proxy on http://%s:%d -> %s (policy %s)",

@@ -19,6 +19,8 @@ import pytest
 from proxy.core import PolicyConfig, ScoutPolicy
 from proxy.core.fingerprint import view_from_openai
 from proxy.core.prefix_index import PrefixIndex
+from proxy.core.residency import ResidencyShadow
+from proxy.core.view import view_from_blocks
 
 
 def retained(build: Callable[[], object]) -> tuple[object, int]:
@@ -42,6 +44,8 @@ def retained(build: Callable[[], object]) -> tuple[object, int]:
 def _stats(obj: object) -> object:
     if isinstance(obj, PrefixIndex):
         return obj.stats()
+    if isinstance(obj, ResidencyShadow):
+        return {"entries": len(obj), "queue": len(obj._qs)}
     assert isinstance(obj, ScoutPolicy)
     reg = obj.agents
     return {"agents": len(reg), "agent_bytes": reg.bytes, "index": reg.index.stats(), "dropped": reg.dropped_for_bytes}
@@ -122,3 +126,26 @@ def test_agents_with_huge_system_prompts_are_bounded_in_real_bytes():
     # everything the policy retains: agents + index + sessions (+ residency shadow, transitions)
     bound = cfg.agents_max_bytes + cfg.prefix_index_max_bytes + cfg.session_max_bytes + 260 * 4_000
     assert real < 1.15 * bound + (4 << 20), (real, bound, stats)  # before: ~6 MB an agent, 140+ MB here
+
+
+def test_residency_shadow_at_its_default_bound_is_about_250_bytes_an_entry():
+    """The shadow with an unknown engine capacity fills `residency_max_entries` and then churns
+    (every new prompt evicts the oldest blocks, re-sent prompts leave stale queue entries). Issue
+    22: at the old default (200k) it held 64-84 MB, not the ~52 MB documented: both dicts churned at
+    2^20 slots (21 MB each) and the touch queue kept an int object per stamp and every evicted hash
+    until compaction. Now: stamps in a C array, passed slots cleared, 160k entries (dicts at 2^19)."""
+    cfg = PolicyConfig()
+    rng = random.Random(7)
+
+    def build() -> ResidencyShadow:
+        sh = ResidencyShadow(0, stride=1, max_entries=cfg.residency_max_entries)
+        for k in range(int(2.5 * cfg.residency_max_entries) // 2000):
+            hashes = tuple(rng.getrandbits(64) for _ in range(2000))
+            for r in range(2):  # each prompt sent twice: half the queue goes stale
+                sh.on_forward(view_from_blocks("", hashes, 16, session_id=f"s{k}-{r}"), float(k))
+        return sh
+
+    stats, real = retained(build)
+    assert isinstance(stats, dict) and stats["entries"] == cfg.residency_max_entries
+    print(f"\nresidency shadow: {real / 1e6:.1f} MB for {stats['entries']} entries, queue {stats['queue']}")
+    assert real < 260 * cfg.residency_max_entries, (real, stats)  # before: 330-420 B an entry at 200k

@@ -111,6 +111,12 @@ def test_probes(path):
     proxy = proxy_container(spec)
     assert proxy["livenessProbe"]["httpGet"]["path"] == "/livez"
     assert proxy["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # liveness (and startup) on the health port: a child process a busy event loop cannot delay
+    health = {p["name"]: p["containerPort"] for p in proxy["ports"]}["health"]
+    assert proxy["livenessProbe"]["httpGet"]["port"] == "health"
+    assert proxy.get("startupProbe", {"httpGet": {"port": "health"}})["httpGet"]["port"] == "health"
+    config = one(build(path), "ConfigMap")["data"]
+    assert config["CACHESCOUT_HEALTH_PORT"] == str(health)
     engine = engine_container(spec)
     assert engine["livenessProbe"]["httpGet"]["path"] == "/health"
     assert engine["startupProbe"]["httpGet"]["path"] == "/health"

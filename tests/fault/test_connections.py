@@ -25,6 +25,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from proxy.harness.child_process import free_port
+
 from .conftest import GOOD, proxy
 
 pytestmark = pytest.mark.sockets
@@ -52,8 +54,10 @@ print(json.dumps(out))
 
 
 @contextlib.contextmanager
-def livez(url: str, tmp_path: Path) -> Iterator[list[tuple[float, int]]]:
-    host, port = url.removeprefix("http://").split(":")
+def livez(url: str, tmp_path: Path, port: int | None = None) -> Iterator[list[tuple[float, int]]]:
+    """Polls `/livez` on ``url`` (or on its host's ``port``: the health listener)."""
+    host, main_port = url.removeprefix("http://").split(":")
+    port = str(port or main_port)
     stop = tmp_path / f"livez-stop-{time.monotonic_ns()}"
     proc = subprocess.Popen([sys.executable, "-c", PROBE, host, port, str(stop)], stdout=subprocess.PIPE, text=True)
     samples: list[tuple[float, int]] = []
@@ -209,13 +213,16 @@ def test_parse_flood_sheds_work_not_livez(engine_url, tmp_path):
 
     Phase A sends the same bytes as non-JSON bodies (forwarded, never parsed): what forwarding
     alone costs `/livez` on this machine right now. Phase B is the parse flood. The policy's own
-    share of `/livez` p99 (B - A) must stay under 50 ms."""
+    share of `/livez` p99 (B - A) must stay under 50 ms (x MARGIN). During B `/livez` is also polled
+    on the health port (`health_port`: a child process the event loop cannot delay, what the
+    Kubernetes probes use): there the acceptance figure itself, p99 < 50 ms, unscaled."""
     import os
 
     bodies = [_flood_body(k, (1 << 20) + k * (3 << 20) // 7 - (256 << 10)) for k in range(8)]
     raw = [b"x" + b[1:] for b in bodies]  # not JSON: the policy does not parse these
     extra = [x for x in os.environ.get("X_SETS", "").split(";") if x]
-    with proxy(engine_url, tmp_path, *extra) as px:
+    health_port = free_port()
+    with proxy(engine_url, tmp_path, f"health_port={health_port}", *extra) as px:
 
         async def flood(path: str, payloads: list[bytes], until: float) -> int:
             async with httpx.AsyncClient(timeout=60) as c:
@@ -232,9 +239,20 @@ def test_parse_flood_sheds_work_not_livez(engine_url, tmp_path):
 
         with livez(px.url, tmp_path) as base:
             asyncio.run(flood("/echo-sha", raw, time.monotonic() + 2.5))
-        with livez(px.url, tmp_path) as samples:
+        rss = [px.rss_mb()]
+        done = threading.Event()
+
+        def sample_rss() -> None:
+            while not done.wait(0.1):
+                rss.append(px.rss_mb())
+
+        sampler = threading.Thread(target=sample_rss, daemon=True)
+        sampler.start()
+        with livez(px.url, tmp_path) as samples, livez(px.url, tmp_path, health_port) as health:
             sent = asyncio.run(flood(CHAT, bodies, time.monotonic() + 3.5))
         time.sleep(0.5)
+        done.set()
+        sampler.join()
         metrics = httpx.get(px.url + "/metrics", timeout=10).text
         obs = px.state()["observer"]
     skipped = _metric(metrics, "cachescout_policy_skipped_total")
@@ -242,9 +260,15 @@ def test_parse_flood_sheds_work_not_livez(engine_url, tmp_path):
     print(
         f"\nparse flood: sent {sent}, observed {obs['observed']}, parse_budget {obs['parse_budget']}, "
         f"offload_full {obs['offload_full']}, shed ratio {shed_ratio:.2f}; /livez p99 forwarding only "
-        f"{p99(base) * 1000:.1f} ms (n={len(base)}), parse flood {p99(samples) * 1000:.1f} ms (n={len(samples)})"
+        f"{p99(base) * 1000:.1f} ms (n={len(base)}), parse flood {p99(samples) * 1000:.1f} ms (n={len(samples)}); "
+        f"health_port /livez p50 {statistics.median(s[0] for s in health) * 1000:.1f} "
+        f"p99 {p99(health) * 1000:.1f} ms max {max(s[0] for s in health) * 1000:.1f} ms (n={len(health)}); "
+        f"RSS {rss[0]:.0f} -> peak {max(rss):.0f} MB"
     )
-    assert {st for _, st in base + samples} == {200}
+    assert max(rss) < 300, rss  # issue 22: 398 MB before the parse budget
+    assert {st for _, st in base + samples + health} == {200}
+    assert len(health) >= 100  # a probe every ~10 ms for 3.5 s
+    assert p99(health) < 0.05, p99(health)  # the acceptance figure, unscaled
     assert sent >= 16 and obs["observed"] >= 1  # some are still learned
     assert skipped['{reason="parse_budget"}'] == obs["parse_budget"] > 0 and shed_ratio > 0
     assert p99(samples) - p99(base) < 0.05 * MARGIN, (p99(base), p99(samples))
@@ -256,49 +280,70 @@ def _agent_prompt(a: int, size: int) -> str:
 
 
 def test_agents_with_huge_system_prompts_are_bounded_in_bytes(engine_url, tmp_path):
-    """20 agents x 3.5 MB system prompts, two calls each (so each becomes an agent), all 2xx.
+    """Agents with 3.5 MB system prompts, two calls each (so each becomes an agent), all 2xx.
     Before: anchor text, hash chain and index node of every agent kept, bounded by count only
-    (300 agents: 2,102 MB; ~9 MB an agent). Now: `agents_max_bytes` (16 MiB) and the index budget
-    evict the least valuable agents. The parse budget is off here (every body is learned)."""
-    prompts = [_agent_prompt(a, 3_500_000) for a in range(20)]
+    (300 agents: 2,102 MB; ~9 MB an agent). Then `agents_max_bytes` (16 MiB) and the index budget:
+    300 agents 316 MB, over the 300 MB acceptance bound: the residency shadow (64-84 MB at 200k
+    entries, not the 52 MB counted) and free heap memory glibc kept after 3.5 MB bodies (47 MB).
+    Now: a leaner shadow at 160k entries (~40 MB) and large blocks mapped on their own
+    (`malloc_mmap_threshold_bytes`). 60 agents here (every structure full: 120 prompts fill the
+    sessions' 64 MiB and the shadow's 160k entries); FAULT_FULL_SIZE=1 runs the issue's 300
+    (~2-4 min). The parse budget is off here (every body is learned)."""
+    import os
+
+    n = 300 if os.environ.get("FAULT_FULL_SIZE") else 60
+    size = 3_500_000
     with proxy(engine_url, tmp_path, "policy_parse_share=1") as px:
         rss0 = px.rss_mb()
+        peak = rss0
 
         async def drive() -> None:
-            async with httpx.AsyncClient(timeout=120) as c:
+            nonlocal peak
+            async with httpx.AsyncClient(timeout=300) as c:
                 sem = asyncio.Semaphore(3)
 
                 async def one(a: int, r: int) -> None:
-                    body = json.dumps(
-                        {
-                            "model": "m",
-                            "user": f"s{a}-{r}",
-                            "max_tokens": 8,
-                            "messages": [
-                                {"role": "system", "content": prompts[a]},
-                                {"role": "user", "content": f"task {r}"},
-                            ],
-                        }
-                    ).encode()
                     async with sem:
+                        body = json.dumps(
+                            {
+                                "model": "m",
+                                "user": f"s{a}-{r}",
+                                "max_tokens": 8,
+                                "messages": [
+                                    {"role": "system", "content": _agent_prompt(a, size)},
+                                    {"role": "user", "content": f"task {r}"},
+                                ],
+                            }
+                        ).encode()
                         assert (await c.post(px.url + CHAT, content=body, headers=GOOD)).status_code == 200
 
-                for r in range(2):
-                    await asyncio.gather(*(one(a, r) for a in range(20)))
+                for base in range(0, n, 10):
+                    for r in range(2):
+                        await asyncio.gather(*(one(a, r) for a in range(base, min(n, base + 10))))
+                    peak = max(peak, px.rss_mb())
 
         asyncio.run(drive())
         time.sleep(1.0)  # the last parses finish, a plan tick updates the gauges
         rss = px.rss_mb()
+        peak = max(peak, rss)
         metrics = httpx.get(px.url + "/metrics", timeout=10).text
         st = px.state()
     kept = _metric(metrics, "cachescout_kept_bytes")
     drops = _metric(metrics, "cachescout_memory_drops_total")
-    print(f"\nhuge agents: RSS {rss0:.0f} -> {rss:.0f} MB, agents {len(st['agents'])}, kept {kept}, drops {drops}")
+    print(
+        f"\n{n} agents x 3.5 MB: RSS {rss0:.0f} -> {rss:.0f} MB (peak sampled {peak:.0f}), agents {len(st['agents'])}, "
+        f"kept {kept}, drops {drops}"
+    )
     obs = st["observer"]
-    assert obs["observed"] + obs["offload_full"] == 40 and obs["observed"] >= 30, obs
+    assert obs["observed"] + obs["offload_full"] == 2 * n and obs["observed"] >= 1.5 * n, obs
     assert kept['{store="agents"}'] <= 16 << 20 and kept['{store="prefix_index"}'] <= 16 << 20
     assert drops['{store="agents"}'] > 0
-    assert rss < 300, (rss0, rss)  # the acceptance bound; before: ~9 MB an agent more (20: ~330 MB)
+    assert peak < 300, (rss0, rss, peak)  # the acceptance bound (before: 316 MB at 300 agents)
+    # The documented bound (docs/hardening.md): the byte budgets (sessions 64 MiB, agents and
+    # index 16 MiB each), ~250 B per residency-shadow entry, and what is in flight (3 requests:
+    # body and parsed prompt). Before this fix: 175 MB over the start at 60 agents.
+    bound = ((64 + 16 + 16) << 20) + 250 * 160_000 + 3 * 2 * size
+    assert (rss - rss0) * (1 << 20) < bound, (rss0, rss, bound / (1 << 20))
 
 
 def test_adversarial_prompts_keep_the_index_within_its_real_budget(engine_url, tmp_path):
