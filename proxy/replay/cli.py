@@ -12,7 +12,7 @@ import sys
 import time
 
 from proxy.cachemodel.cost_model import CostModel
-from proxy.replay.runner import HINT_POLICIES, POLICIES, ReplaySettings, replay, resolve_capacity
+from proxy.replay.runner import HINT_POLICIES, LANE_POLICIES, POLICIES, ReplaySettings, replay, resolve_capacity
 from proxy.replay.traces import FORMATS, load_trace
 from proxy.replay.workloads import PRESETS, describe, generate, preset
 
@@ -61,7 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--policies",
         default=",".join(POLICIES),
         help=f"comma list from {','.join(POLICIES)} (lru and belady always run); opt-in, with a "
-        f"runtime sending hints: {','.join(HINT_POLICIES)}",
+        f"runtime sending hints: {','.join(HINT_POLICIES)}; with the slack lane: {','.join(LANE_POLICIES)}",
     )
     p.add_argument("--seed", type=int, default=0, help="workload seed")
     p.add_argument("--sessions", type=int, default=None, help="workload: number of sessions")
@@ -185,9 +185,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         overrides = parse_overrides(args.scout_set)
         policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-        unknown = [p for p in policies if p not in POLICIES and p not in HINT_POLICIES]
+        known = POLICIES + HINT_POLICIES + LANE_POLICIES
+        unknown = [p for p in policies if p not in known]
         if unknown:
-            raise ValueError(f"unknown policies {unknown}; choose from {list(POLICIES + HINT_POLICIES)}")
+            raise ValueError(f"unknown policies {unknown}; choose from {list(known)}")
         reqs, block_size, source, default_caps = _stream(args)
         if not reqs:
             raise ValueError("the stream has no requests")

@@ -30,6 +30,7 @@ from proxy.core.policy import ScoutPolicy
 from proxy.core.survival import reachable_agents
 from proxy.core.view import EngineLoad, ResponseOutcome, view_from_blocks
 from proxy.core.yield_book import YieldBook
+from proxy.engines.base import LANE_LOWEST
 from proxy.replay.engine_side import ReplayExecutor
 from proxy.replay.policies import ReplayPolicy
 from proxy.runtime.policy_config import executor_limits, policy_config
@@ -131,6 +132,8 @@ class _ScoutBase(ReplayPolicy):
 class ScoutProxyPolicy(_ScoutBase):
     name = "scout-proxy"
     eviction = "lru"
+    scheduling = "fcfs"  # the engine's scheduling policy (EngineConfig.scheduling_policy)
+    lane = False  # the slack lane (ScoutProxyLanePolicy)
 
     def setup(self, requests, capacity_blocks, cost, rec):
         super().setup(requests, capacity_blocks, cost, rec)
@@ -213,12 +216,23 @@ class ScoutProxyPolicy(_ScoutBase):
             return
         self._pumping = True
         try:
-            self.executor.pump(now, self.inflight, self.driver.waiting())
+            # the slack lane: the engine keeps actions behind its own queue, so its length is no
+            # reason to wait (as LiveRuntime's executor load)
+            self.executor.pump(now, self.inflight, 0 if self.lane else self.driver.waiting())
         finally:
             self._pumping = False
 
     def _load(self, now: float) -> EngineLoad:
         d = self.driver
+        if self.lane:
+            return EngineLoad(
+                inflight=self.inflight,
+                waiting=d.waiting(),
+                prefilling=d.prefilling(),
+                running_tokens=self._running.tokens,
+                utilisation=d.utilisation(now),
+                priority_lane=True,
+            )
         return EngineLoad(
             inflight=self.inflight,
             waiting=d.waiting(),
@@ -252,7 +266,8 @@ class ScoutProxyPolicy(_ScoutBase):
             self.executor.complete(a, ok, end, computed)
             self._pump(end)
 
-        return self.driver.submit_action(a.kind, a.reason, a.block_hashes, a.tokens, now, a.priority, done)
+        prio = LANE_LOWEST if self.lane and a.kind != "retain" else a.priority  # vLLM adapter's warm_fields
+        return self.driver.submit_action(a.kind, a.reason, a.block_hashes, a.tokens, now, prio, done)
 
     def _arrival(self, i: int) -> float:
         return self._arrivals[i] if i < len(self._arrivals) else float("inf")
@@ -287,6 +302,17 @@ class ScoutProxyPolicy(_ScoutBase):
 class ScoutProxyPriorityPolicy(ScoutProxyPolicy):
     name = "scout-proxy-priority"
     eviction = "priority"
+
+
+class ScoutProxyLanePolicy(ScoutProxyPolicy):
+    """The slack lane (issue 24; `lanes.py`): the same planner in front of a vLLM engine under
+    `--scheduling-policy priority`; every touch and warm at the lowest priority (`LANE_LOWEST`: never
+    admitted ahead of a queued client request, the first preempted), the planner told
+    (`EngineLoad.priority_lane`: it prices the slack an action uses, not the queue it would delay)."""
+
+    name = "scout-proxy-lane"
+    scheduling = "priority"
+    lane = True
 
 
 class ScoutEnginePolicy(_ScoutBase):
