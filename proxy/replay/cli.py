@@ -31,6 +31,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "write report.json (results.grid), report.md and headroom_map.png to --out (proxy/replay/grid.py)",
     )
     p.add_argument("--jobs", type=int, default=2, help="--grid: worker processes")
+    p.add_argument(
+        "--lane",
+        default=None,
+        help="--grid: the priority lanes (issue 24; docs/replay.md 'Lanes on the grid'): slack (adds "
+        "scout-proxy-lane to every cell), session (closed-loop session-lane runs at busy 70-90%%), "
+        "slack,session or all; default none (the grid as before)",
+    )
     p.add_argument("--format", default="auto", choices=("auto", *FORMATS), help="trace format (default: detect)")
     p.add_argument("--limit", type=int, default=None, help="read only the first N trace lines")
     p.add_argument(
@@ -172,6 +179,9 @@ def _stream(args):
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "lane", None) and not getattr(args, "grid", None):
+        print("cachescout replay: --lane needs --grid (or use --policies scout-proxy-lane)", file=sys.stderr)
+        return 2
     if getattr(args, "grid", None):
         from proxy.replay.grid import run_cli
         from proxy.settings import SettingsError, load_settings

@@ -130,6 +130,11 @@ class EngineDriver:
         self._i = i + 1
         return i, self.requests[i].t
 
+    def arrival_time(self, k: int) -> float:
+        """When the `k`-th client request in arrival order arrives (or arrived); inf: never. Open
+        loop: the trace's `k`-th request."""
+        return self.requests[k].t if k < self.n else float("inf")
+
     # ------------------------------------------------------------------ for policies
     def index_of(self, req_id: Any) -> int | None:
         return req_id if isinstance(req_id, int) and 0 <= req_id < self.n else None

@@ -91,6 +91,7 @@ class SessionLaneDriver(EngineDriver):
                 self.children.setdefault(j, []).append(i)
         heapq.heapify(heap)
         self.heap = heap
+        self.log: list[float] = []  # arrival times in arrival order
         origin = self.requests[0].t if self.n else 0.0
         self.lane = SessionLane(mode, ageing_s, origin) if mode != "fcfs" else None
         self.keys = [(r.tenant, r.session_id) if r.session_id else None for r in self.requests]
@@ -100,7 +101,15 @@ class SessionLaneDriver(EngineDriver):
 
     def _pop(self) -> tuple[int, float]:
         t, i = heapq.heappop(self.heap)
+        self.log.append(t)
         return i, t
+
+    def arrival_time(self, k: int) -> float:
+        """Arrived ones from the log; the next one is the earliest pending (later ones are not
+        known yet: they wait on answers)."""
+        if k < len(self.log):
+            return self.log[k]
+        return self._peek() if k == len(self.log) else float("inf")
 
     def _priority(self, i: int, t: float) -> int:
         if self.lane is None:

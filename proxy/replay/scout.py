@@ -168,8 +168,7 @@ class ScoutProxyPolicy(_ScoutBase):
         )
         self.sp.planner.action_gate = self.selfeval.gate
         self.book = YieldBook()
-        self._arrivals = [r.t for r in requests]  # the stream's arrival times (the runner's order)
-        self._next = 0  # index of the next request not yet arrived
+        self._next = 0  # arrival-order index of the next request not yet arrived
         self._rid: dict[int, int] = {}
         self._obs: dict[int, ObservedRequest] = {}  # request -> its observation, until the engine schedules it
         self._running = RunningSet()  # distinct tokens of the requests in flight
@@ -178,13 +177,14 @@ class ScoutProxyPolicy(_ScoutBase):
         self._pumping = False
 
     def on_request(self, i, req, now):
-        self._next = i  # an action pumped now runs alongside this arrival
+        k = self.driver.arrived  # this arrival's place in arrival order (open loop: `i`)
+        self._next = k  # an action pumped now runs alongside this arrival
         self._pump(now)
         self._now = now
         obs = self.sp.observe_request(self._view(req), now)
         self._rid[i] = obs.request_id
         self.inflight += 1
-        self._next = i + 1
+        self._next = k + 1
         self._running.add(req.block_hashes, req.block_tokens)
         if obs.acted_reason and obs.acted_hash is not None:
             self._obs[i] = obs
@@ -269,8 +269,9 @@ class ScoutProxyPolicy(_ScoutBase):
         prio = LANE_LOWEST if self.lane and a.kind != "retain" else a.priority  # vLLM adapter's warm_fields
         return self.driver.submit_action(a.kind, a.reason, a.block_hashes, a.tokens, now, prio, done)
 
-    def _arrival(self, i: int) -> float:
-        return self._arrivals[i] if i < len(self._arrivals) else float("inf")
+    def _arrival(self, k: int) -> float:
+        """When the `k`-th client request (in arrival order) arrives."""
+        return self.driver.arrival_time(k)
 
     def _tokens_of(self, a) -> tuple[int, ...]:
         """Per-block tokens of an action's chain (the action only carries the total)."""
