@@ -244,7 +244,7 @@ def run_grid(
             rs = regimes.running_set(generate(spec_for(gp, pause, g.ref_busy, g.seed)))["blocks_p90"]
             caps[(gp.name, pause)] = ([max(1, round(x * rs)) for x in g.cache_x], rs)
     by_name = {gp.name: gp for gp in g.presets}
-    main = [
+    main: list[tuple] = [
         (gp, pause, b, g.seed, caps[(gp.name, pause)][0], policies, proxy_settings)
         for gp in g.presets
         for pause in g.pauses
