@@ -233,7 +233,7 @@ class EngineDriver:
             assert res is not None
             for r in res.admitted:
                 self._admitted(r, res.start)
-            if res.end == now and not res.emitted:  # nothing could run: wait for an event
+            if res.end == now and not res.emitted and not self._moved(res):  # nothing could run: wait for an event
                 if nxt < float("inf"):
                     now = max(now, nxt)
                     continue
@@ -252,6 +252,11 @@ class EngineDriver:
         pol.on_end(now)
         if progress is not None and n:
             progress(n - 1)
+
+    def _moved(self, res: Any) -> bool:
+        """A step that emitted nothing but changed the engine's state (a preemption, an admission):
+        step again rather than wait. The open-loop driver waits for the next event (unchanged)."""
+        return False
 
     def _arrival(self, progress: Callable[[int], None] | None, tick: int) -> None:
         i, t = self._pop()

@@ -66,7 +66,12 @@ def session_runs(
         for name, pol_name, mode in _runs(with_scout):
             pol = make_policy(pol_name, settings)
             lane = {"mode": mode, "links": links, "ageing_s": ageing_s}
-            rec = run_policy(pol, requests, cap, settings.cost, None, settings.engines, 0, settings.block_size, lane)
+            try:
+                bs = settings.block_size
+                rec = run_policy(pol, requests, cap, settings.cost, None, settings.engines, 0, bs, lane)
+            except (RuntimeError, ValueError) as exc:  # one run's failure is reported, never the grid's end
+                runs[name] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
+                continue
             prompt = int(rec.prompt_tokens.sum())
             m = session_metrics(requests, rec)
             m.update(
@@ -82,7 +87,7 @@ def session_runs(
         vs = {}
         for name, m in runs.items():
             base = runs[_baseline(name)]
-            if name == _baseline(name):
+            if name == _baseline(name) or "error" in m or "error" in base:
                 continue
             vs[name] = {
                 k: _change(m.get(f"{k}_s"), base.get(f"{k}_s"))
@@ -187,6 +192,7 @@ def summary(results: dict) -> dict:
                 ),
             }
         out["session"] = per
+        out["session_errors"] = [f"{n}: {r['error']}" for s in sess for n, r in s["runs"].items() if "error" in r]
     return out
 
 
@@ -251,9 +257,11 @@ def markdown(results: dict) -> list[str]:
             if not sl:
                 continue
             p, runs = c["params"], sl["runs"]
-            fc = f"{runs['lru/fcfs']['session_completion_mean_s']:.1f}"
-            if "scout-proxy/fcfs" in runs:
-                fc += f" / {runs['scout-proxy/fcfs']['session_completion_mean_s']:.1f}"
+            fc = " / ".join(
+                f"{runs[n].get('session_completion_mean_s', float('nan')):.1f}"
+                for n in ("lru/fcfs", "scout-proxy/fcfs")
+                if n in runs
+            )
             row = [p["preset"], p["pauses"], f"{p['cache_x_running_set']:g}", f"{p['busy']:g}", fc]
             for n in names:
                 v = sl["vs_fcfs"].get(n)

@@ -92,6 +92,7 @@ class SessionLaneDriver(EngineDriver):
         heapq.heapify(heap)
         self.heap = heap
         self.log: list[float] = []  # arrival times in arrival order
+        self.idle_moves = 0  # steps that emitted nothing but preempted or admitted
         origin = self.requests[0].t if self.n else 0.0
         self.lane = SessionLane(mode, ageing_s, origin) if mode != "fcfs" else None
         self.keys = [(r.tenant, r.session_id) if r.session_id else None for r in self.requests]
@@ -110,6 +111,17 @@ class SessionLaneDriver(EngineDriver):
         if k < len(self.log):
             return self.log[k]
         return self._peek() if k == len(self.log) else float("inf")
+
+    def _moved(self, res) -> bool:
+        # closed loop, the pending arrivals wait on answers: a step that only preempted (the
+        # running request that could not grow was itself the lowest priority) is progress, not a
+        # stall; bounded so a preempt/readmit cycle cannot spin forever
+        if res.preempted or res.admitted:
+            self.idle_moves += 1
+            if self.idle_moves > 100_000:
+                raise RuntimeError("the engine cycles without emitting a token")
+            return True
+        return False
 
     def _priority(self, i: int, t: float) -> int:
         if self.lane is None:
