@@ -206,3 +206,28 @@ def test_cli_lane_needs_the_grid(capsys):
 
     rc = cli.main(["replay", "--workload", "gaia", "--lane", "slack", "--no-plots"])
     assert rc == 2 and "--lane needs --grid" in capsys.readouterr().err
+
+
+def test_a_step_that_only_preempts_is_progress_in_the_closed_loop():
+    """swebench at busy 0.9, cache = its running set: under `continue` a running request that cannot
+    grow is itself the lowest priority and preempts itself (a step with no token); with every later
+    arrival waiting on an answer that is progress, not a stall (it used to end the run)."""
+    from proxy.replay import regimes
+    from proxy.replay.grid import GRIDS, spec_for
+
+    gp = next(p for p in GRIDS["default"].presets if p.name == "swebench")
+    cap = regimes.running_set(generate(spec_for(gp, "fast", 0.7, 0)))["blocks_p90"]
+    spec = spec_for(gp, "fast", 0.9, 0)
+    reqs = generate(spec)
+    links = session_links(reqs, spec.prefill_tokens_per_s, spec.decode_tokens_per_s)
+    pol = LruPolicy()
+    rec = run_on_engine(
+        pol,
+        reqs,
+        cap,
+        CostModel(),
+        block_size=spec.block_size,
+        session_lane={"mode": "continue", "links": links, "ageing_s": 30.0},
+    )
+    assert pol.driver.idle_moves > 0 and pol.driver.engine.num_preemptions > 0
+    assert (rec.turn > 0).all() and pol.driver.arrived == len(reqs)
