@@ -47,6 +47,15 @@ CAP_SCHED_PRIORITY = "priority_scheduling"  # engine schedules by request priori
 # (`srt/managers/schedule_policy.py`: priority_sign = 1 if low-first else -1). The magnitude is far
 # past any session-lane value (seconds of virtual time) and inside int64 (vLLM's field bound).
 LANE_LOWEST = 1 << 30
+
+
+def lane_engine_priority(rank: int, sign: int) -> int:
+    """A session-lane rank (0 = most urgent) in an engine's sign convention (`sign` +1: lower runs
+    first, vLLM), kept strictly ahead of the slack lane's `sign * LANE_LOWEST`. The replay's session
+    lane calls this too (proxy/replay/lanes.py)."""
+    return sign * max(0, min(int(rank), LANE_LOWEST - 1))
+
+
 PRIORITY_MODES = ("auto", "on", "off")
 # vllm-router's consistent_hash reads these in order (its policies/consistent_hash.rs
 # SESSION_HEADER_NAMES) and hashes "header:<name>:<value>"; the per-request ids after them
@@ -308,7 +317,7 @@ class HttpEngineAdapter:
     def engine_priority(self, rank: int) -> int:
         """A session-lane rank (0 = most urgent, larger runs later) in the engine's convention,
         kept strictly ahead of the slack lane."""
-        return self.priority_sign * max(0, min(int(rank), LANE_LOWEST - 1))
+        return lane_engine_priority(rank, self.priority_sign)
 
     def set_scheduling(self, policy: str, source: str) -> None:
         """Record the probed policy and switch the lane: on for "priority" unless the operator said

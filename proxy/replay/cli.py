@@ -12,7 +12,15 @@ import sys
 import time
 
 from proxy.cachemodel.cost_model import CostModel
-from proxy.replay.runner import BLIND_POLICIES, HINT_POLICIES, POLICIES, ReplaySettings, replay, resolve_capacity
+from proxy.replay.runner import (
+    BLIND_POLICIES,
+    HINT_POLICIES,
+    LANE_POLICIES,
+    POLICIES,
+    ReplaySettings,
+    replay,
+    resolve_capacity,
+)
 from proxy.replay.traces import FORMATS, load_trace
 from proxy.replay.workloads import PRESETS, describe, generate, preset
 
@@ -31,6 +39,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "write report.json (results.grid), report.md and headroom_map.png to --out (proxy/replay/grid.py)",
     )
     p.add_argument("--jobs", type=int, default=2, help="--grid: worker processes")
+    p.add_argument(
+        "--lane",
+        default=None,
+        help="--grid: the priority lanes (issue 24; docs/replay.md 'Lanes on the grid'): slack (adds "
+        "scout-proxy-lane to every cell), session (closed-loop session-lane runs at busy 70-90%%), "
+        "slack,session or all; default none (the grid as before)",
+    )
     p.add_argument("--format", default="auto", choices=("auto", *FORMATS), help="trace format (default: detect)")
     p.add_argument("--limit", type=int, default=None, help="read only the first N trace lines")
     p.add_argument(
@@ -61,7 +76,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--policies",
         default=",".join(POLICIES),
         help=f"comma list from {','.join(POLICIES)} (lru and belady always run); opt-in, with a "
-        f"runtime sending hints: {','.join(HINT_POLICIES)}; "
+        f"runtime sending hints: {','.join(HINT_POLICIES)}; with the slack lane: {','.join(LANE_POLICIES)}; "
         f"the oracle keeper's decomposition: {','.join(BLIND_POLICIES)}",
     )
     p.add_argument("--seed", type=int, default=0, help="workload seed")
@@ -173,6 +188,9 @@ def _stream(args):
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "lane", None) and not getattr(args, "grid", None):
+        print("cachescout replay: --lane needs --grid (or use --policies scout-proxy-lane)", file=sys.stderr)
+        return 2
     if getattr(args, "grid", None):
         from proxy.replay.grid import run_cli
         from proxy.settings import SettingsError, load_settings
@@ -186,11 +204,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         overrides = parse_overrides(args.scout_set)
         policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-        unknown = [p for p in policies if p not in POLICIES and p not in HINT_POLICIES and p not in BLIND_POLICIES]
+        known = POLICIES + HINT_POLICIES + LANE_POLICIES + BLIND_POLICIES
+        unknown = [p for p in policies if p not in known]
         if unknown:
-            raise ValueError(
-                f"unknown policies {unknown}; choose from {list(POLICIES + HINT_POLICIES + BLIND_POLICIES)}"
-            )
+            raise ValueError(f"unknown policies {unknown}; choose from {list(known)}")
         reqs, block_size, source, default_caps = _stream(args)
         if not reqs:
             raise ValueError("the stream has no requests")

@@ -106,6 +106,8 @@ class EngineDriver:
             cost=engine_cost(cost, engines),
             cpu_blocks=int(cpu_blocks),
             fcfs_priority="ignore",  # vLLM V1 under fcfs ignores a request's priority (vllm#22997)
+            # vLLM --scheduling-policy priority for the lanes (lanes.py); stock fcfs otherwise
+            scheduling_policy=getattr(policy, "scheduling", "fcfs"),
         )
         self.engine = SimEngine(cfg)
         self.full = [full_blocks(r.block_hashes, r.block_tokens, block_size) for r in requests]
@@ -115,6 +117,23 @@ class EngineDriver:
         self._busy: deque[tuple[float, float]] = deque()  # (start, end) of steps that prefilled
         self.clients_inflight = 0
         self.skipped_steps = 0
+        self._i = 0  # next request of the stream to arrive (open loop: the trace's order and times)
+        self.arrived = 0  # client requests arrived so far
+
+    # ------------------------------------------------------------------ arrivals
+    def _peek(self) -> float:
+        """When the next client request arrives (inf: none left)."""
+        return self.requests[self._i].t if self._i < self.n else float("inf")
+
+    def _pop(self) -> tuple[int, float]:
+        i = self._i
+        self._i = i + 1
+        return i, self.requests[i].t
+
+    def arrival_time(self, k: int) -> float:
+        """When the `k`-th client request in arrival order arrives (or arrived); inf: never. Open
+        loop: the trace's `k`-th request."""
+        return self.requests[k].t if k < self.n else float("inf")
 
     # ------------------------------------------------------------------ for policies
     def index_of(self, req_id: Any) -> int | None:
@@ -189,20 +208,16 @@ class EngineDriver:
             eng.pool = PolicyPool(cfg.capacity_blocks, evictor)
         n = self.n
         tick = max(1, n // 50)
-        i = 0
         now = reqs[0].t if n else 0.0
         stalls = 0
         while True:
-            while i < n and reqs[i].t <= now:
-                self._arrive(i, reqs[i].t)
-                if progress is not None and i % tick == 0:
-                    progress(i)
-                i += 1
+            while self._peek() <= now:
+                self._arrival(progress, tick)
             wake = pol.next_wakeup()
             if wake <= now:  # a policy timer (the oracle keeper's just-in-time warms)
                 pol.wakeup(now)
                 wake = pol.next_wakeup()
-            nxt = reqs[i].t if i < n else float("inf")
+            nxt = self._peek()
             if wake < nxt:
                 nxt = wake
             if not eng.has_work:
@@ -218,7 +233,7 @@ class EngineDriver:
             assert res is not None
             for r in res.admitted:
                 self._admitted(r, res.start)
-            if res.end == now and not res.emitted:  # nothing could run: wait for an event
+            if res.end == now and not res.emitted and not self._moved(res):  # nothing could run: wait for an event
                 if nxt < float("inf"):
                     now = max(now, nxt)
                     continue
@@ -229,11 +244,8 @@ class EngineDriver:
             stalls = 0
             if res.prefill_tokens:
                 self._busy.append((res.start, res.end))
-            while i < n and reqs[i].t < res.end:  # arrived during the step
-                self._arrive(i, reqs[i].t)
-                if progress is not None and i % tick == 0:
-                    progress(i)
-                i += 1
+            while self._peek() < res.end:  # arrived during the step
+                self._arrival(progress, tick)
             for r in res.finished:
                 self._finished(r, res.end)
             now = res.end
@@ -241,11 +253,27 @@ class EngineDriver:
         if progress is not None and n:
             progress(n - 1)
 
+    def _moved(self, res: Any) -> bool:
+        """A step that emitted nothing but changed the engine's state (a preemption, an admission):
+        step again rather than wait. The open-loop driver waits for the next event (unchanged)."""
+        return False
+
+    def _arrival(self, progress: Callable[[int], None] | None, tick: int) -> None:
+        i, t = self._pop()
+        self._arrive(i, t)
+        if progress is not None and self.arrived % tick == 0:
+            progress(self.arrived)
+        self.arrived += 1
+
+    def _priority(self, i: int, t: float) -> int:
+        """A client request's engine priority (0; the session lane sets one: lanes.py)."""
+        return 0
+
     def _arrive(self, i: int, t: float) -> None:
         r = self.requests[i]
         out = max(1, int(r.output_tokens))
         prompt = max(1, int(r.prompt_tokens))
-        er = EngineRequest(i, range(prompt), range(out))
+        er = EngineRequest(i, range(prompt), range(out), priority=self._priority(i, t))
         er.hashes = _named(self.full[i], prompt // self.bs, i)
         if not self.engine.fits(prompt, out):
             raise ValueError(
@@ -264,7 +292,7 @@ class EngineDriver:
             r = self.requests[j]
             gpu = (er.cached_tokens - er.loaded_tokens) // bs
             rec = self.policy.rec
-            rec.request(j, r.t, r.block_hashes, r.block_tokens, gpu, er.loaded_tokens)
+            rec.request(j, er.arrival, r.block_hashes, r.block_tokens, gpu, er.loaded_tokens)
             self.policy.on_admit(j, r, gpu, now)
 
     def _finished(self, er: EngineRequest, end: float) -> None:
@@ -321,8 +349,11 @@ def run_on_engine(
     engines: int = 1,
     cpu_blocks: int = 0,
     block_size: int = 16,
+    session_lane: dict | None = None,
 ) -> RunRecorder:
-    """One policy over the stream on `SimEngine` in virtual time (with a host tier of `cpu_blocks`)."""
+    """One policy over the stream on `SimEngine` in virtual time (with a host tier of `cpu_blocks`).
+    `session_lane` ({"mode", "links", "ageing_s"}): closed-loop session timing with the session
+    lane's priorities (`lanes.SessionLaneDriver`)."""
     outputs = np.fromiter((r.output_tokens for r in requests), dtype=np.int64, count=len(requests))
     rec = RunRecorder(cost, outputs, engines)
     from proxy.replay.runner import resume_mask
@@ -332,7 +363,14 @@ def run_on_engine(
     # at least that much (reported as `engine_capacity_blocks`)
     need = max((-(-(max(1, r.prompt_tokens) + max(1, r.output_tokens) - 1) // block_size) for r in requests), default=1)
     rec.engine_capacity = max(int(capacity), need)
-    driver = EngineDriver(policy, requests, rec.engine_capacity, cost, engines, cpu_blocks, block_size)
+    if session_lane is None:
+        driver = EngineDriver(policy, requests, rec.engine_capacity, cost, engines, cpu_blocks, block_size)
+    else:
+        from proxy.replay.lanes import SessionLaneDriver
+
+        driver = SessionLaneDriver(
+            policy, requests, rec.engine_capacity, cost, engines, cpu_blocks, block_size, **session_lane
+        )
     policy.driver = driver
     policy.setup(requests, capacity, cost, rec)
     driver.run(progress)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from proxy.replay import regimes
-from proxy.replay.runner import BLIND_POLICIES, HINT_POLICIES, POLICIES, ReplaySettings, replay
+from proxy.replay.runner import BLIND_POLICIES, HINT_POLICIES, LANE_POLICIES, POLICIES, ReplaySettings, replay
 from proxy.replay.workloads import generate, preset
 
 WANTED = ("lru", "history", "oracle-keeper", "oracle-keeper-blind", "belady", "scout-proxy")
@@ -96,14 +96,16 @@ def spec_for(gp: GridPreset, pause: str, busy: float, seed: int):
     return preset(gp.name, **over)
 
 
-def available_policies() -> tuple[list[str], list[str]]:
-    known = set(POLICIES) | set(HINT_POLICIES) | set(BLIND_POLICIES)
-    return [p for p in WANTED if p in known], [p for p in WANTED if p not in known]
+def available_policies(lanes: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
+    known = set(POLICIES) | set(HINT_POLICIES) | set(LANE_POLICIES) | set(BLIND_POLICIES)
+    wanted = WANTED + (LANE_POLICIES if "slack" in lanes else ())
+    return [p for p in wanted if p in known], [p for p in wanted if p not in known]
 
 
 def _job(job: tuple) -> dict:
-    """One (preset, pause, busy) level: every capacity and policy. Runs in a worker process."""
-    gp, pause, busy, seed, caps, policies, proxy_settings = job
+    """One (preset, pause, busy) level: every capacity and policy. Runs in a worker process.
+    An 8th element `session` (bool) adds the session-lane runs (`grid_lanes.session_runs`)."""
+    gp, pause, busy, seed, caps, policies, proxy_settings = job[:7]
     spec = spec_for(gp, pause, busy, seed)
     reqs = generate(spec)
     settings = ReplaySettings(block_size=spec.block_size, latency_budget_s=gp.budget_s, proxy_settings=proxy_settings)
@@ -114,6 +116,11 @@ def _job(job: tuple) -> dict:
     for row in res["capacities"]:
         pols = {n: {k: v for k, v in s.items() if not k.startswith("_")} for n, s in row["policies"].items()}
         rows.append({"capacity_blocks": row["capacity_blocks"], "policies": pols})
+    if len(job) > 7 and job[7]:
+        from proxy.replay.grid_lanes import session_runs
+
+        for row, lane in zip(rows, session_runs(reqs, spec, caps, settings, "scout-proxy-lane" in policies)):
+            row["session_lane"] = lane
     return {
         "preset": gp.name,
         "pause": pause,
@@ -220,10 +227,14 @@ def _pool_map(jobs: list[tuple], n: int) -> list[dict]:
         return pool.map(_job, jobs, chunksize=1)
 
 
-def run_grid(name: str, jobs: int = 2, proxy_settings=None, log=None, grid: GridSpec | None = None) -> dict:
-    """Every cell of the grid; returns the `results` dict (with `grid`, the list of cells)."""
+def run_grid(
+    name: str, jobs: int = 2, proxy_settings=None, log=None, grid: GridSpec | None = None, lanes: tuple[str, ...] = ()
+) -> dict:
+    """Every cell of the grid; returns the `results` dict (with `grid`, the list of cells).
+    `lanes` (issue 24, `grid_lanes.py`): "slack" adds `scout-proxy-lane` to every cell; "session"
+    adds the session-lane runs to the cells at busy 70–90% (`cell["session_lane"]`)."""
     g = grid or GRIDS[name]
-    policies, unavailable = available_policies()
+    policies, unavailable = available_policies(lanes)
     say = log or (lambda _m: None)
     t0 = time.perf_counter()
     # capacities per (preset, pause): multiples of the running set at the reference busy
@@ -233,12 +244,16 @@ def run_grid(name: str, jobs: int = 2, proxy_settings=None, log=None, grid: Grid
             rs = regimes.running_set(generate(spec_for(gp, pause, g.ref_busy, g.seed)))["blocks_p90"]
             caps[(gp.name, pause)] = ([max(1, round(x * rs)) for x in g.cache_x], rs)
     by_name = {gp.name: gp for gp in g.presets}
-    main = [
+    main: list[tuple] = [
         (gp, pause, b, g.seed, caps[(gp.name, pause)][0], policies, proxy_settings)
         for gp in g.presets
         for pause in g.pauses
         for b in g.busy
     ]
+    if "session" in lanes:
+        from proxy.replay.grid_lanes import session_level
+
+        main = [(*j, session_level(j[2])) for j in main]
     say(f"grid {name}: {len(main)} levels × {len(g.cache_x)} capacities, policies {','.join(policies)}")
     levels = _pool_map(main, jobs)
     # re-planned throughput ladder: extra busy levels above the grid where a policy is still inside
@@ -268,6 +283,8 @@ def run_grid(name: str, jobs: int = 2, proxy_settings=None, log=None, grid: Grid
         _, ref_rs = caps[(lv["preset"], lv["pause"])]
         for k, row in enumerate(lv["rows"]):
             c = cell(lv, row, gp, g.cache_x[k], ref_rs)
+            if "session_lane" in row:
+                c["session_lane"] = row["session_lane"]
             for pname, s in c["policies"].items():
                 pts = [
                     (x["request_rate"], x["rows"][k]["policies"][pname]["ttft_p99_s"])
@@ -280,6 +297,10 @@ def run_grid(name: str, jobs: int = 2, proxy_settings=None, log=None, grid: Grid
             lru_t = c["policies"]["lru"]["throughput_replanned_rps"]
             for s in c["policies"].values():
                 s["throughput_replanned_x_lru"] = s["throughput_replanned_rps"] / lru_t if lru_t > 0 else None
+            if "scout-proxy-lane" in c["policies"]:
+                from proxy.replay.grid_lanes import slack_check
+
+                c["slack_lane"] = slack_check(c)
             cells.append(c)
     return {
         "grid_name": name,
@@ -300,9 +321,30 @@ def run_grid(name: str, jobs: int = 2, proxy_settings=None, log=None, grid: Grid
             {k: lv[k] for k in LEVEL_KEYS} for lvs in ladders.values() for lv in sorted(lvs, key=lambda x: x["busy"])
         ],
         "grid": cells,
+        **({"lanes": list(lanes)} if lanes else {}),
+        **({"lanes_summary": _lanes_summary(cells)} if lanes else {}),
         "wall_s": round(time.perf_counter() - t0, 2),
         "jobs": jobs,
     }
+
+
+def _lanes_summary(cells: list[dict]) -> dict:
+    from proxy.replay.grid_lanes import summary
+
+    return summary({"grid": cells})
+
+
+def lane_names(spec: str | None) -> tuple[str, ...]:
+    """`--lane slack|session|slack,session|all` → the lanes, in a fixed order."""
+    if not spec:
+        return ()
+    want = {x.strip() for x in spec.split(",") if x.strip()}
+    if "all" in want:
+        want = {"slack", "session"}
+    bad = want - {"slack", "session"}
+    if bad:
+        raise ValueError(f"--lane {spec!r}: expected slack, session, slack,session or all")
+    return tuple(x for x in ("slack", "session") if x in want)
 
 
 def run_cli(args: argparse.Namespace, proxy_settings=None) -> int:
@@ -310,7 +352,12 @@ def run_cli(args: argparse.Namespace, proxy_settings=None) -> int:
     from proxy.replay.grid_report import markdown, picture
 
     say = (lambda m: None) if args.no_progress else (lambda m: print(m, file=sys.stderr))
-    results = run_grid(args.grid, jobs=args.jobs, proxy_settings=proxy_settings, log=say)
+    try:
+        lanes = lane_names(getattr(args, "lane", None))
+    except ValueError as exc:
+        print(f"cachescout replay: {exc}", file=sys.stderr)
+        return 2
+    results = run_grid(args.grid, jobs=args.jobs, proxy_settings=proxy_settings, log=say, lanes=lanes)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     plots: list[str] = []
@@ -320,7 +367,8 @@ def run_cli(args: argparse.Namespace, proxy_settings=None) -> int:
             plots = [picture(results, out / "headroom_map.png")]
         except ImportError as exc:
             note = f"picture skipped: matplotlib unavailable ({exc}); install cachescout[plots]"
-    meta = {"title": f"grid {args.grid}", "command": f"cachescout replay --grid {args.grid} --out {args.out}"}
+    lane_arg = f" --lane {','.join(lanes)}" if lanes else ""
+    meta = {"title": f"grid {args.grid}", "command": f"cachescout replay --grid {args.grid}{lane_arg} --out {args.out}"}
     doc = {"meta": meta, "results": results, "plots": plots}
     (out / "report.json").write_text(json.dumps(doc, indent=1, default=float))
     (out / "report.md").write_text(markdown(results, meta, plots, note))

@@ -101,6 +101,10 @@ def markdown(results: dict, meta: dict, plots: list[str], note: str | None = Non
             row.append(thr(lru) + " → " + "/".join(thr(c["policies"][n]) for n in pols if n != "lru"))
             md.append("| " + " | ".join(row) + " |")
         md.append("")
+    if results.get("lanes"):
+        from proxy.replay.grid_lanes import markdown as lanes_markdown
+
+        md += lanes_markdown(results)
     big = [c["params"] for c in results["grid"] if (c["headroom"]["ttft_mean"] or 0) >= 0.10]
     md.append(f"Cells with LRU → belady headroom ≥ 10% mean TTFT: {len(big)} of {len(results['grid'])}.")
     if note:

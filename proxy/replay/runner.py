@@ -44,6 +44,9 @@ HINT_POLICIES = (
     "scout-proxy+liar",
     "scout-proxy+hints+liar",
 )
+# scout-proxy with the slack lane (engine under vLLM's priority policy, actions at the lowest
+# priority; lanes.py): opt-in by name
+LANE_POLICIES = ("scout-proxy-lane",)
 DECODE_BATCH = 16  # kept for callers: latencies() no longer uses a nominal decode batch
 
 
@@ -80,13 +83,19 @@ def make_policy(name: str, s: ReplaySettings) -> ReplayPolicy:
 
         blind = {"oracle-keeper-blind": OracleKeeperBlindPolicy, "gap-keeper": GapKeeperPolicy}
         return blind.get(name, ToolGapKeeperPolicy)()
-    if name in ("scout-proxy", "scout-proxy-priority", "scout-engine"):
-        from proxy.replay.scout import ScoutEnginePolicy, ScoutProxyPolicy, ScoutProxyPriorityPolicy
+    if name in ("scout-proxy", "scout-proxy-priority", "scout-engine", "scout-proxy-lane"):
+        from proxy.replay.scout import (
+            ScoutEnginePolicy,
+            ScoutProxyLanePolicy,
+            ScoutProxyPolicy,
+            ScoutProxyPriorityPolicy,
+        )
 
         cls = {
             "scout-proxy": ScoutProxyPolicy,
             "scout-proxy-priority": ScoutProxyPriorityPolicy,
             "scout-engine": ScoutEnginePolicy,
+            "scout-proxy-lane": ScoutProxyLanePolicy,
         }[name]
         from proxy.replay.scout import default_settings
 
@@ -104,7 +113,7 @@ def make_policy(name: str, s: ReplaySettings) -> ReplayPolicy:
         pol = make_hint_policy(name, s.scout_overrides, s.use_sessions, s.block_size)
         pol.retention_s = s.retention_s
         return pol
-    raise ValueError(f"unknown policy {name!r}; choose from {POLICIES}")
+    raise ValueError(f"unknown policy {name!r}; choose from {POLICIES + LANE_POLICIES}")
 
 
 def resolve_capacity(spec: float | int | str, requests: Sequence[ReplayRequest]) -> int:
@@ -170,8 +179,9 @@ def replay(
     s = settings or ReplaySettings()
     names = list(dict.fromkeys(["lru", *policies, "belady"]))
     for n in names:
-        if n not in POLICIES and n not in HINT_POLICIES and n not in BLIND_POLICIES:
-            raise ValueError(f"unknown policy {n!r}; choose from {POLICIES + BLIND_POLICIES + HINT_POLICIES}")
+        known = POLICIES + HINT_POLICIES + LANE_POLICIES + BLIND_POLICIES
+        if n not in known:
+            raise ValueError(f"unknown policy {n!r}; choose from {known}")
     span = (requests[-1].t - requests[0].t) if requests else 0.0
     out: dict = {
         "policies": names,

@@ -30,6 +30,7 @@ from proxy.core.plan_sweep import reachable_agents
 from proxy.core.policy import ScoutPolicy
 from proxy.core.view import EngineLoad, ResponseOutcome, view_from_blocks
 from proxy.core.yield_book import YieldBook
+from proxy.engines.base import LANE_LOWEST
 from proxy.replay.engine_side import ReplayExecutor
 from proxy.replay.policies import ReplayPolicy
 from proxy.runtime.policy_config import executor_limits, policy_config
@@ -131,6 +132,8 @@ class _ScoutBase(ReplayPolicy):
 class ScoutProxyPolicy(_ScoutBase):
     name = "scout-proxy"
     eviction = "lru"
+    scheduling = "fcfs"  # the engine's scheduling policy (EngineConfig.scheduling_policy)
+    lane = False  # the slack lane (ScoutProxyLanePolicy)
 
     def setup(self, requests, capacity_blocks, cost, rec):
         super().setup(requests, capacity_blocks, cost, rec)
@@ -165,8 +168,7 @@ class ScoutProxyPolicy(_ScoutBase):
         )
         self.sp.planner.action_gate = self.selfeval.gate
         self.book = YieldBook()
-        self._arrivals = [r.t for r in requests]  # the stream's arrival times (the runner's order)
-        self._next = 0  # index of the next request not yet arrived
+        self._next = 0  # arrival-order index of the next request not yet arrived
         self._rid: dict[int, int] = {}
         self._obs: dict[int, ObservedRequest] = {}  # request -> its observation, until the engine schedules it
         self._running = RunningSet()  # distinct tokens of the requests in flight
@@ -175,13 +177,14 @@ class ScoutProxyPolicy(_ScoutBase):
         self._pumping = False
 
     def on_request(self, i, req, now):
-        self._next = i  # an action pumped now runs alongside this arrival
+        k = self.driver.arrived  # this arrival's place in arrival order (open loop: `i`)
+        self._next = k  # an action pumped now runs alongside this arrival
         self._pump(now)
         self._now = now
         obs = self.sp.observe_request(self._view(req), now)
         self._rid[i] = obs.request_id
         self.inflight += 1
-        self._next = i + 1
+        self._next = k + 1
         self._running.add(req.block_hashes, req.block_tokens)
         if obs.acted_reason and obs.acted_hash is not None:
             self._obs[i] = obs
@@ -213,12 +216,23 @@ class ScoutProxyPolicy(_ScoutBase):
             return
         self._pumping = True
         try:
-            self.executor.pump(now, self.inflight, self.driver.waiting())
+            # the slack lane: the engine keeps actions behind its own queue, so its length is no
+            # reason to wait (as LiveRuntime's executor load)
+            self.executor.pump(now, self.inflight, 0 if self.lane else self.driver.waiting())
         finally:
             self._pumping = False
 
     def _load(self, now: float) -> EngineLoad:
         d = self.driver
+        if self.lane:
+            return EngineLoad(
+                inflight=self.inflight,
+                waiting=d.waiting(),
+                prefilling=d.prefilling(),
+                running_tokens=self._running.tokens,
+                utilisation=d.utilisation(now),
+                priority_lane=True,
+            )
         return EngineLoad(
             inflight=self.inflight,
             waiting=d.waiting(),
@@ -252,10 +266,12 @@ class ScoutProxyPolicy(_ScoutBase):
             self.executor.complete(a, ok, end, computed)
             self._pump(end)
 
-        return self.driver.submit_action(a.kind, a.reason, a.block_hashes, a.tokens, now, a.priority, done)
+        prio = LANE_LOWEST if self.lane and a.kind != "retain" else a.priority  # vLLM adapter's warm_fields
+        return self.driver.submit_action(a.kind, a.reason, a.block_hashes, a.tokens, now, prio, done)
 
-    def _arrival(self, i: int) -> float:
-        return self._arrivals[i] if i < len(self._arrivals) else float("inf")
+    def _arrival(self, k: int) -> float:
+        """When the `k`-th client request (in arrival order) arrives."""
+        return self.driver.arrival_time(k)
 
     def _tokens_of(self, a) -> tuple[int, ...]:
         """Per-block tokens of an action's chain (the action only carries the total)."""
@@ -287,6 +303,17 @@ class ScoutProxyPolicy(_ScoutBase):
 class ScoutProxyPriorityPolicy(ScoutProxyPolicy):
     name = "scout-proxy-priority"
     eviction = "priority"
+
+
+class ScoutProxyLanePolicy(ScoutProxyPolicy):
+    """The slack lane (issue 24; `lanes.py`): the same planner in front of a vLLM engine under
+    `--scheduling-policy priority`; every touch and warm at the lowest priority (`LANE_LOWEST`: never
+    admitted ahead of a queued client request, the first preempted), the planner told
+    (`EngineLoad.priority_lane`: it prices the slack an action uses, not the queue it would delay)."""
+
+    name = "scout-proxy-lane"
+    scheduling = "priority"
+    lane = True
 
 
 class ScoutEnginePolicy(_ScoutBase):
