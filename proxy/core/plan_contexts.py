@@ -21,7 +21,7 @@ Off unless ``PolicyConfig.successor_contexts`` > 0 (the tracker keeps no context
 from __future__ import annotations
 
 from .action_payload import ActionPayload
-from .actions import REASON_TRANSITION
+from .actions import REASON_SUCCESSOR_CONTEXT
 from .agents import Agent, agent_id_for
 from .candidates import Candidate, Tick
 from .sessions import Session
@@ -31,7 +31,7 @@ SUCCESSOR_CONTEXTS = "successor_contexts"
 
 class SuccessorContexts:
     """A session paused after a plain stop: its predicted next agents' contexts in it (reason
-    ``transition``, a session context: ``context=True``)."""
+    ``successor_context``, a session context: ``context=True``)."""
 
     name = SUCCESSOR_CONTEXTS
 
@@ -45,7 +45,7 @@ class SuccessorContexts:
             return
         tenant = agent.tenant
         if "gate" not in t.off and not t.gate(tenant):
-            p_._drop("gate_closed", t.now, REASON_TRANSITION, agent.agent_id, tenant)
+            p_._drop("gate_closed", t.now, REASON_SUCCESSOR_CONTEXT, agent.agent_id, tenant)
             return
         ts = p_.registry.tenant(tenant)
         gap = agent.gap_median
@@ -61,12 +61,12 @@ class SuccessorContexts:
             aid = agent_id_for(tenant, c.hashes[-1])
             if not paused and "deferred" not in t.off and gap is not None:
                 if gap >= max(cfg.min_lead_s, cfg.reload_s(sum(c.block_tokens) - nxt.tokens)):
-                    p_._drop("deferred", t.now, REASON_TRANSITION, aid, tenant, p)
+                    p_._drop("deferred", t.now, REASON_SUCCESSOR_CONTEXT, aid, tenant, p)
                     continue  # planned again when the response ends
             t.out.append(
                 Candidate(
                     score=p * sum(c.block_tokens),
-                    reason=REASON_TRANSITION,
+                    reason=REASON_SUCCESSOR_CONTEXT,
                     tenant=tenant,
                     anchor_id=aid,
                     hashes=c.hashes,

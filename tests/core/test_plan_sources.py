@@ -4,10 +4,16 @@
 from __future__ import annotations
 
 from proxy.core import ScoutPolicy
-from proxy.core.actions import REASON_FANOUT, REASON_SWEEP, REASON_TOOL_RESUME, REASON_TRANSITION
+from proxy.core.actions import (
+    REASON_FANOUT,
+    REASON_SUCCESSOR_CONTEXT,
+    REASON_SWEEP,
+    REASON_TOOL_RESUME,
+    REASON_TRANSITION,
+)
 from proxy.core.candidates import Candidate
 
-from .conftest import Workload, quiet_config
+from .conftest import ANCHOR, Workload, quiet_config
 from .test_planner import PIPE, fresh, learn
 
 
@@ -126,8 +132,8 @@ def _successor_contexts(**kw) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
     w.step(0, "live", now + 3)
     w.junk(16 * 80, now + 3.15)  # flush everything
     w.policy.planner.dirty[("", "live")] = None  # (junk is warmup-flagged: nothing else changed)
-    acts = [a for a in w.policy.plan(now + 3.2) if a.reason == REASON_TRANSITION]
-    assert all(a.kind == "warm" for a in acts)
+    acts = [a for a in w.policy.plan(now + 3.2) if a.reason in (REASON_TRANSITION, REASON_SUCCESSOR_CONTEXT)]
+    assert all(a.kind == "warm" and (a.reason == REASON_TRANSITION) == (len(a.block_hashes) == ANCHOR) for a in acts)
     return [a.block_hashes for a in acts], (*w.anchor(1), w.hist["live"][0])
 
 
