@@ -14,7 +14,8 @@ agent's learned pause (``Agent.gap_median``) for "when".
 
 Behind the R gate like ``Successors``; only the top ``warm_top_k`` successors, and only another
 agent than the one that just stopped (the same agent going on reuses the session's own context:
-the session sweep's); a context that is only B's anchor is left to ``Successors``. Priced by ``economics.assess`` like every candidate.
+the session sweep's); a context that is only B's anchor is left to ``Successors``. Priced by
+``economics.assess`` like every candidate, under its own reason (a yield-ledger signal of its own).
 Off unless ``PolicyConfig.successor_contexts`` > 0 (the tracker keeps no contexts then).
 """
 
@@ -59,10 +60,14 @@ class SuccessorContexts:
             if c is None or len(c.hashes) <= len(nxt.anchor_hashes):
                 continue  # nothing beyond the anchor (Successors keeps that)
             aid = agent_id_for(tenant, c.hashes[-1])
-            if not paused and "deferred" not in t.off and gap is not None:
-                if gap >= max(cfg.min_lead_s, cfg.reload_s(sum(c.block_tokens) - nxt.tokens)):
-                    p_._drop("deferred", t.now, REASON_SUCCESSOR_CONTEXT, aid, tenant, p)
-                    continue  # planned again when the response ends
+            if (
+                not paused
+                and "deferred" not in t.off
+                and gap is not None
+                and gap >= max(cfg.min_lead_s, cfg.reload_s(sum(c.block_tokens) - nxt.tokens))
+            ):
+                p_._drop("deferred", t.now, REASON_SUCCESSOR_CONTEXT, aid, tenant, p)
+                continue  # planned again when the response ends
             t.out.append(
                 Candidate(
                     score=p * sum(c.block_tokens),

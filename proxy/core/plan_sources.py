@@ -169,8 +169,8 @@ class Successors:
 
 class DirtySessions:
     """The sessions that changed since the last tick (``Planner.dirty``), each offered in turn to
-    its per-session sources: its tool resume, then its successors, then (paused after a plain stop)
-    its successors' contexts in it (plan_contexts.py)."""
+    its per-session sources: its tool resume, then its successors, then its successors' contexts in
+    it (plan_contexts.py)."""
 
     name = "dirty_sessions"  # not a piece of its own: switch off tool_resume / successors
 

@@ -325,7 +325,9 @@ class SessionTracker:
         if old is not None:
             s.ctx_bytes -= old.nbytes
         n = session_bytes(len(s.hashes), s.context_payload, s.assistant_payload)
-        ctx[prev.slot] = AgentContext(prev.agent_id, s.hashes, s.block_tokens, s.context_payload, s.assistant_payload, n)
+        ctx[prev.slot] = AgentContext(
+            prev.agent_id, s.hashes, s.block_tokens, s.context_payload, s.assistant_payload, n
+        )
         s.ctx_bytes += n
         while len(ctx) > self.config.successor_contexts:
             s.ctx_bytes -= ctx.pop(next(iter(ctx))).nbytes
