@@ -163,3 +163,19 @@ def test_successor_contexts_are_kept_per_agent_bounded_and_charged():
     off.step(0, "s", 1.0)
     off.step(1, "s", 2.0)
     assert off.policy.sessions.sessions[("", "s")].contexts is None  # nothing kept while off
+
+
+def test_a_successor_context_action_converts_on_the_agents_next_request():
+    w = _w(residency_capacity_tokens=16 * 60, successor_contexts=2)
+    now = fresh(w, learn(w, PIPE))
+    w.step(1, "live", now + 1)
+    w.step(2, "live", now + 2)
+    w.step(0, "live", now + 3)
+    w.junk(16 * 80, now + 3.15)
+    w.policy.planner.dirty[("", "live")] = None
+    acts = [a for a in w.policy.plan(now + 3.2) if a.reason == REASON_SUCCESSOR_CONTEXT]
+    assert len(acts) == 1
+    for a in w.policy.plan(now + 3.2) + acts:
+        w.policy.record_action_result(a, True, now + 3.3)
+    obs = w.policy.observe_request(w.view(1, "live"), now + 3.5)  # agent 1 is next, as predicted
+    assert obs.acted_reason == REASON_SUCCESSOR_CONTEXT and obs.acted_hash == acts[0].block_hashes[-1]
