@@ -25,7 +25,10 @@ REASON_TOOL_RESUME = "tool_resume"  # session paused on tool calls: keep its con
 # the survival sweep of anchors and paused sessions (and operator pins): protective touches and
 # retention; NOT runtime hints (those carry the reason of what they predict). Value "hint": deployed.
 REASON_SWEEP = "hint"
-REASONS = (REASON_TRANSITION, REASON_FANOUT, REASON_TOOL_RESUME, REASON_SWEEP)
+# a paused session's predicted next agent's context in it (source successor_contexts, off by
+# default): its own signal, so the yield ledger judges it apart from the anchors' transitions
+REASON_SUCCESSOR_CONTEXT = "successor_context"
+REASONS = (REASON_TRANSITION, REASON_FANOUT, REASON_TOOL_RESUME, REASON_SWEEP, REASON_SUCCESSOR_CONTEXT)
 # the successor-driven reasons (transition/fanout) and the sweep: actions on agent anchors
 ANCHOR_REASONS = (REASON_TRANSITION, REASON_FANOUT, REASON_SWEEP)
 
@@ -33,7 +36,7 @@ ANCHOR_REASONS = (REASON_TRANSITION, REASON_FANOUT, REASON_SWEEP)
 @dataclass(frozen=True, slots=True)
 class Action:
     kind: str  # "touch" | "warm" | "retain"
-    reason: str  # REASONS: "transition" | "tool_resume" | "fanout" | "hint" (the sweep)
+    reason: str  # REASONS: "transition" | "tool_resume" | "fanout" | "hint" (the sweep) | "successor_context"
     tenant: str
     anchor_id: str  # short hex id (safe to log; never prompt text)
     block_hashes: tuple[int, ...]

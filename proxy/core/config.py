@@ -21,7 +21,10 @@ PRUNE_SLACK = 4  # maps keyed by agent/anchor (last-acted times, safe-anchor mem
 # (issue 26 item 4): sources (plan_sources.py), filters (plan_filters.py), vetoes (plan_picker.py).
 # Named here, where the config can check them; tests/core/test_plan_registry.py keeps this list and
 # the registries equal.
-SOURCE_PIECES = ("tool_resume", "successors", "fanout_parents", "runtime_hints", "anchor_sweep", "session_sweep")
+SOURCE_PIECES = (
+    "tool_resume", "successors", "successor_contexts", "fanout_parents", "runtime_hints", "anchor_sweep",
+    "session_sweep",
+)  # fmt: skip
 FILTER_PIECES = (
     "duplicate", "cooldown", "resident_memo", "host_tier", "resident", "warm_allowed", "warm_too_late",
     "warm_too_big", "warm_too_early", "gate", "deferred",
@@ -128,6 +131,9 @@ class PolicyConfig:
     sweep_sessions: int = 64  # most recent sessions a sweep checks for continuation (0 = off)
     tool_resume_min_p: float = 0.5  # continuation probability needed for a tool_resume action
     tool_resume_gated: bool = False  # also require R >= R_min for tool_resume (a fact, not a guess)
+    successor_contexts: int = 0  # per session, the last context of this many of its other agents is
+    # kept, and when the session stops (not on a tool call) the predicted next agent's context there
+    # is a candidate (source successor_contexts, issue 21); 0 = off (judged on the grid: docs/replay.md)
     session_gated: bool = True  # continuation hints for sessions paused after other finishes
     # need R >= R_min; off lets them act on agentless traffic
     fanout_enabled: bool = True  # protect the shared parent of concurrent requests / n > 1

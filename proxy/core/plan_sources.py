@@ -19,6 +19,7 @@ from .actions import REASON_FANOUT, REASON_SWEEP, REASON_TOOL_RESUME, REASON_TRA
 from .agents import Agent, agent_id_for
 from .candidates import Candidate, CandidateSource, Tick
 from .config import PolicyConfig
+from .plan_contexts import SUCCESSOR_CONTEXTS, SuccessorContexts
 
 __all__ = ["SOURCES", "SWEEP_SOURCES", "CandidateSource"]
 from .plan_sweep import reachable_agents
@@ -168,13 +169,15 @@ class Successors:
 
 class DirtySessions:
     """The sessions that changed since the last tick (``Planner.dirty``), each offered in turn to
-    its per-session sources: its tool resume, then its successors."""
+    its per-session sources: its tool resume, then its successors, then its successors' contexts in
+    it (plan_contexts.py)."""
 
     name = "dirty_sessions"  # not a piece of its own: switch off tool_resume / successors
 
     def __init__(self) -> None:
         self.tool_resume = ToolResume()
         self.successors = Successors()
+        self.successor_contexts = SuccessorContexts()
 
     def collect(self, t: Tick) -> None:
         p_ = t.p
@@ -185,6 +188,7 @@ class DirtySessions:
         now = t.now
         tool_on = TOOL_RESUME not in t.off
         succ_on = SUCCESSORS not in t.off
+        ctx_on = SUCCESSOR_CONTEXTS not in t.off and p_.cfg.successor_contexts > 0
         if succ_on:
             self.successors.begin(t)
         for key in p_.dirty:
@@ -206,6 +210,8 @@ class DirtySessions:
                     self.tool_resume.session(t, s, agent, elapsed, lead)
             if succ_on:
                 self.successors.session(t, s, agent, paused, lead)
+            if ctx_on:
+                self.successor_contexts.session(t, s, agent, paused, lead)
 
 
 class FanoutParents:
@@ -372,10 +378,10 @@ class SessionSweep:
 # The registry: one line per source, in the order their candidates are collected; the sweep
 # sources run only at the sweep cadence (sweep_interval_s), after the others.
 SOURCES: tuple[type[CandidateSource], ...] = (
-    DirtySessions,  # ToolResume, then Successors, per session that changed
+    DirtySessions,  # ToolResume, Successors, then SuccessorContexts, per session that changed
     FanoutParents,
     RuntimeHintsSource,
 )
 SWEEP_SOURCES: tuple[type[CandidateSource], ...] = (AnchorSweep, SessionSweep)
 # per-session sources inside DirtySessions, and every source's piece name
-SOURCE_NAMES = (TOOL_RESUME, SUCCESSORS, FANOUT_PARENTS, RUNTIME_HINTS, ANCHOR_SWEEP, SESSION_SWEEP)
+SOURCE_NAMES = (TOOL_RESUME, SUCCESSORS, SUCCESSOR_CONTEXTS, FANOUT_PARENTS, RUNTIME_HINTS, ANCHOR_SWEEP, SESSION_SWEEP)

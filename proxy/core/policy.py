@@ -202,6 +202,10 @@ class ScoutPolicy:
         if session.hashes:
             keys.append((tenant, session.hashes[-1]))  # the session's context
         if agent is not None:
+            if session.contexts:  # successor_contexts on: the agent's own earlier context here
+                c = self.sessions.context_for(session, agent)
+                if c is not None and c.hashes is not session.hashes:
+                    keys.append((tenant, c.hashes[-1]))
             keys.append((tenant, agent.key))  # its anchor (key = anchor's last hash)
         for k in keys:
             hit = acted.pop(k, None)

@@ -43,6 +43,20 @@ from .config import PolicyConfig
 from .view import RequestView
 
 
+@dataclass(frozen=True, slots=True)
+class AgentContext:
+    """An agent's latest prompt in a session that has since moved on to another agent: where
+    that agent's next call in the session starts (its anchor + its view of the session so far).
+    Kept only with ``successor_contexts`` > 0 (source successor_contexts)."""
+
+    agent_id: str
+    hashes: tuple[int, ...]
+    block_tokens: tuple[int, ...]
+    context_payload: object
+    assistant_payload: Mapping[str, object] | None
+    nbytes: int
+
+
 @dataclass(slots=True, eq=False)
 class Session:
     key: tuple[str, str]  # (tenant, session id)
@@ -62,6 +76,10 @@ class Session:
     run: str | None = None  # the explicit id (run) it belongs to
     chat: bool = False  # its latest request had a history to compare (a chat view)
     nbytes: int = 0  # estimated bytes held (chain + payloads), see session_bytes
+    # agent slot -> its latest context here, for agents other than the current one, oldest first
+    # (at most PolicyConfig.successor_contexts; None while off or empty); bytes in ctx_bytes
+    contexts: dict[int, AgentContext] | None = None
+    ctx_bytes: int = 0
 
     @property
     def sid(self) -> str:
@@ -256,6 +274,8 @@ class SessionTracker:
         anchor_len: int = 0,
         context_payload: object = None,
     ) -> None:
+        if self.config.successor_contexts > 0:
+            self._keep_context(s, agent)
         if agent is not s.agent:
             self._leave_agent(s)
             if agent is not None:
@@ -286,7 +306,40 @@ class SessionTracker:
         for new in keys:
             self._index[new] = s.key
         s.index_keys = keys
-        self._charge(s, session_bytes(len(h), s.context_payload))
+        self._charge(s, session_bytes(len(h), s.context_payload) + s.ctx_bytes)
+
+    def _keep_context(self, s: Session, agent: Agent | None) -> None:
+        """Before ``s`` moves to ``agent``'s request: keep the previous agent's context (its next
+        call here extends it), and drop ``agent``'s kept one (the session now holds it)."""
+        ctx = s.contexts
+        prev = s.agent
+        if agent is not None and ctx is not None:
+            old = ctx.pop(agent.slot, None)
+            if old is not None:
+                s.ctx_bytes -= old.nbytes
+        if prev is None or prev is agent or prev.forgotten or not s.hashes:
+            return
+        if ctx is None:
+            ctx = s.contexts = {}
+        old = ctx.pop(prev.slot, None)
+        if old is not None:
+            s.ctx_bytes -= old.nbytes
+        n = session_bytes(len(s.hashes), s.context_payload, s.assistant_payload)
+        ctx[prev.slot] = AgentContext(
+            prev.agent_id, s.hashes, s.block_tokens, s.context_payload, s.assistant_payload, n
+        )
+        s.ctx_bytes += n
+        while len(ctx) > self.config.successor_contexts:
+            s.ctx_bytes -= ctx.pop(next(iter(ctx))).nbytes
+
+    def context_for(self, s: Session, agent: Agent) -> AgentContext | None:
+        """``agent``'s latest context in ``s`` (the current agent's: the session's own), or None."""
+        if agent is s.agent:
+            if not s.hashes:
+                return None
+            return AgentContext(agent.agent_id, s.hashes, s.block_tokens, s.context_payload, s.assistant_payload, 0)
+        c = s.contexts.get(agent.slot) if s.contexts else None
+        return c if c is not None and c.agent_id == agent.agent_id else None
 
     def record_response(
         self, s: Session, finish: str | None, assistant_payload: Mapping[str, object] | None, now: float
@@ -298,7 +351,7 @@ class SessionTracker:
         s.assistant_payload = assistant_payload
         if s.key in self.sessions:
             self.sessions.move_to_end(s.key)
-            self._charge(s, session_bytes(len(s.hashes), s.context_payload, assistant_payload))
+            self._charge(s, session_bytes(len(s.hashes), s.context_payload, assistant_payload) + s.ctx_bytes)
 
     def _charge(self, s: Session, nbytes: int) -> None:
         """Account ``s`` at ``nbytes`` and drop the least recently active other sessions until the
@@ -331,6 +384,8 @@ class SessionTracker:
         s.block_tokens = ()
         s.context_payload = None
         s.assistant_payload = None
+        s.contexts = None
+        s.ctx_bytes = 0
 
     def forget_agent(self, agent: Agent) -> None:
         """An evicted agent: sessions sitting on it no longer have a current agent.

@@ -17,7 +17,13 @@ from collections import Counter as _Tally
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from proxy.core.actions import REASON_FANOUT, REASON_SWEEP, REASON_TOOL_RESUME, REASON_TRANSITION
+from proxy.core.actions import (
+    REASON_FANOUT,
+    REASON_SUCCESSOR_CONTEXT,
+    REASON_SWEEP,
+    REASON_TOOL_RESUME,
+    REASON_TRANSITION,
+)
 from proxy.core.decisions import SKIP_REASONS as PLANNER_SKIP_REASONS
 
 KNOWN_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings", "/v1/models")
@@ -27,7 +33,7 @@ UPSTREAM_ERROR_KINDS = ("connect", "timeout", "protocol", "other")
 ACTION_OUTCOMES = ("ok", "error", "dropped_stale", "dropped_busy", "dropped_full", "unsupported")
 ACTION_KINDS = ("touch", "warm", "retain")
 # the action reasons (defined once, core/actions.py), in their exposition order
-ACTION_REASONS = (REASON_TRANSITION, REASON_TOOL_RESUME, REASON_FANOUT, REASON_SWEEP)
+ACTION_REASONS = (REASON_TRANSITION, REASON_TOOL_RESUME, REASON_FANOUT, REASON_SWEEP, REASON_SUCCESSOR_CONTEXT)
 # why a client request was not learned from (cachescout_policy_skipped_total{reason}); not the
 # planner's skip reasons (core/decisions.SKIP_REASONS, cachescout_planner_skips_total{reason})
 REQUEST_SKIP_REASONS = ("rejected", "not_allowed", "body_too_large", "offload_full", "parse_budget")

@@ -20,7 +20,8 @@ def test_the_config_names_every_registered_piece_once():
     assert VETO_PIECES == VETO_NAMES
     assert len(set(PIECES)) == len(PIECES)
     top = {cls.name for cls in (*SOURCES, *SWEEP_SOURCES)}
-    per_session = {DirtySessions().tool_resume.name, DirtySessions().successors.name}
+    d = DirtySessions()
+    per_session = {d.tool_resume.name, d.successors.name, d.successor_contexts.name}
     assert (top - {DirtySessions.name}) | per_session == set(SOURCE_NAMES)
 
 

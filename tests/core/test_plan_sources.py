@@ -4,10 +4,16 @@
 from __future__ import annotations
 
 from proxy.core import ScoutPolicy
-from proxy.core.actions import REASON_FANOUT, REASON_SWEEP, REASON_TOOL_RESUME, REASON_TRANSITION
+from proxy.core.actions import (
+    REASON_FANOUT,
+    REASON_SUCCESSOR_CONTEXT,
+    REASON_SWEEP,
+    REASON_TOOL_RESUME,
+    REASON_TRANSITION,
+)
 from proxy.core.candidates import Candidate
 
-from .conftest import Workload, quiet_config
+from .conftest import ANCHOR, Workload, quiet_config
 from .test_planner import PIPE, fresh, learn
 
 
@@ -114,3 +120,62 @@ def _hinted(**kw) -> list[str]:
 def test_runtime_hints_offer_what_the_runtime_announced():
     assert _hinted() == [REASON_TOOL_RESUME]
     assert _hinted(disabled_pieces=("runtime_hints",)) == []
+
+
+def _successor_contexts(**kw) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
+    """Agent 1 spoke in session "live" before 2 and 0; 0 stops: 1 is predicted next (PIPE).
+    Returns the transition warms' prefixes and agent 1's prompt in "live"."""
+    w = _w(residency_capacity_tokens=16 * 60, **kw)
+    now = fresh(w, learn(w, PIPE))
+    w.step(1, "live", now + 1)
+    w.step(2, "live", now + 2)
+    w.step(0, "live", now + 3)
+    w.junk(16 * 80, now + 3.15)  # flush everything
+    w.policy.planner.dirty[("", "live")] = None  # (junk is warmup-flagged: nothing else changed)
+    acts = [a for a in w.policy.plan(now + 3.2) if a.reason in (REASON_TRANSITION, REASON_SUCCESSOR_CONTEXT)]
+    assert all(a.kind == "warm" and (a.reason == REASON_TRANSITION) == (len(a.block_hashes) == ANCHOR) for a in acts)
+    return [a.block_hashes for a in acts], (*w.anchor(1), w.hist["live"][0])
+
+
+def test_successor_contexts_offer_the_next_agents_context_in_the_session():
+    anchor = tuple(_w().anchor(1))
+    off, ctx = _successor_contexts()
+    assert off == [anchor] and ctx[:-1] == anchor  # off by default: the anchor only (Successors)
+    on, ctx = _successor_contexts(successor_contexts=2)
+    assert sorted(on) == sorted([anchor, ctx])  # and agent 1's context in the session
+    assert _successor_contexts(successor_contexts=2, disabled_pieces=("successor_contexts",))[0] == [anchor]
+
+
+def test_successor_contexts_are_kept_per_agent_bounded_and_charged():
+    w = _w(successor_contexts=1)
+    for k, agent in enumerate((0, 1, 2)):
+        w.step(agent, "s", 1.0 + k)
+    tracker = w.policy.sessions
+    s = tracker.sessions[("", "s")]
+    assert s.contexts is not None
+    (kept,) = s.contexts.values()  # bounded at 1: agent 1's, the latest before 2
+    assert kept.hashes[: len(w.anchor(1))] == tuple(w.anchor(1))
+    assert s.ctx_bytes == kept.nbytes > 0 and s.nbytes >= kept.nbytes + len(s.hashes) * 56
+    w.step(1, "s", 5.0)  # 1 speaks again: the session holds it now, 2's context is kept instead
+    (kept,) = s.contexts.values()
+    assert kept.hashes[: len(w.anchor(2))] == tuple(w.anchor(2))
+    off = _w()
+    off.step(0, "s", 1.0)
+    off.step(1, "s", 2.0)
+    assert off.policy.sessions.sessions[("", "s")].contexts is None  # nothing kept while off
+
+
+def test_a_successor_context_action_converts_on_the_agents_next_request():
+    w = _w(residency_capacity_tokens=16 * 60, successor_contexts=2)
+    now = fresh(w, learn(w, PIPE))
+    w.step(1, "live", now + 1)
+    w.step(2, "live", now + 2)
+    w.step(0, "live", now + 3)
+    w.junk(16 * 80, now + 3.15)
+    w.policy.planner.dirty[("", "live")] = None
+    acts = [a for a in w.policy.plan(now + 3.2) if a.reason == REASON_SUCCESSOR_CONTEXT]
+    assert len(acts) == 1
+    for a in w.policy.plan(now + 3.2) + acts:
+        w.policy.record_action_result(a, True, now + 3.3)
+    obs = w.policy.observe_request(w.view(1, "live"), now + 3.5)  # agent 1 is next, as predicted
+    assert obs.acted_reason == REASON_SUCCESSOR_CONTEXT and obs.acted_hash == acts[0].block_hashes[-1]

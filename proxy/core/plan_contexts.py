@@ -1,0 +1,87 @@
+"""The successor-contexts source: when a session stops (not on a tool call), the context its
+predicted next agent will reuse there.
+
+Why (issue 21 item 5; docs/replay.md "Capture"): in a multi-agent session each agent's prompt is
+its own anchor followed by its view of the session's history, so the next agent B's call in the
+session extends B's *previous* prompt in that session, not the one that just finished (A's).
+``Successors`` keeps B's anchor; this keeps the rest of what B's call will reuse, as far as the
+proxy has seen it: B's latest prompt in the session (``SessionTracker.context_for``; kept per
+session for ``successor_contexts`` agents). The oracle keeper that knows which sessions continue
+and their seen prefix, but not when, captured 39% / 63% (median) of the oracle's gain in the
+swebench / gaia cells where a keeper that only acts on tool pauses captured 0–3%: this is the
+proxy's version of that knowledge, with the transition learner's P(B | A) for "which" and the
+agent's learned pause (``Agent.gap_median``) for "when".
+
+Behind the R gate like ``Successors``; only the top ``warm_top_k`` successors, and only another
+agent than the one that just stopped (the same agent going on reuses the session's own context:
+the session sweep's); a context that is only B's anchor is left to ``Successors``. Priced by
+``economics.assess`` like every candidate, under its own reason (a yield-ledger signal of its own).
+Off unless ``PolicyConfig.successor_contexts`` > 0 (the tracker keeps no contexts then).
+"""
+
+from __future__ import annotations
+
+from .action_payload import ActionPayload
+from .actions import REASON_SUCCESSOR_CONTEXT
+from .agents import Agent, agent_id_for
+from .candidates import Candidate, Tick
+from .sessions import Session
+
+SUCCESSOR_CONTEXTS = "successor_contexts"
+
+
+class SuccessorContexts:
+    """A session paused after a plain stop: its predicted next agents' contexts in it (reason
+    ``successor_context``, a session context: ``context=True``)."""
+
+    name = SUCCESSOR_CONTEXTS
+
+    def session(self, t: Tick, s: Session, agent: Agent, paused: bool, lead: float | None) -> None:
+        """``paused``: the session's response ended (``lead``: its agent's usual pause left);
+        else its request still runs, and the context is offered now only when that pause is too
+        short for a warm after the response ends (the same deferral as ``Successors``)."""
+        p_ = t.p
+        cfg = p_.cfg
+        if cfg.successor_contexts <= 0 or (paused and s.finish == "tool_calls"):
+            return
+        tenant = agent.tenant
+        if "gate" not in t.off and not t.gate(tenant):
+            p_._drop("gate_closed", t.now, REASON_SUCCESSOR_CONTEXT, agent.agent_id, tenant)
+            return
+        ts = p_.registry.tenant(tenant)
+        gap = agent.gap_median
+        for rank, (slot, p) in enumerate(ts.learner.successors(agent.slot, cfg.top_k, cfg.tau)):
+            if rank >= cfg.warm_top_k:
+                break
+            nxt = ts.by_slot.get(slot)
+            if nxt is None or nxt is agent:
+                continue  # the same agent going on: the session's own context (session_sweep's)
+            c = p_.sessions.context_for(s, nxt)
+            if c is None or len(c.hashes) <= len(nxt.anchor_hashes):
+                continue  # nothing beyond the anchor (Successors keeps that)
+            aid = agent_id_for(tenant, c.hashes[-1])
+            if (
+                not paused
+                and "deferred" not in t.off
+                and gap is not None
+                and gap >= max(cfg.min_lead_s, cfg.reload_s(sum(c.block_tokens) - nxt.tokens))
+            ):
+                p_._drop("deferred", t.now, REASON_SUCCESSOR_CONTEXT, aid, tenant, p)
+                continue  # planned again when the response ends
+            t.out.append(
+                Candidate(
+                    score=p * sum(c.block_tokens),
+                    reason=REASON_SUCCESSOR_CONTEXT,
+                    tenant=tenant,
+                    anchor_id=aid,
+                    hashes=c.hashes,
+                    block_tokens=c.block_tokens,
+                    payload=ActionPayload(c.context_payload, c.assistant_payload),
+                    prob=p,
+                    lead=lead,
+                    warm_ok=True,
+                    context=True,
+                    session=s.key,
+                    soon=not paused,
+                )
+            )
