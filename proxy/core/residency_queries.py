@@ -9,7 +9,7 @@ tail-zone cursor, which is amortised bookkeeping, not a change of what is reside
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import MutableSequence, Sequence
 
 from .turnover import Turnover
 
@@ -22,7 +22,7 @@ class ShadowQueries:
     rates: Turnover
     _stamp: dict[int, int]
     _tok: dict[int, int]
-    _qs: list[int]
+    _qs: MutableSequence[int]  # array('q') in ResidencyShadow: stamps without int objects
     _qh: list[int]
     _head: int
     _cur: int
