@@ -119,6 +119,13 @@ def markdown(results: dict, meta: dict) -> str:
 
         md.extend(hint_report_lines(row))
         for name, s in row["policies"].items():
+            why = (s.get("extra") or {}).get("top_skips")
+            if why:
+                md.append(
+                    f"_{name}: why candidates were not acted on (top skip reasons)_: "
+                    + ", ".join(f"{k} {v}" for k, v in why.items())
+                )
+                md.append("")
             if not s.get("signals"):
                 continue
             md.append(

@@ -126,7 +126,14 @@ class _ScoutBase(ReplayPolicy):
             "top1_accuracy": round(st.top1_accuracy, 4),
             "predictions": st.predictions,
             "actions_emitted": dict(st.actions_emitted),
+            # why the planner did not act, most frequent first (decisions.SKIP_REASONS; issue 26 item 2)
+            "top_skips": top_skips(self.sp.planner.skipped),
         }
+
+
+def top_skips(skipped: dict[str, int], n: int = 5) -> dict[str, int]:
+    """The `n` most frequent skip reasons with a non-zero count, most frequent first."""
+    return dict(sorted(((k, v) for k, v in skipped.items() if v), key=lambda kv: (-kv[1], kv[0]))[:n])
 
 
 class ScoutProxyPolicy(_ScoutBase):
