@@ -14,6 +14,8 @@ score afterwards (a stable sort: the registry order breaks ties).
 
 from __future__ import annotations
 
+from typing import Any
+
 from .action_payload import ActionPayload
 from .actions import REASON_FANOUT, REASON_SWEEP, REASON_TOOL_RESUME, REASON_TRANSITION
 from .agents import Agent, agent_id_for
@@ -33,6 +35,22 @@ FANOUT_PARENTS = "fanout_parents"
 RUNTIME_HINTS = "runtime_hints"
 ANCHOR_SWEEP = "anchor_sweep"
 SESSION_SWEEP = "session_sweep"
+
+
+def anchor_candidate(agent: Agent, p: float, reason: str, now: float, cfg: PolicyConfig, **kw: Any) -> Candidate:
+    """An agent's anchor as a candidate, scored by survival (the successors and the anchor sweep)."""
+    assert agent.payload is not None
+    return Candidate(
+        score=anchor_score(p, now - agent.last_seen, agent.tokens, cfg.delta, cfg.age_lambda),
+        reason=reason,
+        tenant=agent.tenant,
+        anchor_id=agent.agent_id,
+        hashes=agent.anchor_hashes,
+        block_tokens=agent.anchor_block_tokens,
+        payload=agent.payload,
+        prob=p,
+        **kw,
+    )
 
 
 class ToolResume:
@@ -149,21 +167,7 @@ class Successors:
                     continue  # planned again when the response ends
                 warm_ok = rank < cfg.warm_top_k
             out.append(
-                Candidate(
-                    score=anchor_score(p, now - nxt.last_seen, nxt.tokens, cfg.delta, cfg.age_lambda),
-                    reason=reason,
-                    tenant=nxt.tenant,
-                    anchor_id=nxt.agent_id,
-                    hashes=nxt.anchor_hashes,
-                    block_tokens=nxt.anchor_block_tokens,
-                    payload=nxt.payload,
-                    prob=p,
-                    lead=lead,
-                    warm_ok=warm_ok,
-                    context=False,
-                    session=s.key,
-                    soon=not paused,
-                )
+                anchor_candidate(nxt, p, reason, now, cfg, lead=lead, warm_ok=warm_ok, session=s.key, soon=not paused)
             )
 
 
@@ -292,19 +296,7 @@ class AnchorSweep:
         for a, p in reachable_agents(p_.registry, p_.sessions.on_agent, cfg.max_hops, cfg.tau, admit):
             if a.payload is None or not a.anchor_hashes:
                 continue
-            scored.append(
-                Candidate(
-                    score=anchor_score(p, now - a.last_seen, a.tokens, cfg.delta, cfg.age_lambda),
-                    reason=REASON_SWEEP,
-                    tenant=a.tenant,
-                    anchor_id=a.agent_id,
-                    hashes=a.anchor_hashes,
-                    block_tokens=a.anchor_block_tokens,
-                    payload=a.payload,
-                    prob=p,
-                    lead=None,
-                )
-            )
+            scored.append(anchor_candidate(a, p, REASON_SWEEP, now, cfg, lead=None))
         scored.sort(key=lambda c: c.score, reverse=True)
         t.out.extend(scored[: cfg.sweep_top_n])
 
