@@ -18,9 +18,6 @@ from proxy.core.plan_filters import (
     resident,
     resident_memo,
     warm_allowed,
-    warm_too_big,
-    warm_too_early,
-    warm_too_late,
 )
 
 from .conftest import quiet_config
@@ -93,11 +90,6 @@ def test_warm_filters():
     assert warm_allowed(cand(reason=REASON_SWEEP), x) == "warm_not_allowed"
     assert warm_allowed(cand(warm_ok=False), x) == "warm_not_allowed"
     assert warm_allowed(c, look(busy=True)) == "warm_busy"
-    assert warm_too_late(cand(lead=0.001), x) == "warm_too_late" and warm_too_late(cand(lead=1.0), x) is None
-    x.max_warm = 10.0
-    assert warm_too_big(cand(context=True), x) == "warm_too_big" and warm_too_big(c, x) is None
-    x.life = 5.0
-    assert warm_too_early(cand(lead=6.0), x) == "warm_too_early" and warm_too_early(cand(lead=4.0), x) is None
 
 
 def _shut_gate(**kw: object) -> tuple[int, list[str]]:
