@@ -47,7 +47,7 @@ def test_removed_pieces_and_settings_are_dropped_not_refused():
     """Issue 26 removed three warm filters and the settings only they read; configurations that
     still name them (--scout-set, policy_overrides, disabled_pieces) keep working without them."""
     assert not set(REMOVED_PIECES) & set(PIECES + FILTER_NAMES)
-    names = {f for f in PolicyConfig.__dataclass_fields__}
+    names = set(PolicyConfig.__dataclass_fields__)
     assert not set(REMOVED_SETTINGS) & names and "min_lead_s" in names  # min_lead_s: still read
     over = parse_overrides(
         ["warm_max_cache_share=0.75", "warm_lifetime_share=0", "disabled_pieces=warm_too_late,cooldown", "top_k=3"]
