@@ -6,7 +6,7 @@ all build the same object; nothing in proxy/core reads the environment itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 
 # Bounds of the core's bookkeeping maps, as multiples of the caps below (max_agents, max_sessions),
@@ -26,11 +26,17 @@ SOURCE_PIECES = (
     "session_sweep",
 )  # fmt: skip
 FILTER_PIECES = (
-    "duplicate", "cooldown", "resident_memo", "host_tier", "resident", "warm_allowed", "warm_too_late",
-    "warm_too_big", "warm_too_early", "gate", "deferred",
+    "duplicate", "cooldown", "resident_memo", "host_tier", "resident", "warm_allowed", "gate", "deferred",
 )  # fmt: skip
 VETO_PIECES = ("action_gate",)
 PIECES = (*SOURCE_PIECES, *FILTER_PIECES, *VETO_PIECES)
+
+# Pieces and settings removed because they earned nothing on the headroom grid (issue 26 item 4,
+# docs/policy.md "Ablation on the headroom grid"). Deployed configurations may still name them: a
+# removed setting in the overrides, or a removed piece in disabled_pieces, is dropped (not an error);
+# the runtime logs one warning naming it (runtime/policy_config.py, removed_names below).
+REMOVED_PIECES = ("warm_too_early", "warm_too_late", "warm_too_big")
+REMOVED_SETTINGS = ("warm_max_cache_share", "warm_lifetime_share")
 
 # The engine's waiting queue gates actions at three points, from strictest to loosest:
 #   warm_max_waiting (planner: no Warm above it; 0 = a warm never queues in front of a request),
@@ -108,13 +114,9 @@ class PolicyConfig:
     # for a warm, else while the request runs)
     cooldown_s: float = 0.5  # never act on the same anchor twice within this
     action_ttl_s: float = 2.0  # deadline = created + ttl (executor drops stale actions)
-    min_lead_s: float = 0.05  # no Warm when the predicted demand is closer than this
-    warm_max_cache_share: float = 0.1  # no Warm of a session context (used once, unlike an
-    # anchor) missing more than this share of the cache
-    # (0 = no limit; unknown capacity = no limit)
-    warm_lifetime_share: float = 1.0  # no Warm when the predicted demand is further away than this
-    # share of the cache's turnover time (capacity / insert rate;
-    # 0 = off)
+    min_lead_s: float = 0.05  # plan_trigger auto: a successor is deferred to its predecessor's
+    # response only when the agent's usual pause is at least this (and the warm's time), else it is
+    # planned while the request runs
     prefill_tokens_per_s: float = 5000.0  # the engine's prefill rate: "can a warm finish before the
     # demand", and the auto warm budget (the live side measures
     # it; the replay passes its cost model's)
@@ -145,7 +147,8 @@ class PolicyConfig:
     # contexts of finished sessions then crowd out live histories
     conversion_window_s: float = 300.0  # an executed action counts toward a request this long
     disabled_pieces: tuple[str, ...] = ()  # planner pieces switched off by name (PIECES above), for
-    # ablations only; a comma list is accepted ("tool_resume,cooldown", e.g. --scout-set); unknown raise
+    # ablations only; a comma list is accepted ("tool_resume,cooldown", e.g. --scout-set); unknown
+    # raise, removed ones (REMOVED_PIECES) are dropped
     # --- snapshot -------------------------------------------------------------------------
     snapshot_max_bytes: int = 2 * 1024 * 1024  # state file budget: max_agents agents and a full
     # transition matrix fit (~1.7 MB at 256 agents); dump keeps the
@@ -164,14 +167,19 @@ class PolicyConfig:
             off = tuple(p.strip() for p in off.split(",") if p.strip())
         if not isinstance(off, tuple):
             off = tuple(off) if isinstance(off, (list, set, frozenset)) else (str(off),)
-        unknown = [p for p in off if p not in PIECES]
+        unknown = [p for p in off if p not in PIECES and p not in REMOVED_PIECES]
         if unknown:
             raise ValueError(f"unknown disabled_pieces {unknown}; known: {', '.join(PIECES)}")
+        if any(p in REMOVED_PIECES for p in off):
+            off = tuple(p for p in off if p not in REMOVED_PIECES)
         if off is not self.disabled_pieces:
             object.__setattr__(self, "disabled_pieces", off)
 
     def with_overrides(self, **overrides: object) -> PolicyConfig:
-        """Copy with some fields replaced; unknown names raise (typos must not pass silently)."""
+        """Copy with some fields replaced; unknown names raise (typos must not pass silently),
+        removed ones (REMOVED_SETTINGS) are dropped (the caller warns: removed_names)."""
+        if any(k in REMOVED_SETTINGS for k in overrides):
+            overrides = {k: v for k, v in overrides.items() if k not in REMOVED_SETTINGS}
         names = {f.name for f in fields(self)}
         unknown = set(overrides) - names
         if unknown:
@@ -201,3 +209,13 @@ class PolicyConfig:
         rate = self.warmup_tokens_per_s or self.warmup_share * self.prefill_tokens_per_s
         burst = self.warmup_burst_tokens or max(2.0 * rate, self.prefill_tokens_per_s)
         return float(rate), float(burst)
+
+
+def removed_names(overrides: Mapping[str, object]) -> list[str]:
+    """The removed settings (REMOVED_SETTINGS) and pieces (REMOVED_PIECES, in a disabled_pieces
+    value: a comma list or a sequence) that `overrides` still names, for the caller's one warning."""
+    out = [k for k in overrides if k in REMOVED_SETTINGS]
+    off = overrides.get("disabled_pieces")
+    pieces = off.split(",") if isinstance(off, str) else off if isinstance(off, (list, tuple, set, frozenset)) else ()
+    out += [f"disabled_pieces={p}" for p in (str(p).strip() for p in pieces) if p in REMOVED_PIECES]
+    return out

@@ -35,9 +35,6 @@ SKIP_REASONS = (
     "host_not_now",  # in the host tier; not yet time to load it back
     "warm_not_allowed",  # a sweep or hint candidate: touch what is there, never warm
     "warm_busy",  # a warm would queue behind client traffic
-    "warm_too_late",  # the demand is predicted before a warm could finish
-    "warm_too_big",  # one session's context over warm_max_cache_share of the cache
-    "warm_too_early",  # it would be evicted again before the predicted demand
     "wait_for_slack",  # the economics asks to retry at a calmer tick
     "not_worth_it",  # expected saving below cost
     "no_slot",  # more worthwhile candidates than action slots this tick

@@ -27,7 +27,7 @@ class Look:
     candidate's verdicts (set by ``judge``), read by the filters and the pricer."""
 
     __slots__ = (  # noqa: RUF023 (grouped: the tick's constants, then the candidate's verdicts)
-        "cfg", "res", "host", "now", "busy", "life", "max_warm", "seen", "last_acted", "safe",
+        "cfg", "res", "host", "now", "busy", "seen", "last_acted", "safe",
         "retainable", "resident", "full", "near", "h_full", "h_near", "missing", "total",
     )  # fmt: skip
 
@@ -42,8 +42,6 @@ class Look:
         safe: dict[str, tuple[int, float]],
     ) -> None:
         self.cfg, self.res, self.host, self.now, self.busy = cfg, res, host, now, busy
-        self.life = res.lifetime_s(now)
-        self.max_warm = cfg.warm_max_cache_share * res.capacity_tokens
         self.seen: set[str] = set()  # anchors already priced this tick
         self.last_acted, self.safe = last_acted, safe
         self.retainable = False
@@ -71,7 +69,10 @@ class Look:
 
 # --- before the residency verdicts ------------------------------------------------------------------
 def duplicate(c: Candidate, x: Look) -> str | None:
-    """One action per anchor per tick."""
+    """One action per anchor per tick. The cooldown cannot see it: ``last_acted`` is written by the
+    picker, after every candidate of the tick was filtered, and the sources do not dedupe (two
+    sessions predicting one successor, a successor the sweep also ranks), so without this a second
+    candidate of the anchor would be priced, charged to the bucket, given a slot and emitted too."""
     return "duplicate" if c.anchor_id in x.seen else None
 
 
@@ -131,28 +132,6 @@ def warm_allowed(c: Candidate, x: Look) -> str | None:
     return None
 
 
-def warm_too_late(c: Candidate, x: Look) -> str | None:
-    """The demand is predicted before a warm could finish."""
-    lead = c.lead
-    if lead is not None and lead < max(x.cfg.min_lead_s, x.missing / x.cfg.prefill_tokens_per_s):
-        return "warm_too_late"
-    return None
-
-
-def warm_too_big(c: Candidate, x: Look) -> str | None:
-    """One session's context over ``warm_max_cache_share`` of the cache: too much for one use."""
-    return "warm_too_big" if x.max_warm and c.context and x.missing > x.max_warm else None
-
-
-def warm_too_early(c: Candidate, x: Look) -> str | None:
-    """It would be evicted again before the predicted demand (lead beyond a share of the cache's
-    lifetime)."""
-    lead, life = c.lead, x.life
-    if lead is None or life is None:
-        return None
-    return "warm_too_early" if 0 < x.cfg.warm_lifetime_share * life < lead else None
-
-
 Filter = Callable[[Candidate, Look], "str | None"]
 # The registry: (piece name, filter), one line each, in the order they run.
 FIRST: tuple[tuple[str, Filter], ...] = (
@@ -163,9 +142,6 @@ FIRST: tuple[tuple[str, Filter], ...] = (
 RESIDENCY: tuple[tuple[str, Filter], ...] = (("host_tier", host_tier), ("resident", resident))
 WARM: tuple[tuple[str, Filter], ...] = (  # only when tokens are missing and not in the host tier
     ("warm_allowed", warm_allowed),
-    ("warm_too_late", warm_too_late),
-    ("warm_too_big", warm_too_big),
-    ("warm_too_early", warm_too_early),
 )
 # filters that are not per-candidate functions: the R gate (sources ask it, once per tenant per
 # tick) and the deferral of successors of a running request (Successors; ScoutPolicy.observe_request)

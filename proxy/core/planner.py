@@ -10,9 +10,9 @@ retention hints), and the parents of fan-outs the policy detected (concurrent re
 session sharing a prefix beyond the anchor, or n > 1; reason ``fanout``, touch/retain only).
 
 What each candidate becomes follows the residency shadow: fully resident and near the LRU tail ->
-Touch; resident but safe -> nothing (or Retain for a hint); (partly) evicted -> Warm, unless the
-demand is predicted sooner than the warm could finish (min lead time) or later than the cache
-turns over, or it is a session context too large a share of the cache. Retain and engine
+Touch; resident but safe -> nothing (or Retain for a hint); (partly) evicted -> Warm, when the
+economics finds it worth its cost (it prices the lead time and the chance the warm is still
+cached at the demand). Retain and engine
 priorities go to agent anchors only unless ``retain_sessions``: an engine keeps a priority for its
 retention time, far longer than one session's pause. Budgets: a token bucket sized from the
 engine's prefill rate by default (warm = missing tokens, touch = ``touch_cost_tokens``), no warm

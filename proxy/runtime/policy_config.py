@@ -9,15 +9,18 @@ simulated engine's values where the live proxy would measure them.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import TYPE_CHECKING
 
-from proxy.core.config import PolicyConfig
+from proxy.core.config import PolicyConfig, removed_names
 from proxy.runtime.executor import ExecutorLimits
 
 if TYPE_CHECKING:
     from proxy.settings import Settings
 
 Scalar = bool | int | float | str  # a PolicyConfig field's value
+log = logging.getLogger("cachescout.policy_config")
+_warned: set[str] = set()  # removed names already warned about (one warning per name per process)
 
 
 def policy_config(
@@ -56,11 +59,25 @@ def policy_config(
         overrides["prefill_tokens_per_s"] = float(prefill_tokens_per_s)
     if retain is not None:
         overrides["retain_enabled"] = bool(retain)
-    overrides.update(settings.policy_overrides)  # unknown names raise
+    overrides.update(settings.policy_overrides)  # unknown names raise, removed ones are dropped
+    warn_removed(overrides)
     cfg = PolicyConfig()
     known = {f.name for f in dataclasses.fields(PolicyConfig)}
     typed = {k: _cast(getattr(cfg, k), v) for k, v in overrides.items() if k in known}
     return cfg.with_overrides(**{**overrides, **typed})
+
+
+def warn_removed(overrides: dict[str, Scalar]) -> None:
+    """One warning per removed setting or piece a deployment still names (PolicyConfig drops them:
+    config.REMOVED_SETTINGS / REMOVED_PIECES), so an old configuration starts and says what to delete."""
+    fresh = [n for n in removed_names(overrides) if n not in _warned]
+    if fresh:
+        _warned.update(fresh)
+        log.warning(
+            "policy overrides (CACHESCOUT_POLICY_OVERRIDES / --scout-set) name removed settings or planner "
+            "pieces, ignored: %s (issue 26: they earned nothing on the headroom grid, docs/policy.md)",
+            ", ".join(fresh),
+        )
 
 
 def executor_limits(settings: Settings) -> ExecutorLimits:

@@ -58,8 +58,6 @@ def quiet_config(**kw) -> PolicyConfig:
         "cooldown_s": 5.0,
         "max_concurrent": 8,
         "max_actions_per_tick": 8,
-        "warm_lifetime_share": 0.0,
-        "warm_max_cache_share": 0.0,
     }
     base.update(kw)
     return PolicyConfig(**base)

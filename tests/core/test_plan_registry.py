@@ -7,7 +7,16 @@ from __future__ import annotations
 import pytest
 
 from proxy.core import EngineLoad, ScoutPolicy
-from proxy.core.config import FILTER_PIECES, PIECES, SOURCE_PIECES, VETO_PIECES, PolicyConfig
+from proxy.core.config import (
+    FILTER_PIECES,
+    PIECES,
+    REMOVED_PIECES,
+    REMOVED_SETTINGS,
+    SOURCE_PIECES,
+    VETO_PIECES,
+    PolicyConfig,
+    removed_names,
+)
 from proxy.core.plan_filters import FILTER_NAMES, FIRST, RESIDENCY, WARM
 from proxy.core.plan_picker import VETO_NAMES
 from proxy.core.plan_sources import SOURCE_NAMES, SOURCES, SWEEP_SOURCES, DirtySessions
@@ -32,6 +41,26 @@ def test_disabled_pieces_parse_from_a_comma_list_and_refuse_unknown_names():
     assert PolicyConfig(disabled_pieces=["gate"]).disabled_pieces == ("gate",)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="unknown disabled_pieces"):
         PolicyConfig(disabled_pieces="tool_resume,no_such_piece")  # type: ignore[arg-type]
+
+
+def test_removed_pieces_and_settings_are_dropped_not_refused():
+    """Issue 26 removed three warm filters and the settings only they read; configurations that
+    still name them (--scout-set, policy_overrides, disabled_pieces) keep working without them."""
+    assert not set(REMOVED_PIECES) & set(PIECES + FILTER_NAMES)
+    names = set(PolicyConfig.__dataclass_fields__)
+    assert not set(REMOVED_SETTINGS) & names and "min_lead_s" in names  # min_lead_s: still read
+    over = parse_overrides(
+        ["warm_max_cache_share=0.75", "warm_lifetime_share=0", "disabled_pieces=warm_too_late,cooldown", "top_k=3"]
+    )
+    cfg = PolicyConfig().with_overrides(**over)
+    assert cfg.disabled_pieces == ("cooldown",) and cfg.top_k == 3
+    assert PolicyConfig(disabled_pieces=("warm_too_early",)).disabled_pieces == ()
+    assert removed_names(over) == ["warm_max_cache_share", "warm_lifetime_share", "disabled_pieces=warm_too_late"]
+    assert removed_names({"disabled_pieces": ["warm_too_big", "gate"], "cooldown_s": 1.0}) == [
+        "disabled_pieces=warm_too_big"
+    ]
+    with pytest.raises(TypeError, match="unknown PolicyConfig fields"):
+        PolicyConfig().with_overrides(warm_max_cache_shar=0.5)  # a typo still fails
 
 
 @pytest.mark.parametrize("piece", PIECES)

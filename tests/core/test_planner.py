@@ -474,33 +474,20 @@ def test_no_warm_while_the_engine_queue_is_not_empty(workload):
 
 
 def test_no_warm_that_the_cache_would_evict_before_the_demand(workload):
-    """Paused on tool_calls, resuming ~5 s later, but the cache turns over in ~1 s: no warm."""
-
-    def run(share):
-        w = workload(residency_capacity_tokens=16 * 60, warm_lifetime_share=share, warm_max_cache_share=0.0)
-        now = 0.0
-        for _ in range(4):
-            w.step(0, "s", now, finish="tool_calls", dur=0.5)
-            now += 5.5
-        for k in range(6):  # ~960 tokens/s of other traffic
-            w.junk(16 * 60, now + k)
-        w.step(0, "s", now + 6, finish="tool_calls", dur=0.5)
-        w.junk(16 * 80, now + 6.6)
-        return w.policy.plan(now + 6.7)
-
-    # the rule off, the economics still declines it: P(resident at the demand) ~ e^-5
-    assert run(0.0) == [] and run(1.0) == []
-
-
-def test_session_context_warm_limited_to_a_share_of_the_cache(workload):
-    def run(share):
-        w = workload(residency_capacity_tokens=16 * 60, warm_max_cache_share=share)
-        w.step(0, "s", 1.0, finish="tool_calls")  # context: 9 blocks = 15% of the cache
-        w.junk(16 * 80, 2.0)
-        return w.policy.plan(6.0)
-
-    assert [a.kind for a in run(0.2)] == ["warm"]
-    assert run(0.1) == []
+    """Paused on tool_calls, resuming ~5 s later, but the cache turns over in ~1 s: no warm. The
+    economics declines it (P(resident at the demand) ~ e^-5); the filter that once did too
+    (warm_too_early) was removed in issue 26."""
+    w = workload(residency_capacity_tokens=16 * 60)
+    now = 0.0
+    for _ in range(4):
+        w.step(0, "s", now, finish="tool_calls", dur=0.5)
+        now += 5.5
+    for k in range(6):  # ~960 tokens/s of other traffic
+        w.junk(16 * 60, now + k)
+    w.step(0, "s", now + 6, finish="tool_calls", dur=0.5)
+    w.junk(16 * 80, now + 6.6)
+    assert w.policy.plan(now + 6.7) == []
+    assert w.policy.planner.skipped["not_worth_it"] >= 1  # priced and declined, not filtered out
 
 
 def test_concurrent_requests_sharing_a_parent_protect_it_as_fanout(workload):
@@ -579,7 +566,7 @@ def test_a_tool_pause_after_a_burst_is_warmed_before_the_resume(workload):
     until the resume ~5 s later (the e2e's check 4). By the third pause the tool gap is known, and
     the warm must land in the quiet before the resume: the burst's turnover must not make it look
     doomed for the whole pause (the insert rate is read as of now)."""
-    w = workload(residency_capacity_tokens=16 * 60, warm_lifetime_share=1.0, cooldown_s=0.0, sweep_interval_s=1.0)
+    w = workload(residency_capacity_tokens=16 * 60, cooldown_s=0.0, sweep_interval_s=1.0)
     t, warmed = 0.0, []
     for rnd in range(3):
         w.step(0, "s", t, finish="tool_calls", dur=0.2)

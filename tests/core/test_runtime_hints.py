@@ -53,7 +53,7 @@ def test_tool_started_makes_an_ungated_tool_resume_of_a_session_that_did_not_end
 
 
 def test_trusted_expected_duration_defers_the_warm_until_the_cache_would_keep_it(workload):
-    w, d = driven(workload, residency_capacity_tokens=BLOCK * 40, warm_lifetime_share=1.0)
+    w, d = driven(workload, residency_capacity_tokens=BLOCK * 40)
     for k in range(3):  # earn prediction standing with accurate durations
         paused(w, f"e{k}", 1.0 + k)
         d.submit([Hint("tool_started", f"e{k}", expected_s=1.0)], "rt", 1.2 + k)

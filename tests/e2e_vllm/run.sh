@@ -109,11 +109,11 @@ wait_http "http://127.0.0.1:$VPORT/health" "$VLLM_PID" vllm "$READY_TIMEOUT"
 log "vLLM ready (pid $VLLM_PID)"
 
 # ---- 4. proxy ----------------------------------------------------------------------------------
-# Policy defaults are sized for real engine caches (10^5-10^6 tokens). This cache is deliberately
-# tiny (72 blocks = 2,304 tokens), so one coder session's context (1,100-1,250 tokens, check 4) is
-# ~55% of it, where `warm_max_cache_share` (0.1) forbids warming more than 10%: scaled to this cache,
-# the share must cover one context. The operator's own CACHESCOUT_POLICY_OVERRIDES keys win.
-E2E_OVERRIDES='{"warm_max_cache_share": 0.75}'
+# The policy runs with its defaults. (Until issue 26 removed `warm_max_cache_share` this set it to
+# 0.75: the cache is deliberately tiny, 72 blocks = 2,304 tokens, and one coder session's context,
+# 1,100-1,250 tokens in check 4, is ~55% of it.) The operator's own CACHESCOUT_POLICY_OVERRIDES keys
+# are passed on.
+E2E_OVERRIDES='{}'
 OVERRIDES="$("$PROJECT_PY" -c 'import json,sys; d=json.loads(sys.argv[1]); d.update(json.loads(sys.argv[2] or "{}")); print(json.dumps(d))' \
   "$E2E_OVERRIDES" "${CACHESCOUT_POLICY_OVERRIDES:-}")" || die "CACHESCOUT_POLICY_OVERRIDES is not a JSON object"
 PPORT="$(free_port)"

@@ -102,3 +102,40 @@ def test_cli_bad_config_exits_with_one_line() -> None:
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "read_timeout" in lines[0], proc.stderr
+
+
+async def test_removed_policy_settings_start_with_one_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 26 removed the planner filters warm_too_early / warm_too_late / warm_too_big and the
+    settings only they read: a deployment that still names them (CACHESCOUT_POLICY_OVERRIDES, also
+    in disabled_pieces) starts with the policy built, the names ignored, and one warning."""
+    import logging
+
+    import httpx
+
+    from proxy.runtime import policy_config
+
+    from .conftest import proxied
+
+    monkeypatch.setattr(policy_config, "_warned", set())
+    monkeypatch.setenv(
+        "CACHESCOUT_POLICY_OVERRIDES",
+        '{"warm_max_cache_share": 0.75, "warm_lifetime_share": 0.0, "min_lead_s": 0.2,'
+        ' "disabled_pieces": "warm_too_early,cooldown,warm_too_big"}',
+    )
+    overrides = load_settings().policy_overrides
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=b"ok"))
+    with caplog.at_level(logging.WARNING, logger="cachescout.policy_config"):
+        async with proxied(transport, policy_enabled=True, engine="none", policy_overrides=overrides) as (client, app):
+            assert (await client.post("/v1/completions", content=b"{}")).status_code == 200
+            live = app.state.live  # type: ignore[attr-defined]
+            assert live is not None, "the policy failed to build: the proxy forwards without it"
+            cfg = live.config
+            assert cfg.disabled_pieces == ("cooldown",) and cfg.min_lead_s == 0.2  # still a setting
+            assert not hasattr(cfg, "warm_max_cache_share")
+    warnings = [r.getMessage() for r in caplog.records if r.name == "cachescout.policy_config"]
+    assert len(warnings) == 1, warnings  # once, though the settings are read more than once at start
+    for name in ("warm_max_cache_share", "warm_lifetime_share", "warm_too_early", "warm_too_big"):
+        assert name in warnings[0]
+    assert "cooldown" not in warnings[0] and "min_lead_s" not in warnings[0]

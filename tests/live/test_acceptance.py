@@ -23,15 +23,14 @@ CAPACITY = 64  # blocks of 16 tokens: ~2 anchors of ~20 blocks plus histories
 # The sim runs at speed 0 (no prefill time) and the script sends requests back to back (~0.5 s for the
 # whole run), so the core's load-timing guards are not what these tests are about: the measured-rate
 # budget means nothing at speed 0; a queue seen in two scrapes 0.1 s apart (a warmup and a request
-# arriving together on a busy test machine) would skip that step's warm; the cache "turns over" in
-# well under a second. Each of those guards is tested where it belongs (tests/core, test_engine_truth).
+# arriving together on a busy test machine) would skip that step's warm. Each of those guards is
+# tested where it belongs (tests/core, test_engine_truth).
 FAST = {
     "cooldown_s": 0.0,
     "action_ttl_s": 5.0,
     "prefill_tokens_per_s": 1e7,
     "warmup_tokens_per_s": 1e6,
     "warm_max_waiting": 100,
-    "warm_lifetime_share": 0.0,
 }
 
 

@@ -52,8 +52,6 @@ def drive(status: int, n: int = 12) -> tuple[LivePolicyObserver, Recorder]:
         cooldown_s=0.0,
         residency_capacity_tokens=400,
         residency_stride=1,
-        warm_max_cache_share=0.0,
-        warm_lifetime_share=0.0,
         tool_resume_min_p=0.1,
     )
     obs = LivePolicyObserver(ScoutPolicy(cfg), None, lambda: 0.0, defer=False)

@@ -23,7 +23,7 @@ from .conftest import chat as _chat
 
 pytestmark = pytest.mark.sockets
 CAPACITY = 64
-OVERRIDES = {"cooldown_s": 0.0, "warm_max_cache_share": 0.0}
+OVERRIDES = {"cooldown_s": 0.0}
 PROMPTS = agent_prompts(4, 120)
 
 

@@ -48,7 +48,6 @@ FAST = {
     "action_ttl_s": 5.0,
     "warmup_tokens_per_s": 1e6,
     "warm_max_waiting": 100,
-    "warm_lifetime_share": 0.0,
     "r_min_transitions": 6,
 }
 PROMPTS = agent_prompts(3, 150)

@@ -88,9 +88,10 @@ def test_tool_calls_pause_the_session_and_its_context_is_warmed(http):
     system = agent_prompts(1, 120)["A"]
     sent: list[dict] = []
     with run_sim_server(sim_config(tool_call_share=1.0, capacity_blocks=CAPACITY)) as sim:
-        # tool_resume is not gated by R (the core's default). The 64-block cache is tiny by design, so
-        # the paused context (~35% of it) is above the core's default warm_max_cache_share: lifted.
-        overrides = {"cooldown_s": 0.0, "warm_max_cache_share": 0.0}
+        # tool_resume is not gated by R (the core's default). The 64-block cache is tiny by design:
+        # the paused context is ~35% of it, warmed with the default policy (no cache-share limit since
+        # issue 26 removed warm_max_cache_share)
+        overrides = {"cooldown_s": 0.0}
         with run_proxy_server(proxy_settings(sim.url, policy_overrides=overrides)) as px:
             adapter = px.live.adapter
             original = adapter.post_json
