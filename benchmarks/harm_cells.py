@@ -4,7 +4,8 @@
         [--variant NAME='{"disabled_pieces": "session_sweep"}' ...] [--json OUT]
 
 Replays only the cells docs/replay.md "Capture" found systematically harmed (coding-agent `slow`
-× 2 busy 0.7 / 0.9, gaia `fast` × 1 busy 0.5; `--cells all` adds the other six of the nine) with
+× 2 busy 0.7 / 0.9, gaia `fast` × 1 busy 0.5; `--cells all` adds the other six of the nine and two
+the fixes left) with
 `lru`, `scout-proxy` and each variant (scout-proxy with PolicyConfig overrides; default: the session
 sweep off), at the grid's capacity (× the running set p90 of seed 0 at busy 0.7, as
 `cachescout replay --grid default`), per seed. Prints per cell and seed the mean TTFT and per-turn
@@ -36,6 +37,8 @@ OTHER = [
     ("gaia", "slow", 0.7, 2.0),
     ("gaia", "slow", 0.9, 1.0),
     ("swebench", "slow", 0.7, 4.0),
+    ("gaia", "slow", 0.7, 4.0),  # > 1% worse than LRU on the lite grid after the issue-21 fixes
+    ("swebench", "slow", 0.5, 1.0),
 ]
 KEYS = ("ttft_mean_s", "turn_mean_s", "hit_rate", "ttft_resume_mean_s")
 
