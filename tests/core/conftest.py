@@ -60,7 +60,6 @@ def quiet_config(**kw) -> PolicyConfig:
         "max_actions_per_tick": 8,
         "warm_lifetime_share": 0.0,
         "warm_max_cache_share": 0.0,
-        "successor_contexts": 0,  # on by default since issue 21; these tests count the other sources
     }
     base.update(kw)
     return PolicyConfig(**base)

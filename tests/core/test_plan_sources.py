@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from proxy.core import PolicyConfig, ScoutPolicy
+from proxy.core import ScoutPolicy
 from proxy.core.actions import (
     REASON_FANOUT,
     REASON_SUCCESSOR_CONTEXT,
@@ -140,8 +140,7 @@ def _successor_contexts(**kw) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
 def test_successor_contexts_offer_the_next_agents_context_in_the_session():
     anchor = tuple(_w().anchor(1))
     off, ctx = _successor_contexts()
-    assert off == [anchor] and ctx[:-1] == anchor  # off (quiet_config): the anchor only (Successors)
-    assert PolicyConfig().successor_contexts == 8  # on by default (issue 21: docs/replay.md "Capture")
+    assert off == [anchor] and ctx[:-1] == anchor  # off by default: the anchor only (Successors)
     on, ctx = _successor_contexts(successor_contexts=2)
     assert sorted(on) == sorted([anchor, ctx])  # and agent 1's context in the session
     assert _successor_contexts(successor_contexts=2, disabled_pieces=("successor_contexts",))[0] == [anchor]
