@@ -134,6 +134,7 @@ class Tick:
     sweep_due: bool
     gates: dict[str, bool]
     out: list[Candidate]
+    calm: bool = True  # no client request prefills in the engine, nor waits there (outside the slack lane)
 
     def gate(self, tenant: str) -> bool:
         """The tenant's R gate, decided once per tick (``Planner._gate``)."""

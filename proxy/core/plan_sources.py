@@ -316,6 +316,12 @@ class SessionSweep:
         if not t.sweep_due or not cfg.sweep_sessions:
             return
         p_, now = t.p, t.now
+        if not t.calm:
+            # a paused context is where the shadow and the engine disagree most (the tail zone): its
+            # "touch" often re-prefills thousands of tokens, and on an FCFS engine prefilling for
+            # clients that delays them and every arrival behind them (docs/replay.md "Capture")
+            p_._drop("wait_for_slack", now, REASON_SWEEP)
+            return
         gated = "gate" not in t.off
         scored: list[Candidate] = []
         for k, s in enumerate(reversed(p_.sessions.sessions.values())):

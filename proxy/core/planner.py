@@ -161,7 +161,8 @@ class Planner(Picker):
         sweep_due = now - self._last_sweep >= cfg.sweep_interval_s
         if sweep_due:
             self._last_sweep = now
-        tick = Tick(self, now, self._off, sweep_due, {}, [])
+        calm = load.prefilling <= 0 and (load.waiting <= 0 or load.priority_lane)
+        tick = Tick(self, now, self._off, sweep_due, {}, [], calm)
         for src in self._active:
             src.collect(tick)
         if sweep_due:

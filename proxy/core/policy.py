@@ -51,7 +51,8 @@ class ScoutPolicy:
         )
         self.planner = Planner(cfg, self.agents, self.sessions, self.residency)
         self.planner.host_residency = self.host_residency
-        self._pending: OrderedDict[int, Session] = OrderedDict()
+        # request id -> its session and its place there (session.requests when it was sent)
+        self._pending: OrderedDict[int, tuple[Session, int]] = OrderedDict()
         self._acted: dict[tuple[str, int], tuple[str, int, float]] = {}  # (tenant, last hash) -> (reason, tokens, when)
         self._next_id = 0
         self.requests = 0
@@ -127,7 +128,7 @@ class ScoutPolicy:
         if self.config.fanout_enabled:
             self._detect_fanout(view, session, agent, floor, now, ctx_payload)
         self.sessions.record_request(session, view, agent, now, floor, ctx_payload)
-        self._pending[rid] = session
+        self._pending[rid] = (session, session.requests)
         while len(self._pending) > PENDING_PER_SESSION * self.config.max_sessions:
             self._pending.popitem(last=False)
         trigger = self.config.plan_trigger
@@ -214,15 +215,17 @@ class ScoutPolicy:
         return None
 
     def observe_response(self, request_id: int, outcome: ResponseOutcome, now: float) -> None:
-        session = self._pending.pop(request_id, None)
-        if session is None:
+        pending = self._pending.pop(request_id, None)
+        if pending is None:
             return  # a warmup, or forgotten (bounded)
-        self.sessions.record_response(session, outcome.finish_reason, outcome.assistant_payload, now)
+        session, seq = pending
+        latest = seq == session.requests  # no later request of the session was sent since
+        self.sessions.record_response(session, outcome.finish_reason, outcome.assistant_payload, now, latest)
         # a response ending in tool_calls always matters (tool_resume); otherwise it re-plans the
         # successors only when the trigger asks for it (acting just before the demand, so what
         # is warmed has less time to be evicted again)
         if (
-            outcome.finish_reason == "tool_calls" or self.config.plan_trigger != "request"
+            session.finish == "tool_calls" or self.config.plan_trigger != "request"
         ) and session.key in self.sessions.sessions:
             self.planner.dirty[session.key] = None
 

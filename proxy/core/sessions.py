@@ -342,16 +342,16 @@ class SessionTracker:
         return c if c is not None and c.agent_id == agent.agent_id else None
 
     def record_response(
-        self, s: Session, finish: str | None, assistant_payload: Mapping[str, object] | None, now: float
+        self, s: Session, finish: str | None, answer: Mapping[str, object] | None, now: float, latest: bool = True
     ) -> None:
+        """``latest``: the session's latest request ended (an earlier one only leaves the flight)."""
         s.inflight = max(0, s.inflight - 1)
-        s.last_end = now
         s.last_activity = now
-        s.finish = finish
-        s.assistant_payload = assistant_payload
+        if latest:  # the pause, its finish and answer are the latest request's (issue 21)
+            s.last_end, s.finish, s.assistant_payload = now, finish, answer
         if s.key in self.sessions:
             self.sessions.move_to_end(s.key)
-            self._charge(s, session_bytes(len(s.hashes), s.context_payload, assistant_payload) + s.ctx_bytes)
+            self._charge(s, session_bytes(len(s.hashes), s.context_payload, s.assistant_payload) + s.ctx_bytes)
 
     def _charge(self, s: Session, nbytes: int) -> None:
         """Account ``s`` at ``nbytes`` and drop the least recently active other sessions until the

@@ -179,3 +179,30 @@ def test_a_successor_context_action_converts_on_the_agents_next_request():
         w.policy.record_action_result(a, True, now + 3.3)
     obs = w.policy.observe_request(w.view(1, "live"), now + 3.5)  # agent 1 is next, as predicted
     assert obs.acted_reason == REASON_SUCCESSOR_CONTEXT and obs.acted_hash == acts[0].block_hashes[-1]
+
+
+def _paused_near_eviction(load):
+    """A tool-paused session's context, resident but near eviction (a touch, when calm), swept
+    under ``load``."""
+    from proxy.core.view import EngineLoad
+
+    w = _w(residency_capacity_tokens=16 * 60, sweep_interval_s=0.0, session_gated=False)
+    w.step(0, "s", 1.0, finish="tool_calls")
+    w.policy.planner.dirty.clear()  # only the sweep may see it
+    w.junk(16 * 44, 2.0)
+    acts = w.policy.plan(6.0, EngineLoad(**load))
+    return [(a.kind, a.reason) for a in acts], w.policy.planner.skipped["wait_for_slack"]
+
+
+def test_session_sweep_waits_while_the_engine_prefills_for_clients():
+    """issue 21: on an FCFS engine a paused context's touch often re-prefills its evicted tail
+    (the shadow is coarse there) and delays the client prefill running and every arrival behind it."""
+    assert _paused_near_eviction({}) == ([("touch", REASON_TOOL_RESUME)], 0)
+    assert _paused_near_eviction({"inflight": 1, "prefilling": 1}) == ([], 1)
+    assert _paused_near_eviction({"inflight": 2, "waiting": 1}) == ([], 1)
+    # decoding clients only: calm; in the slack lane a queued client stays ahead of the touch
+    assert _paused_near_eviction({"inflight": 3}) == ([("touch", REASON_TOOL_RESUME)], 0)
+    assert _paused_near_eviction({"inflight": 2, "waiting": 1, "priority_lane": True}) == (
+        [("touch", REASON_TOOL_RESUME)],
+        0,
+    )
