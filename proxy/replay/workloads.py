@@ -75,6 +75,11 @@ class WorkloadSpec:
     # form; empty: the constant `gap_seconds`
     user_tokens: tuple[int, int] = (0, 0)  # a user message appended before every turn after the first
     max_context_tokens: int = 0  # >0: a session ends before a prompt could pass this size
+    # --- the demo's app (issue 25, `workloads_demo.py`); every default keeps the presets above bit-identical
+    tool_rounds: int = 0  # >0: a tool agent's turn is exactly this many tool calls in a row, then its answer
+    agent_tool_jitter: float = 0.0  # per-agent characteristic tool time (log-uniform over tool_seconds
+    # across agents), each call x uniform(1 - jitter, 1 + jitter)
+    start_spread_s: float = 0.0  # sessions start uniformly within this window (busy None)
 
 
 PRESETS: dict[str, WorkloadSpec] = {
@@ -382,6 +387,10 @@ def generate(spec: WorkloadSpec) -> list[ReplayRequest]:
     """The workload's request stream, time ordered. Same spec (seed included) -> same stream."""
     if spec.topology not in TOPOLOGIES:
         raise ValueError(f"unknown topology {spec.topology!r}; expected one of {TOPOLOGIES}")
+    if spec.tool_rounds > 0:
+        from proxy.replay.workloads_demo import generate_demo
+
+        return generate_demo(spec)
     rng = random.Random(spec.seed)
     n_agents = spec.agents + (1 if spec.selector_calls else 0)
     bs = spec.block_size
@@ -442,3 +451,8 @@ def describe(spec: WorkloadSpec, requests: list[ReplayRequest]) -> dict:
         "tool_calls": sum(1 for r in requests if r.finish_reason == "tool_calls"),
         "prompt_tokens": sum(r.prompt_tokens for r in requests),
     }
+
+
+from proxy.replay.workloads_demo import DEMO_APP  # noqa: E402  (needs the names above)
+
+PRESETS["demo-app"] = DEMO_APP  # the live demo's app (issue 25)
