@@ -143,4 +143,3 @@ def generate_demo(spec: WorkloadSpec) -> list[ReplayRequest]:
             seq += 1
     out.sort(key=lambda x: (x[0], x[1]))
     return [replace(req, t=round(t, 6)) for t, _, req in out]
-
