@@ -30,6 +30,7 @@ import xxhash
 
 from proxy.cachemodel.cost_model import CostModel
 from proxy.replay.traces import ReplayRequest
+from proxy.replay.workloads_demo import DEMO_APP
 
 TOPOLOGIES = ("pipeline", "debate", "selector", "random", "solo")
 # decode work per output token in the busy-share rate: one row of a batch of this size (the
@@ -182,6 +183,7 @@ PRESETS: dict[str, WorkloadSpec] = {
         sessions=160,
         gap_mix=((0.5, 2.0, 10.0), (0.4, 10.0, 60.0), (0.1, 60.0, 300.0)),  # human think time
     ),
+    "demo-app": WorkloadSpec(**DEMO_APP),  # the live demo's app (issue 25, workloads_demo.py)
 }
 PAPER_PRESETS = ("pipeline", "debate", "selector", "random", "gsm8k", "mtbench", "gaia", "swebench", "fanout")
 
@@ -451,8 +453,3 @@ def describe(spec: WorkloadSpec, requests: list[ReplayRequest]) -> dict:
         "tool_calls": sum(1 for r in requests if r.finish_reason == "tool_calls"),
         "prompt_tokens": sum(r.prompt_tokens for r in requests),
     }
-
-
-from proxy.replay.workloads_demo import DEMO_APP  # noqa: E402  (needs the names above)
-
-PRESETS["demo-app"] = DEMO_APP  # the live demo's app (issue 25)

@@ -28,35 +28,39 @@ from __future__ import annotations
 import random
 import statistics
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from proxy.cachemodel.cost_model import CostModel
 from proxy.replay.traces import ReplayRequest
-from proxy.replay.workloads import _BUSY_DECODE_BATCH, WorkloadSpec, _Chains, _next_agent, random_cycle
+
+if TYPE_CHECKING:  # workloads.py imports this module for its PRESETS: no import of it at load time
+    from proxy.replay.workloads import WorkloadSpec, _Chains
 
 CALL_TOKENS = 30  # a tool call as the sim engine renders it (<tool_call>{"name", "arguments"}</tool_call>)
 
-DEMO_APP = WorkloadSpec(
-    name="demo-app",
-    topology="selector",  # the next agent of a multi-turn task; the preset has one turn (steps 1)
-    agents=6,
-    predictability=0.85,
-    anchor_tokens=(578, 637),
-    task_tokens=(210, 425),
-    reply_tokens=(4, 12),  # the answer: --output-tokens 8 with jitter 0.5
-    steps=(1, 1),
-    sessions=24,
-    load=None,
-    tool_from=0,
-    tool_agents=5,  # agents tool_from..tool_agents call tools: all six
-    tool_prob=1.0,
-    tool_seconds=(5.0, 12.0),  # scene 1; scene 2: 0.5-2 s (grid `demo`)
-    tool_result_tokens=(115, 275),
-    gap_seconds=0.3,  # think gap between turns
-    prefill_tokens_per_s=6000.0,  # scene 1's engine; scene 2: 4,000
-    tool_rounds=2,
-    agent_tool_jitter=0.25,
-    start_spread_s=8.0,
-)
+# the preset's WorkloadSpec fields (workloads.PRESETS["demo-app"] = WorkloadSpec(**DEMO_APP))
+DEMO_APP: dict[str, Any] = {
+    "name": "demo-app",
+    "topology": "selector",  # the next agent of a multi-turn task; the preset has one turn (steps 1)
+    "agents": 6,
+    "predictability": 0.85,
+    "anchor_tokens": (578, 637),
+    "task_tokens": (210, 425),
+    "reply_tokens": (4, 12),  # the answer: --output-tokens 8 with jitter 0.5
+    "steps": (1, 1),
+    "sessions": 24,
+    "load": None,
+    "tool_from": 0,
+    "tool_agents": 5,  # agents tool_from..tool_agents call tools: all six
+    "tool_prob": 1.0,
+    "tool_seconds": (5.0, 12.0),  # scene 1; scene 2: 0.5-2 s (grid `demo`)
+    "tool_result_tokens": (115, 275),
+    "gap_seconds": 0.3,  # think gap between turns
+    "prefill_tokens_per_s": 6000.0,  # scene 1's engine; scene 2: 4,000
+    "tool_rounds": 2,
+    "agent_tool_jitter": 0.25,
+    "start_spread_s": 8.0,
+}
 
 
 def agent_tool_base(spec: WorkloadSpec, agent: int) -> float:
@@ -97,6 +101,8 @@ def _session(
         )
         return sum(tokens) / spec.prefill_tokens_per_s + out_tokens / spec.decode_tokens_per_s
 
+    from proxy.replay.workloads import _next_agent
+
     for step in range(rng.randint(*spec.steps)):
         cur = _next_agent(spec, cur, step, script, rng)
         if spec.tool_from <= cur <= spec.tool_agents:
@@ -116,6 +122,7 @@ def start_window(spec: WorkloadSpec, sessions: list[list[tuple[float, ReplayRequ
     if not spec.busy:
         return spec.start_spread_s
     from proxy.replay.regimes import session_work_s
+    from proxy.replay.workloads import _BUSY_DECODE_BATCH
 
     work = session_work_s(sessions, CostModel(prefill_token_s=1.0 / spec.prefill_tokens_per_s), _BUSY_DECODE_BATCH)
     length = statistics.median(s[-1][0] for s in sessions if s) if any(sessions) else 0.0
@@ -124,6 +131,8 @@ def start_window(spec: WorkloadSpec, sessions: list[list[tuple[float, ReplayRequ
 
 def generate_demo(spec: WorkloadSpec) -> list[ReplayRequest]:
     """The demo app's request stream, time ordered. Same spec (seed included) -> same stream."""
+    from proxy.replay.workloads import _Chains, random_cycle
+
     if spec.tool_rounds <= 0:
         raise ValueError("generate_demo needs tool_rounds > 0")
     rng = random.Random(spec.seed)
