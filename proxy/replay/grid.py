@@ -365,7 +365,9 @@ def run_grid(
             "presets": [gp.name for gp in g.presets],
             "pauses": list(g.pauses),
             "busy": sorted({b for gp in g.presets for b in gp.busy or g.busy}),
-            "cache_x_running_set": list(g.cache_x),
+            "cache_x_running_set": sorted({c["params"]["cache_x_running_set"] for c in cells})
+            if any(gp.capacity_blocks for gp in g.presets)
+            else list(g.cache_x),
             "ref_busy": g.ref_busy,
             "extra_busy": list(g.extra_busy),
             "pause_mixes": {p: regimes.PAUSES.get(p) for p in g.pauses},
