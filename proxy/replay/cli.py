@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--trace", metavar="FILE", help="jsonl trace file")
     src.add_argument(
         "--grid",
-        choices=("default", "quick"),
+        choices=("default", "quick", "demo"),
         help="the headroom map: sweep presets × regimes (busy share, cache × running set, pauses) and "
         "write report.json (results.grid), report.md and headroom_map.png to --out (proxy/replay/grid.py)",
     )

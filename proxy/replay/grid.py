@@ -35,7 +35,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from proxy.cachemodel.cost_model import CostModel
 from proxy.replay import regimes
 from proxy.replay.runner import BLIND_POLICIES, HINT_POLICIES, LANE_POLICIES, POLICIES, ReplaySettings, replay
 from proxy.replay.workloads import generate, preset
@@ -50,6 +52,12 @@ class GridPreset:
     name: str
     sessions: int
     budget_s: float  # p99 TTFT budget for the re-planned throughput
+    # a named variant of a preset (the `demo` grid's scenes, issue 25); the defaults keep the other grids
+    workload: str = ""  # the workload preset generated (default: `name`)
+    overrides: tuple[tuple[str, Any], ...] = ()  # WorkloadSpec fields set over the preset
+    prefill_tps: float | None = None  # the cost model's prefill rate (engine and measurements); None: its default
+    capacity_blocks: tuple[int, ...] = ()  # absolute capacities instead of the grid's cache_x × running set
+    busy: tuple[float, ...] = ()  # this preset's busy levels instead of the grid's
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,10 @@ class GridSpec:
     ref_busy: float = 0.7
     extra_busy: tuple[float, ...] = (1.5, 2.5)  # ladder levels above the grid, run only when needed
     seed: int = 0
+
+
+# pause profile "own": the preset's own tool times (no `regimes.PAUSES` mixture applied)
+OWN_PAUSES = "own"
 
 
 GRIDS: dict[str, GridSpec] = {
@@ -79,21 +91,58 @@ GRIDS: dict[str, GridSpec] = {
         pauses=("fast",),
         extra_busy=(1.5,),
     ),
+    # the live demo's two scenes (proxy/demo/scenes.py, docs/demo.md "The matching replay cells"):
+    # the `demo-app` preset on the scene's engine (prefill rate, cache blocks), its own tool times;
+    # busy is offered work at a perfect cache: the demo's 8 s / 1 s start spreads are ~0.22 / ~1.1
+    "demo": GridSpec(
+        presets=(
+            GridPreset(
+                "demo-agents-at-work",
+                24,
+                2.0,
+                workload="demo-app",
+                prefill_tps=6000.0,
+                capacity_blocks=(750,),
+                busy=(0.15, 0.22, 0.3),
+            ),
+            GridPreset(
+                "demo-saturated",
+                12,
+                2.0,
+                workload="demo-app",
+                overrides=(("tool_seconds", (0.5, 2.0)), ("prefill_tokens_per_s", 4000.0)),
+                prefill_tps=4000.0,
+                capacity_blocks=(160,),
+                busy=(1.1,),
+            ),
+        ),
+        busy=(),
+        cache_x=(),
+        pauses=(OWN_PAUSES,),
+        ref_busy=0.22,
+        extra_busy=(),
+    ),
 }
 
 
 def spec_for(gp: GridPreset, pause: str, busy: float, seed: int):
     """The cell's workload: the preset with the pause profile and the busy share applied."""
-    base = preset(gp.name)
+    name = gp.workload or gp.name
+    base = preset(name, **dict(gp.overrides))
     over: dict = {"sessions": gp.sessions, "busy": busy, "seed": seed}
-    if base.tool_prob > 0:
+    if base.tool_prob > 0 and pause != OWN_PAUSES:
         over["pause_mix"] = regimes.PAUSES[pause]
-    scale = regimes.GAP_SCALE[pause]
+    scale = regimes.GAP_SCALE.get(pause, 1.0)
     if base.gap_mix:
         over["gap_mix"] = tuple((w, lo * scale, hi * scale) for w, lo, hi in base.gap_mix)
     elif scale != 1.0:
         over["gap_seconds"] = base.gap_seconds * scale
-    return preset(gp.name, **over)
+    return preset(name, **dict(gp.overrides), **over)
+
+
+def cost_for(gp: GridPreset) -> CostModel:
+    """The cost model of a preset's cells: the default one, or at the preset's prefill rate."""
+    return CostModel() if gp.prefill_tps is None else CostModel(prefill_token_s=1.0 / gp.prefill_tps)
 
 
 def available_policies(lanes: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
@@ -108,7 +157,9 @@ def _job(job: tuple) -> dict:
     gp, pause, busy, seed, caps, policies, proxy_settings = job[:7]
     spec = spec_for(gp, pause, busy, seed)
     reqs = generate(spec)
-    settings = ReplaySettings(block_size=spec.block_size, latency_budget_s=gp.budget_s, proxy_settings=proxy_settings)
+    settings = ReplaySettings(
+        block_size=spec.block_size, latency_budget_s=gp.budget_s, proxy_settings=proxy_settings, cost=cost_for(gp)
+    )
     t0 = time.perf_counter()
     res = replay(reqs, caps, policies, settings)
     span = res["span_s"]
@@ -241,20 +292,23 @@ def run_grid(
     caps: dict[tuple[str, str], tuple[list[int], int]] = {}
     for gp in g.presets:
         for pause in g.pauses:
-            rs = regimes.running_set(generate(spec_for(gp, pause, g.ref_busy, g.seed)))["blocks_p90"]
-            caps[(gp.name, pause)] = ([max(1, round(x * rs)) for x in g.cache_x], rs)
+            ref = gp.busy[len(gp.busy) // 2] if gp.busy else g.ref_busy
+            rs = regimes.running_set(generate(spec_for(gp, pause, ref, g.seed)), cost_for(gp))["blocks_p90"]
+            own = list(gp.capacity_blocks)
+            caps[(gp.name, pause)] = (own or [max(1, round(x * rs)) for x in g.cache_x], rs)
     by_name = {gp.name: gp for gp in g.presets}
     main: list[tuple] = [
         (gp, pause, b, g.seed, caps[(gp.name, pause)][0], policies, proxy_settings)
         for gp in g.presets
         for pause in g.pauses
-        for b in g.busy
+        for b in gp.busy or g.busy
     ]
     if "session" in lanes:
         from proxy.replay.grid_lanes import session_level
 
         main = [(*j, session_level(j[2])) for j in main]
-    say(f"grid {name}: {len(main)} levels × {len(g.cache_x)} capacities, policies {','.join(policies)}")
+    n_caps = sorted({len(c) for c, _ in caps.values()})
+    say(f"grid {name}: {len(main)} levels × {'/'.join(map(str, n_caps))} capacities, policies {','.join(policies)}")
     levels = _pool_map(main, jobs)
     # re-planned throughput ladder: extra busy levels above the grid where a policy is still inside
     ladders: dict[tuple[str, str], list[dict]] = {}
@@ -282,7 +336,8 @@ def run_grid(
         ladder = sorted(ladders[(lv["preset"], lv["pause"])], key=lambda x: x["busy"])
         _, ref_rs = caps[(lv["preset"], lv["pause"])]
         for k, row in enumerate(lv["rows"]):
-            c = cell(lv, row, gp, g.cache_x[k], ref_rs)
+            x = round(row["capacity_blocks"] / max(1, ref_rs), 3) if gp.capacity_blocks else g.cache_x[k]
+            c = cell(lv, row, gp, x, ref_rs)
             if "session_lane" in row:
                 c["session_lane"] = row["session_lane"]
             for pname, s in c["policies"].items():
@@ -309,12 +364,14 @@ def run_grid(
         "axes": {
             "presets": [gp.name for gp in g.presets],
             "pauses": list(g.pauses),
-            "busy": list(g.busy),
-            "cache_x_running_set": list(g.cache_x),
+            "busy": sorted({b for gp in g.presets for b in gp.busy or g.busy}),
+            "cache_x_running_set": sorted({c["params"]["cache_x_running_set"] for c in cells})
+            if any(gp.capacity_blocks for gp in g.presets)
+            else list(g.cache_x),
             "ref_busy": g.ref_busy,
             "extra_busy": list(g.extra_busy),
-            "pause_mixes": {p: regimes.PAUSES[p] for p in g.pauses},
-            "gap_scale": {p: regimes.GAP_SCALE[p] for p in g.pauses},
+            "pause_mixes": {p: regimes.PAUSES.get(p) for p in g.pauses},
+            "gap_scale": {p: regimes.GAP_SCALE.get(p, 1.0) for p in g.pauses},
         },
         "ladder_levels": {f"{p}/{q}": sorted(x["busy"] for x in v) for (p, q), v in ladders.items()},
         "levels": [

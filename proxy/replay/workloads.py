@@ -30,6 +30,7 @@ import xxhash
 
 from proxy.cachemodel.cost_model import CostModel
 from proxy.replay.traces import ReplayRequest
+from proxy.replay.workloads_demo import DEMO_APP
 
 TOPOLOGIES = ("pipeline", "debate", "selector", "random", "solo")
 # decode work per output token in the busy-share rate: one row of a batch of this size (the
@@ -75,6 +76,11 @@ class WorkloadSpec:
     # form; empty: the constant `gap_seconds`
     user_tokens: tuple[int, int] = (0, 0)  # a user message appended before every turn after the first
     max_context_tokens: int = 0  # >0: a session ends before a prompt could pass this size
+    # --- the demo's app (issue 25, `workloads_demo.py`); every default keeps the presets above bit-identical
+    tool_rounds: int = 0  # >0: a tool agent's turn is exactly this many tool calls in a row, then its answer
+    agent_tool_jitter: float = 0.0  # per-agent characteristic tool time (log-uniform over tool_seconds
+    # across agents), each call x uniform(1 - jitter, 1 + jitter)
+    start_spread_s: float = 0.0  # sessions start uniformly within this window (busy None)
 
 
 PRESETS: dict[str, WorkloadSpec] = {
@@ -177,6 +183,7 @@ PRESETS: dict[str, WorkloadSpec] = {
         sessions=160,
         gap_mix=((0.5, 2.0, 10.0), (0.4, 10.0, 60.0), (0.1, 60.0, 300.0)),  # human think time
     ),
+    "demo-app": WorkloadSpec(**DEMO_APP),  # the live demo's app (issue 25, workloads_demo.py)
 }
 PAPER_PRESETS = ("pipeline", "debate", "selector", "random", "gsm8k", "mtbench", "gaia", "swebench", "fanout")
 
@@ -382,6 +389,10 @@ def generate(spec: WorkloadSpec) -> list[ReplayRequest]:
     """The workload's request stream, time ordered. Same spec (seed included) -> same stream."""
     if spec.topology not in TOPOLOGIES:
         raise ValueError(f"unknown topology {spec.topology!r}; expected one of {TOPOLOGIES}")
+    if spec.tool_rounds > 0:
+        from proxy.replay.workloads_demo import generate_demo
+
+        return generate_demo(spec)
     rng = random.Random(spec.seed)
     n_agents = spec.agents + (1 if spec.selector_calls else 0)
     bs = spec.block_size
