@@ -23,7 +23,7 @@ PRUNE_SLACK = 4  # maps keyed by agent/anchor (last-acted times, safe-anchor mem
 # the registries equal.
 SOURCE_PIECES = (
     "tool_resume", "successors", "successor_contexts", "fanout_parents", "runtime_hints", "anchor_sweep",
-    "session_sweep",
+    "session_sweep", "lineage_resume",
 )  # fmt: skip
 FILTER_PIECES = (
     "duplicate", "cooldown", "resident_memo", "host_tier", "resident", "warm_allowed", "warm_too_late",

@@ -1,0 +1,69 @@
+"""The lineage-resume source: on text views, a lineage whose call ended keeps (or re-warms) what
+its next call will re-read, when that pays (issue 23 item 5; lineages.py says what a lineage is).
+
+A text view carries no finish reason, so a pause there may be a tool running or a user thinking:
+either way the lineage's next call is its resume. Priced and labelled like ``ToolResume`` (reason
+``tool_resume``, a session context: ``context=True``, warm allowed), with the lineage's learned
+resume share and gaps for P instead of the agent's tool gaps; not behind the R gate (a lineage
+going on is a fact of its own history, as a tool resume is). Offered when a lineage pauses, and
+again at the sweep cadence for the most recent paused lineages (at most ``sweep_sessions`` looked
+at, ``sweep_top_n`` offered), so a candidate that had to wait for slack is asked again.
+"""
+
+from __future__ import annotations
+
+from .action_payload import ActionPayload
+from .actions import REASON_TOOL_RESUME
+from .agents import agent_id_for
+from .candidates import Candidate, Tick
+from .lineages import Lineage, LineageBook
+
+LINEAGE_RESUME = "lineage_resume"
+
+
+class LineageResume:
+    name = LINEAGE_RESUME
+
+    def collect(self, t: Tick) -> None:
+        book = t.p.lineages
+        if book is None or not book.lineages:
+            return
+        cands: dict[int, Candidate] = {}
+        for lid in book.paused:
+            ln = book.lineages.get(lid)
+            if ln is not None:
+                self._offer(t, book, ln, cands)
+        book.paused.clear()
+        if t.sweep_due and t.p.cfg.sweep_sessions:
+            swept: dict[int, Candidate] = {}
+            for k, ln in enumerate(reversed(book.lineages.values())):
+                if k >= t.p.cfg.sweep_sessions:
+                    break
+                if ln.lid not in cands:
+                    self._offer(t, book, ln, swept)
+            cands.update(sorted(swept.items(), key=lambda kv: kv[1].score, reverse=True)[: t.p.cfg.sweep_top_n])
+        t.out.extend(cands.values())
+
+    def _offer(self, t: Tick, book: LineageBook, ln: Lineage, out: dict[int, Candidate]) -> None:
+        if ln.inflight or ln.last_end is None or not ln.expect or ln.payload is None:
+            return
+        cfg, now = t.p.cfg, t.now
+        p = book.probability(ln, now, cfg.continuation_horizon_s, cfg.continuation_prior, cfg.continuation_min_samples)
+        aid = agent_id_for(ln.tenant, ln.expect[-1])
+        if p < cfg.tool_resume_min_p:
+            t.p._drop("resume_unlikely", now, REASON_TOOL_RESUME, aid, ln.tenant, p)
+            return
+        med, elapsed = book.gap_median(ln.tenant), now - ln.last_end
+        out[ln.lid] = Candidate(
+            score=p * sum(ln.expect_tokens),
+            reason=REASON_TOOL_RESUME,
+            tenant=ln.tenant,
+            anchor_id=aid,
+            hashes=ln.expect,
+            block_tokens=ln.expect_tokens,
+            payload=ActionPayload(ln.payload),
+            prob=p,
+            lead=med - elapsed if med is not None and elapsed < med else None,
+            warm_ok=True,
+            context=True,
+        )
