@@ -32,26 +32,31 @@ class LineageResume:
         for lid in book.paused:
             ln = book.lineages.get(lid)
             if ln is not None:
-                self._offer(t, book, ln, cands)
+                self._offer(t, book, ln, cands, True)
+        # a call that just ended may have left the engine slack for a lineage evicted meanwhile
+        recheck = bool(book.paused)
         book.paused.clear()
-        if t.sweep_due and t.p.cfg.sweep_sessions:
+        if (t.sweep_due or recheck) and t.p.cfg.sweep_sessions:
             swept: dict[int, Candidate] = {}
             for k, ln in enumerate(reversed(book.lineages.values())):
                 if k >= t.p.cfg.sweep_sessions:
                     break
                 if ln.lid not in cands:
-                    self._offer(t, book, ln, swept)
+                    self._offer(t, book, ln, swept, False)
             cands.update(sorted(swept.items(), key=lambda kv: kv[1].score, reverse=True)[: t.p.cfg.sweep_top_n])
         t.out.extend(cands.values())
 
-    def _offer(self, t: Tick, book: LineageBook, ln: Lineage, out: dict[int, Candidate]) -> None:
+    def _offer(self, t: Tick, book: LineageBook, ln: Lineage, out: dict[int, Candidate], first: bool) -> None:
+        """``first``: offered as it pauses (an unlikely resume is counted once per pause, not at
+        every re-offer)."""
         if ln.inflight or ln.last_end is None or not ln.expect or ln.payload is None:
             return
         cfg, now = t.p.cfg, t.now
         p = book.probability(ln, now, cfg.continuation_horizon_s, cfg.continuation_prior, cfg.continuation_min_samples)
         aid = agent_id_for(ln.tenant, ln.expect[-1])
         if p < cfg.tool_resume_min_p:
-            t.p._drop("resume_unlikely", now, REASON_TOOL_RESUME, aid, ln.tenant, p)
+            if first:
+                t.p._drop("resume_unlikely", now, REASON_TOOL_RESUME, aid, ln.tenant, p)
             return
         med, elapsed = book.gap_median(ln.tenant), now - ln.last_end
         out[ln.lid] = Candidate(
