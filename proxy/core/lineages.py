@@ -135,7 +135,8 @@ class LineageBook:
                 st.resumes[FIRST if ln.calls == 1 else LATER] += 1
                 self.resumes += 1
             # append-only: the next call re-reads all of this one; re-rendered: the shared part
-            n = len(hashes) if d >= len(ln.last) else d
+            # (a text view's partial last block is re-cut when the prompt grows: one block of slack)
+            n = len(hashes) if d >= len(ln.last) - 1 else d
             ln.last, ln.floor, ln.payload = hashes, floor, payload
             ln.expect, ln.expect_tokens = hashes[:n], tokens[:n]
             ln.calls += 1

@@ -55,6 +55,16 @@ def test_a_re_rendered_call_joins_on_its_shared_prefix_and_expects_only_that():
     assert b.lineages[1].expect == chain(ANCHOR, task)  # the screen is not what the next call re-reads
 
 
+def test_a_re_cut_partial_last_block_still_counts_as_an_extension():
+    b = LineageBook()
+    a1 = chain(ANCHOR, tuple(range(1, 11)))
+    b.on_request(1, "", a1, ones(a1), 20, "p", 0.0)
+    b.on_response(1, 1.0)
+    a2 = chain(a1[:-1], (77,), tuple(range(11, 31)))  # text cut globally: a1's partial last block re-cut
+    b.on_request(2, "", a2, ones(a2), 20, "p", 3.0)
+    assert b.lineages[1].expect == a2  # append-only: its next call re-reads all of it
+
+
 def test_the_floor_is_never_a_lineage_and_tenants_never_mix():
     b = LineageBook()
     a1 = chain(ANCHOR, tuple(range(1, 11)))
