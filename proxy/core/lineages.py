@@ -162,15 +162,34 @@ class LineageBook:
             if len(self.paused) > MAX_LINEAGES:
                 self.paused.pop(next(iter(self.paused)))
 
-    def probability(self, ln: Lineage, now: float, horizon: float, prior: float, min_samples: int) -> float:
-        """P(its next call comes within ``horizon``): the share of such pauses that were resumed
-        (``prior`` until ``min_samples`` ended) times the learned gaps' chance of one within it."""
+    def rate(self, ln: Lineage, prior: float, min_samples: int) -> float:
+        """The share of pauses like its own (after a first call / after a resume) that were resumed;
+        ``prior`` until ``min_samples`` of them ended."""
         st = self.stats.get(ln.tenant)
-        if st is None or ln.last_end is None:
+        if st is None:
             return prior
         k = FIRST if ln.calls == 1 else LATER
         n = st.pauses[k]
-        rate = st.resumes[k] / n if n >= min_samples else prior
+        return st.resumes[k] / n if n >= min_samples else prior
+
+    def any_likely(self, prior: float, min_samples: int, min_p: float) -> bool:
+        """Does any tenant's kind of pause resume with at least ``min_p`` (before the timing)?
+        (A lineage nobody has seen a pause of yet is at ``prior``.)"""
+        if prior >= min_p:
+            return True
+        for st in self.stats.values():
+            for k in (FIRST, LATER):
+                if st.pauses[k] >= min_samples and st.resumes[k] >= min_p * st.pauses[k]:
+                    return True
+        return False
+
+    def probability(self, ln: Lineage, now: float, horizon: float, prior: float, min_samples: int) -> float:
+        """P(its next call comes within ``horizon``): ``rate`` times the learned gaps' chance of
+        one within the horizon, given how long it has been paused."""
+        rate = self.rate(ln, prior, min_samples)
+        st = self.stats.get(ln.tenant)
+        if st is None or ln.last_end is None:
+            return rate
         return rate * continuation_probability(st.gaps, now - ln.last_end, horizon, True, 1.0, 1.0, min_samples)
 
     def gap_median(self, tenant: str) -> float | None:

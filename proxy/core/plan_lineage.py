@@ -39,14 +39,32 @@ class LineageResume:
         # a call that just ended may have left the engine slack for a lineage evicted meanwhile
         recheck = bool(book.paused)
         book.paused.clear()
-        if recheck and t.p.cfg.sweep_sessions:
+        cfg = t.p.cfg
+        if (
+            recheck
+            and cfg.sweep_sessions
+            and book.any_likely(cfg.continuation_prior, cfg.continuation_min_samples, cfg.tool_resume_min_p)
+        ):
+            # the most recent paused lineages whose kind of pause resumes often enough (the rate, a
+            # lookup, before the gaps' timing): at most sweep_top_n priced, sweep_sessions looked at
             swept: dict[int, Candidate] = {}
+            priced = 0
+            likely: dict[tuple[str, bool], bool] = {}  # (tenant, after a resume) -> rate passes
             for k, ln in enumerate(reversed(book.lineages.values())):
-                if k >= t.p.cfg.sweep_sessions:
+                if k >= cfg.sweep_sessions or priced >= cfg.sweep_top_n:
                     break
-                if ln.lid not in cands:
-                    self._offer(t, book, ln, swept, False)
-            cands.update(sorted(swept.items(), key=lambda kv: kv[1].score, reverse=True)[: t.p.cfg.sweep_top_n])
+                if ln.inflight or ln.lid in cands:
+                    continue
+                key = (ln.tenant, ln.calls > 1)
+                ok = likely.get(key)
+                if ok is None:
+                    r = book.rate(ln, cfg.continuation_prior, cfg.continuation_min_samples)
+                    ok = likely[key] = r >= cfg.tool_resume_min_p
+                if not ok:
+                    continue
+                priced += 1
+                self._offer(t, book, ln, swept, False)
+            cands.update(swept)
         t.out.extend(cands.values())
 
     def _offer(self, t: Tick, book: LineageBook, ln: Lineage, out: dict[int, Candidate], first: bool) -> None:
