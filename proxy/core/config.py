@@ -146,6 +146,9 @@ class PolicyConfig:
     conversion_window_s: float = 300.0  # an executed action counts toward a request this long
     disabled_pieces: tuple[str, ...] = ()  # planner pieces switched off by name (PIECES above), for
     # ablations only; a comma list is accepted ("tool_resume,cooldown", e.g. --scout-set); unknown raise
+    lineage_resume: bool = False  # text views (no chat view, no marked anchor): keep their lineages
+    # and offer a paused one's resume (source lineage_resume, issue 23 item 5); off: a wash on the
+    # synthetic text traces (docs/replay.md "Text traces")
     # --- snapshot -------------------------------------------------------------------------
     snapshot_max_bytes: int = 2 * 1024 * 1024  # state file budget: max_agents agents and a full
     # transition matrix fit (~1.7 MB at 256 agents); dump keeps the

@@ -127,7 +127,7 @@ class ScoutPolicy:
             if prev_s is session and session.last_end is not None and session.inflight == 0:
                 agents.record_gap(prev, now - session.last_end, session.finish)
         kept = None
-        if not view.history_keys and view.anchor_blocks == 0:  # a text view: its lineage (item 5)
+        if self.config.lineage_resume and not view.history_keys and view.anchor_blocks == 0:  # a text view
             kept = self.lineages.on_request(
                 rid, view.tenant, view.block_hashes, view.block_tokens, floor, ctx_payload, now
             )

@@ -94,7 +94,7 @@ def test_probability_is_the_learned_resume_share_times_the_gaps():
 
 
 def _policy() -> ScoutPolicy:
-    return ScoutPolicy(PolicyConfig(residency_capacity_tokens=100_000, prefill_tokens_per_s=1e6))
+    return ScoutPolicy(PolicyConfig(residency_capacity_tokens=100_000, prefill_tokens_per_s=1e6, lineage_resume=True))
 
 
 def _call(sp: ScoutPolicy, h: tuple[int, ...], t0: float, t1: float, sid: str | None = "run") -> None:
@@ -127,6 +127,14 @@ def test_the_source_offers_a_paused_lineage_once_its_resumes_are_learned():
     t = Tick(sp.planner, 42.1, frozenset(), False, {}, [])
     src.collect(t)  # offered once per pause (the sweep asks again)
     assert not t.out
+
+
+def test_off_by_default_no_lineage_is_kept():
+    sp = ScoutPolicy(PolicyConfig(residency_capacity_tokens=100_000))
+    h = chain(ANCHOR, tuple(range(1, 11)))
+    _call(sp, h, 0.0, 1.0)
+    _call(sp, chain(h, (5, 6, 7)), 3.0, 4.0)
+    assert len(sp.lineages) == 0 and sp.lineages.resumes == 0
 
 
 def test_chat_views_and_marked_anchors_keep_no_lineages():
