@@ -22,6 +22,7 @@ from .config import PolicyConfig
 from .decisions import ACTED, DecisionLog
 from .economics import Verdict
 from .hints import HintCandidate
+from .lineages import LineageBook
 from .residency import ResidencyShadow
 from .sessions import SessionTracker
 
@@ -113,6 +114,7 @@ class PlanState(Protocol):
     dirty: dict[tuple[str, str], None]
     fanout: dict[tuple[str, str], FanoutParent]
     hints: RuntimeHints | None
+    lineages: LineageBook | None  # text views' lineages (lineages.py), when the policy keeps them
     last_acted: dict[str, float]
     _safe: dict[str, tuple[int, float]]
 

@@ -23,7 +23,7 @@ PRUNE_SLACK = 4  # maps keyed by agent/anchor (last-acted times, safe-anchor mem
 # the registries equal.
 SOURCE_PIECES = (
     "tool_resume", "successors", "successor_contexts", "fanout_parents", "runtime_hints", "anchor_sweep",
-    "session_sweep",
+    "session_sweep", "lineage_resume",
 )  # fmt: skip
 FILTER_PIECES = (
     "duplicate", "cooldown", "resident_memo", "host_tier", "resident", "warm_allowed", "gate", "deferred",
@@ -149,6 +149,9 @@ class PolicyConfig:
     disabled_pieces: tuple[str, ...] = ()  # planner pieces switched off by name (PIECES above), for
     # ablations only; a comma list is accepted ("tool_resume,cooldown", e.g. --scout-set); unknown
     # raise, removed ones (REMOVED_PIECES) are dropped
+    lineage_resume: bool = False  # text views (no chat view, no marked anchor): keep their lineages
+    # and offer a paused one's resume (source lineage_resume, issue 23 item 5); off: a wash on the
+    # synthetic text traces (docs/replay.md "Text traces")
     # --- snapshot -------------------------------------------------------------------------
     snapshot_max_bytes: int = 2 * 1024 * 1024  # state file budget: max_agents agents and a full
     # transition matrix fit (~1.7 MB at 256 agents); dump keeps the

@@ -22,6 +22,7 @@ from .agents import Agent, agent_id_for
 from .candidates import Candidate, CandidateSource, Tick
 from .config import PolicyConfig
 from .plan_contexts import SUCCESSOR_CONTEXTS, SuccessorContexts
+from .plan_lineage import LINEAGE_RESUME, LineageResume
 
 __all__ = ["SOURCES", "SWEEP_SOURCES", "CandidateSource"]
 from .plan_sweep import reachable_agents
@@ -379,7 +380,17 @@ SOURCES: tuple[type[CandidateSource], ...] = (
     DirtySessions,  # ToolResume, Successors, then SuccessorContexts, per session that changed
     FanoutParents,
     RuntimeHintsSource,
+    LineageResume,  # text views: a paused lineage's resume (plan_lineage.py)
 )
 SWEEP_SOURCES: tuple[type[CandidateSource], ...] = (AnchorSweep, SessionSweep)
 # per-session sources inside DirtySessions, and every source's piece name
-SOURCE_NAMES = (TOOL_RESUME, SUCCESSORS, SUCCESSOR_CONTEXTS, FANOUT_PARENTS, RUNTIME_HINTS, ANCHOR_SWEEP, SESSION_SWEEP)
+SOURCE_NAMES = (
+    TOOL_RESUME,
+    SUCCESSORS,
+    SUCCESSOR_CONTEXTS,
+    FANOUT_PARENTS,
+    RUNTIME_HINTS,
+    ANCHOR_SWEEP,
+    SESSION_SWEEP,
+    LINEAGE_RESUME,
+)

@@ -32,6 +32,7 @@ from .candidates import FanoutParent, RuntimeHints, Tick
 from .config import PRUNE_SLACK, PolicyConfig
 from .decisions import SKIP_REASONS, DecisionLog
 from .economics import Market
+from .lineages import LineageBook
 from .plan_picker import Picker
 from .plan_sources import SOURCES, SWEEP_SOURCES, CandidateSource
 from .residency import ResidencyShadow
@@ -78,6 +79,7 @@ class Planner(Picker):
         # Observe-only windows and throttled signals (core/yield_ledger.py) answer False.
         self.action_gate: Callable[[str, str, float], bool] | None = None
         self.hints: RuntimeHints | None = None  # runtime hints (core.hint_actions.HintDriver): a source
+        self.lineages: LineageBook | None = None  # text views' lineages (ScoutPolicy feeds them)
         # the pipeline's sources (plan_sources.SOURCES), and the pieces switched off (disabled_pieces)
         self.sources: list[CandidateSource] = [cls() for cls in SOURCES]
         self.sweep_sources: list[CandidateSource] = [cls() for cls in SWEEP_SOURCES]  # at the sweep cadence

@@ -14,6 +14,7 @@ from .action_payload import ActionPayload
 from .actions import REASON_TRANSITION, Action, ObservedRequest, PolicyStats
 from .agents import Agent, AgentRegistry
 from .config import PENDING_PER_SESSION, PRUNE_SLACK, PolicyConfig
+from .lineages import LineageBook
 from .planner import Planner
 from .residency import ResidencyShadow
 from .sessions import Session, SessionTracker, session_bytes
@@ -51,6 +52,8 @@ class ScoutPolicy:
         )
         self.planner = Planner(cfg, self.agents, self.sessions, self.residency)
         self.planner.host_residency = self.host_residency
+        # text views' lineages (no chat view, no marked anchor: lineages.py), for LineageResume
+        self.lineages = self.planner.lineages = LineageBook(cfg.gap_samples)
         # request id -> its session and its place there (session.requests when it was sent)
         self._pending: OrderedDict[int, tuple[Session, int]] = OrderedDict()
         self._acted: dict[tuple[str, int], tuple[str, int, float]] = {}  # (tenant, last hash) -> (reason, tokens, when)
@@ -124,7 +127,12 @@ class ScoutPolicy:
                 self.tool_resumes += 1
             if prev_s is session and session.last_end is not None and session.inflight == 0:
                 agents.record_gap(prev, now - session.last_end, session.finish)
-        acted = self._conversion(agent, session, now) if self._acted else None
+        kept = None
+        if self.config.lineage_resume and not view.history_keys and view.anchor_blocks == 0:  # a text view
+            kept = self.lineages.on_request(
+                rid, view.tenant, view.block_hashes, view.block_tokens, floor, ctx_payload, now
+            )
+        acted = self._conversion(agent, session, now, kept) if self._acted else None
         if self.config.fanout_enabled:
             self._detect_fanout(view, session, agent, floor, now, ctx_payload)
         self.sessions.record_request(session, view, agent, now, floor, ctx_payload)
@@ -191,7 +199,9 @@ class ScoutPolicy:
             self.fanouts += 1
             self.planner.fanout[session.key] = (agent, hashes[:k], view.block_tokens[:k], ActionPayload(ctx_payload))
 
-    def _conversion(self, agent: Agent | None, session: Session, now: float) -> tuple[str, int, int] | None:
+    def _conversion(
+        self, agent: Agent | None, session: Session, now: float, lineage_key: int | None = None
+    ) -> tuple[str, int, int] | None:
         """The executed action (if any) that prepared this request: its context, else its anchor."""
         acted = self._acted
         horizon = now - self.config.conversion_window_s
@@ -202,6 +212,8 @@ class ScoutPolicy:
         tenant = session.key[0]
         if session.hashes:
             keys.append((tenant, session.hashes[-1]))  # the session's context
+        if lineage_key is not None:
+            keys.append((tenant, lineage_key))  # what its text lineage's resume kept
         if agent is not None:
             if session.contexts:  # successor_contexts on: the agent's own earlier context here
                 c = self.sessions.context_for(session, agent)
@@ -215,6 +227,7 @@ class ScoutPolicy:
         return None
 
     def observe_response(self, request_id: int, outcome: ResponseOutcome, now: float) -> None:
+        self.lineages.on_response(request_id, now)
         pending = self._pending.pop(request_id, None)
         if pending is None:
             return  # a warmup, or forgotten (bounded)
@@ -333,3 +346,4 @@ class ScoutPolicy:
         self.planner.sessions = self.sessions
         self.planner.dirty.clear()
         self._pending.clear()
+        self.lineages = self.planner.lineages = LineageBook(self.config.gap_samples)
