@@ -25,9 +25,40 @@ from .action_payload import ActionPayload
 from .actions import REASON_SUCCESSOR_CONTEXT
 from .agents import Agent, agent_id_for
 from .candidates import Candidate, Tick
-from .sessions import Session
+from .sessions import AgentContext, Session
 
 SUCCESSOR_CONTEXTS = "successor_contexts"
+
+
+def context_candidate(
+    ctx: Session | AgentContext,
+    tenant: str,
+    p: float,
+    reason: str,
+    *,
+    lead: float | None,
+    warm_ok: bool,
+    session: tuple[str, str],
+    soon: bool = False,
+) -> Candidate:
+    """A session's context (its latest prompt, or an agent's latest prompt in it) as a candidate,
+    scored by P x its tokens: what the tool resume, the session sweep and the successor contexts
+    offer, one construction for all three."""
+    return Candidate(
+        score=p * sum(ctx.block_tokens),
+        reason=reason,
+        tenant=tenant,
+        anchor_id=agent_id_for(tenant, ctx.hashes[-1]),
+        hashes=ctx.hashes,
+        block_tokens=ctx.block_tokens,
+        payload=ActionPayload(ctx.context_payload, ctx.assistant_payload),
+        prob=p,
+        lead=lead,
+        warm_ok=warm_ok,
+        context=True,
+        session=session,
+        soon=soon,
+    )
 
 
 class SuccessorContexts:
@@ -69,19 +100,7 @@ class SuccessorContexts:
                 p_._drop("deferred", t.now, REASON_SUCCESSOR_CONTEXT, aid, tenant, p)
                 continue  # planned again when the response ends
             t.out.append(
-                Candidate(
-                    score=p * sum(c.block_tokens),
-                    reason=REASON_SUCCESSOR_CONTEXT,
-                    tenant=tenant,
-                    anchor_id=aid,
-                    hashes=c.hashes,
-                    block_tokens=c.block_tokens,
-                    payload=ActionPayload(c.context_payload, c.assistant_payload),
-                    prob=p,
-                    lead=lead,
-                    warm_ok=True,
-                    context=True,
-                    session=s.key,
-                    soon=not paused,
+                context_candidate(
+                    c, tenant, p, REASON_SUCCESSOR_CONTEXT, lead=lead, warm_ok=True, session=s.key, soon=not paused
                 )
             )

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .action_payload import ActionPayload
 from .actions import REASON_FANOUT, REASON_SWEEP, REASON_TOOL_RESUME, REASON_TRANSITION
 from .agents import Agent, agent_id_for
 from .candidates import Candidate, CandidateSource, Tick
 from .config import PolicyConfig
-from .plan_contexts import SUCCESSOR_CONTEXTS, SuccessorContexts
+from .plan_contexts import SUCCESSOR_CONTEXTS, SuccessorContexts, context_candidate
 from .plan_lineage import LINEAGE_RESUME, LineageResume
 
 __all__ = ["SOURCES", "SWEEP_SOURCES", "CandidateSource"]
@@ -79,20 +78,7 @@ class ToolResume:
             p_._drop("gate_closed", t.now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant, p)
         else:
             t.out.append(
-                Candidate(
-                    score=p * sum(s.block_tokens),
-                    reason=REASON_TOOL_RESUME,
-                    tenant=agent.tenant,
-                    anchor_id=agent_id_for(agent.tenant, s.hashes[-1]),
-                    hashes=s.hashes,
-                    block_tokens=s.block_tokens,
-                    payload=ActionPayload(s.context_payload, s.assistant_payload),
-                    prob=p,
-                    lead=lead,
-                    warm_ok=True,
-                    context=True,
-                    session=s.key,
-                )
+                context_candidate(s, agent.tenant, p, REASON_TOOL_RESUME, lead=lead, warm_ok=True, session=s.key)
             )
 
 
@@ -354,22 +340,8 @@ class SessionSweep:
                 p_._drop("resume_unlikely", now, reason, agent.agent_id, agent.tenant, p)
                 continue
             med = agent.tool_gap_median if tool else agent.gap_median
-            scored.append(
-                Candidate(
-                    score=p * sum(s.block_tokens),
-                    reason=reason,
-                    tenant=agent.tenant,
-                    anchor_id=agent_id_for(agent.tenant, s.hashes[-1]),
-                    hashes=s.hashes,
-                    block_tokens=s.block_tokens,
-                    payload=ActionPayload(s.context_payload, s.assistant_payload),
-                    prob=p,
-                    lead=med - elapsed if med is not None and elapsed < med else None,
-                    warm_ok=tool,
-                    context=True,
-                    session=s.key,
-                )
-            )
+            lead = med - elapsed if med is not None and elapsed < med else None
+            scored.append(context_candidate(s, agent.tenant, p, reason, lead=lead, warm_ok=tool, session=s.key))
         scored.sort(key=lambda c: c.score, reverse=True)
         t.out.extend(scored[: cfg.sweep_top_n])
 
