@@ -46,6 +46,13 @@ class Settings(BaseSettings):
     pool_timeout: float = Field(30.0, gt=0, description="max seconds to wait for a free upstream connection")
     max_connections: int = Field(512, ge=1, description="upstream connection pool size")
     max_keepalive_connections: int = Field(128, ge=0, description="idle upstream connections kept open")
+    upstream_keepalive_s: float = Field(
+        4.0,
+        gt=0,
+        description="idle seconds after which an upstream connection is not reused; keep it below the engine's "
+        "own keep-alive (vLLM and SGLang serve with uvicorn's 5 s), or a request sent as the engine closes the "
+        "idle connection fails with a 502",
+    )
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1, description="largest request body accepted (413 above)")
 
     # --- operations --------------------------------------------------------------------------

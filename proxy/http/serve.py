@@ -29,6 +29,12 @@ FLAGS: tuple[tuple[str, str, type, str], ...] = (
     ("--pool-timeout", "pool_timeout", float, "seconds to wait for a pooled connection (default 30)"),
     ("--max-connections", "max_connections", int, "upstream connection pool size (default 512)"),
     ("--max-keepalive-connections", "max_keepalive_connections", int, "idle upstream connections kept (default 128)"),
+    (
+        "--upstream-keepalive",
+        "upstream_keepalive_s",
+        float,
+        "idle seconds before an upstream connection is dropped, below the engine's 5 s (default 4)",
+    ),
     ("--max-body-bytes", "max_body_bytes", int, "largest request body, 413 above (default 64 MiB)"),
     ("--log-level", "log_level", str, "critical|error|warning|info|debug|trace (default info)"),
     ("--upstream-transport", "upstream_transport", str, "aiohttp (default, faster) | httpx"),

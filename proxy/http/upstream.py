@@ -5,6 +5,11 @@ concurrency silently. Why aiohttp under httpx by default: the rest of the code k
 but httpcore's pool bookkeeping costs several times more CPU per request than aiohttp's connector
 (measured in benchmarks/overhead.py; `CACHESCOUT_UPSTREAM_TRANSPORT=httpx` switches back).
 
+Idle connections expire before the engine's own keep-alive does (`upstream_keepalive_s`, 4 s; vLLM's
+`VLLM_HTTP_TIMEOUT_KEEP_ALIVE` and uvicorn's `timeout_keep_alive` are 5 s): a pooled connection reused
+at the moment the engine closes it fails the request (ServerDisconnected -> 502), and a POST cannot be
+retried safely, so the pool must not offer a connection the engine may be closing.
+
 Both transports are configured to add nothing of their own to the forwarded request (no default
 User-Agent / Accept / Accept-Encoding / Content-Type, no cookies, no env proxies, no decompression),
 so the engine sees the client's headers.
@@ -30,7 +35,7 @@ def client_limits(settings: Settings) -> httpx.Limits:
     return httpx.Limits(
         max_connections=settings.max_connections,
         max_keepalive_connections=settings.max_keepalive_connections,
-        keepalive_expiry=30.0,
+        keepalive_expiry=settings.upstream_keepalive_s,
     )
 
 
@@ -49,7 +54,10 @@ def _aiohttp_transport(settings: Settings) -> httpx.AsyncBaseTransport:
     from httpx_aiohttp import AiohttpTransport
 
     connector = aiohttp.TCPConnector(
-        limit=settings.max_connections, limit_per_host=0, keepalive_timeout=30.0, ttl_dns_cache=300
+        limit=settings.max_connections,
+        limit_per_host=0,
+        keepalive_timeout=settings.upstream_keepalive_s,
+        ttl_dns_cache=300,
     )
     session = aiohttp.ClientSession(
         connector=connector,
