@@ -109,6 +109,9 @@ class TenantState:
         self.restored: dict[int, dict[int, Agent]] = {}  # anchor blocks -> key -> agent (snapshot, unseen)
         self.max_anchor_tokens = 0  # largest anchor seen (bounds any warm's size)
         self.learner = TransitionLearner(config.epsilon, config.decay_half_life, config.r_refresh_steps)
+        # every agent's tool pauses, pooled: what a tool resume's wakes go by until its own agent has
+        # enough of its own (plan_sources.ToolResume.schedule)
+        self.tool_gaps: deque[float] = deque(maxlen=config.gap_samples)
 
     def alloc_slot(self) -> int:
         if self.free_slots:
@@ -342,6 +345,7 @@ class AgentRegistry:
             return
         if finish == "tool_calls":
             agent.tool_gaps.append(gap)
+            self.tenant(agent.tenant).tool_gaps.append(gap)
             agent.tool_gap_median = median_gap(agent.tool_gaps)
         else:
             agent.gaps.append(gap)

@@ -133,6 +133,9 @@ class PolicyConfig:
     sweep_sessions: int = 64  # most recent sessions a sweep checks for continuation (0 = off)
     tool_resume_min_p: float = 0.5  # continuation probability needed for a tool_resume action
     tool_resume_gated: bool = False  # also require R >= R_min for tool_resume (a fact, not a guess)
+    # a tool pause is offered again at these quantiles of its agent's tool pauses (less the context's
+    # prefill time): the context kept when the pause started may be evicted before the tool returns
+    resume_wake_quantiles: tuple[float, ...] = (0.25, 0.5, 0.75)
     successor_contexts: int = 0  # per session, the last context of this many of its other agents is
     # kept, and when the session stops (not on a tool call) the predicted next agent's context there
     # is a candidate (source successor_contexts, issue 21); 0 = off (judged on the grid: docs/replay.md)

@@ -22,6 +22,7 @@ from .candidates import Candidate, CandidateSource, Tick
 from .config import PolicyConfig
 from .plan_contexts import SUCCESSOR_CONTEXTS, SuccessorContexts, context_candidate
 from .plan_lineage import LINEAGE_RESUME, LineageResume
+from .plan_resume import TOOL_RESUME, ToolResume, wake_gaps
 
 __all__ = ["SOURCES", "SWEEP_SOURCES", "CandidateSource"]
 from .plan_sweep import reachable_agents
@@ -29,7 +30,6 @@ from .sessions import Session
 from .survival import anchor_score, continuation_probability
 
 # piece names (PolicyConfig.disabled_pieces; docs/policy.md)
-TOOL_RESUME = "tool_resume"
 SUCCESSORS = "successors"
 FANOUT_PARENTS = "fanout_parents"
 RUNTIME_HINTS = "runtime_hints"
@@ -51,35 +51,6 @@ def anchor_candidate(agent: Agent, p: float, reason: str, now: float, cfg: Polic
         prob=p,
         **kw,
     )
-
-
-class ToolResume:
-    """A session that just paused on ``tool_calls``: its own context, for the tool's answer."""
-
-    name = TOOL_RESUME
-
-    def session(self, t: Tick, s: Session, agent: Agent, elapsed: float, lead: float | None) -> None:
-        cfg, p_ = t.p.cfg, t.p
-        if not (s.hashes and s.context_payload is not None):
-            p_._drop("no_context", t.now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant)  # nothing to rebuild
-            return
-        p = continuation_probability(
-            agent.tool_gaps,
-            elapsed,
-            cfg.continuation_horizon_s,
-            True,
-            cfg.tool_resume_prior,
-            cfg.continuation_prior,
-            cfg.continuation_min_samples,
-        )
-        if p < cfg.tool_resume_min_p:
-            p_._drop("resume_unlikely", t.now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant, p)
-        elif cfg.tool_resume_gated and "gate" not in t.off and not t.gate(agent.tenant):
-            p_._drop("gate_closed", t.now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant, p)
-        else:
-            t.out.append(
-                context_candidate(s, agent.tenant, p, REASON_TOOL_RESUME, lead=lead, warm_ok=True, session=s.key)
-            )
 
 
 class Successors:
@@ -172,12 +143,14 @@ class DirtySessions:
 
     def collect(self, t: Tick) -> None:
         p_ = t.p
+        tool_on = TOOL_RESUME not in t.off
+        if tool_on and self.tool_resume.wakes:
+            self.tool_resume.due(t)
         if not p_.dirty:
             return
         sessions = p_.sessions.sessions
         registry = p_.registry
         now = t.now
-        tool_on = TOOL_RESUME not in t.off
         succ_on = SUCCESSORS not in t.off
         ctx_on = SUCCESSOR_CONTEXTS not in t.off and p_.cfg.successor_contexts > 0
         if succ_on:
@@ -199,6 +172,7 @@ class DirtySessions:
                 lead = med - elapsed if med is not None and elapsed < med else None
                 if tool and tool_on:
                     self.tool_resume.session(t, s, agent, elapsed, lead)
+                    self.tool_resume.schedule(t, s, agent)
             if succ_on:
                 self.successors.session(t, s, agent, paused, lead)
             if ctx_on:
@@ -310,6 +284,7 @@ class SessionSweep:
             p_._drop("wait_for_slack", now, REASON_SWEEP)
             return
         gated = "gate" not in t.off
+        woken = bool(cfg.resume_wake_quantiles) and TOOL_RESUME not in t.off
         scored: list[Candidate] = []
         for k, s in enumerate(reversed(p_.sessions.sessions.values())):
             if k >= cfg.sweep_sessions:
@@ -318,6 +293,8 @@ class SessionSweep:
             if s.inflight or s.last_end is None:
                 continue
             tool = s.finish == "tool_calls"
+            if tool and woken and agent is not None and wake_gaps(p_.registry, agent, cfg) is not None:
+                continue  # the tool resume's wakes re-check it (plan_resume.py)
             if agent is None or agent.forgotten or not s.hashes or s.context_payload is None:
                 if tool:
                     p_._drop("no_agent" if agent is None or agent.forgotten else "no_context", now, REASON_TOOL_RESUME)

@@ -9,12 +9,15 @@ engine's block ids are the ones in the views, as in the simulator).
 Cost control: a long prompt has hundreds of 16-token blocks, and touching each one would dominate
 the request path. Because a prefix's deeper blocks are always evicted before its shallower ones
 (deepest-first touch order), residency along a chain is monotone, so the shadow only tracks every
-``stride``-th block (plus the anchor's last block), each entry carrying the tokens of the segment
-it closes, and finds a prompt's resident prefix by binary search. A prompt's partial tail (fewer
-than ``stride`` blocks past its last tracked block) is not modelled: tracking it would charge the
-same tokens twice once a longer prompt covers them with a stride entry. So the strided shadow
-under-counts by at most stride−1 blocks per prompt and answers "resident" to stride granularity
-(``fully_resident``).
+``stride``-th block, plus the anchor's last block and the prompt's own last block, each entry
+carrying the tokens of the segment it closes, and finds a prompt's resident prefix by binary
+search. The last block matters: untracked, every prompt's tail (up to stride−1 blocks) went
+uncharged (~10% of a demo agent's context), the shadow held more than the engine's cache, and
+called tool-paused contexts resident that the engine had evicted (issue 25). When a longer prompt of the
+same chain covers an earlier prompt's tail with its new entries, that tail entry is dropped
+(``_absorb``), so a session's growing prompts are charged once; a shorter prompt after a longer
+one (a truncated or re-rendered history) can still charge its tail twice until it ages out. The
+shadow answers "resident" to stride granularity (``fully_resident``).
 ``stride=0`` (default) picks the stride from the first view seen: ``stride_tokens`` (256) divided by its largest
 block, so chat views (16-token blocks) track every 16th block and trace views (512-token blocks) every block.
 ``stride=1`` gives an exact block-level LRU.
@@ -108,8 +111,32 @@ class ResidencyShadow(ShadowQueries):
             else:
                 hi = mid
         hit = sum(seg[:lo])
+        if lo < len(hashes) and self.stride > 1:
+            self._absorb(view.block_hashes, hashes, hashes[lo - 1] if lo else None)
         self._zone_hits += self._touch_sampled(hashes, seg)
         return hit
+
+    def _absorb(self, full: Sequence[int], sampled: Sequence[int], last_resident: int | None) -> None:
+        """Drop the tracked entries lying between this prompt's new tracked blocks: an earlier,
+        shorter prompt's tail in the same chain, whose tokens the new entries' segments now count.
+        Without this a session's every turn would leave its tail charged twice until it aged out
+        (the shadow would then evict early). C-level set operations: no Python loop per block."""
+        start = full.index(last_resident) + 1 if last_resident is not None else 0
+        stale = self._stamp.keys() & set(full[start:])
+        if not stale:
+            return
+        stale.difference_update(sampled)
+        if not stale:
+            return
+        stamps, toks = self._stamp, self._tok
+        qs = self._qs
+        cs = qs[self._cur] if self._cur < len(qs) else self._seq + 1
+        for h in stale:
+            st = stamps.pop(h)
+            t = toks.pop(h)
+            self._used -= t
+            if st < cs:
+                self._zone_tok -= t
 
     def lifetime_s(self, now: float | None = None) -> float | None:
         """How long a block just made most recent survives untouched: capacity over the client
@@ -149,7 +176,9 @@ class ResidencyShadow(ShadowQueries):
             pos = list(range(k - 1, n, k))
             if extra >= 0:
                 pos.append(extra)
-                pos.sort()
+            if (n - 1) % k != k - 1 and n - 1 != extra:
+                pos.append(n - 1)
+            pos.sort()
             if len(self._shapes) > _SHAPE_CACHE:
                 self._shapes.clear()
             get = itemgetter(*pos) if len(pos) > 1 else (lambda seq, _i=pos[0]: (seq[_i],)) if pos else None

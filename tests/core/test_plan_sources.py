@@ -206,3 +206,48 @@ def test_session_sweep_waits_while_the_engine_prefills_for_clients():
         [("touch", REASON_TOOL_RESUME)],
         0,
     )
+
+
+def _woken(past_agent: int = 0, **kw) -> list[tuple[str, str]]:
+    """A session paused on a tool call whose context is evicted during the tool's run (the pause
+    is planned when it starts, when the context is still resident); only the tool resume's wakes
+    may see it again (the session sweep is off)."""
+    kw.setdefault("disabled_pieces", ("session_sweep",))
+    w = _w(residency_capacity_tokens=16 * 60, **kw)
+    for k in range(3):  # the agent's tool pauses: 3.6, 4.0 and 4.4 s
+        w.step(past_agent, f"past{k}", 1.0 + k, finish="tool_calls")
+        w.step(past_agent, f"past{k}", 4.7 + 1.4 * k)
+    w.step(0, "s", 10.0, finish="tool_calls")
+    assert w.policy.plan(10.2) == []  # resident when the pause starts
+    w.junk(16 * 80, 11.0)  # the tool runs; other traffic evicts the context
+    acts = []
+    for k in range(40):
+        acts += w.policy.plan(11.1 + k * 0.1)
+    return [(a.kind, a.reason) for a in acts]
+
+
+def test_tool_resume_wakes_before_the_learned_pause_ends():
+    assert _woken() == [("warm", REASON_TOOL_RESUME)]
+    assert _woken(resume_wake_quantiles=()) == []
+    # an agent with too few pauses of its own goes by its tenant's other agents' pauses
+    assert _woken(past_agent=1) == [("warm", REASON_TOOL_RESUME)]
+    assert _woken(disabled_pieces=("session_sweep", "tool_resume")) == []
+
+
+def _swept_with_pauses_learned(**kw) -> list[str]:
+    w = _w(residency_capacity_tokens=16 * 60, sweep_interval_s=0.0, session_gated=False, **kw)
+    for k in range(3):
+        w.step(1, f"past{k}", 1.0 + k, finish="tool_calls")
+        w.step(1, f"past{k}", 4.7 + 1.4 * k)
+    w.step(0, "s", 10.0, finish="tool_calls")
+    w.policy.planner.dirty.clear()  # only the sweep may see it
+    w.junk(16 * 80, 11.0)
+    return [a.reason for a in w.policy.plan(15.0)]
+
+
+def test_session_sweep_leaves_tool_pauses_to_the_wakes_once_pauses_are_learned():
+    """With tool pauses learned the tool resume's wakes re-check a tool-paused session, so the
+    sweep skips it (its re-checks, on every sweep, were the grid's harm); before that, and with
+    the wakes off, the sweep keeps it."""
+    assert _swept_with_pauses_learned() == []
+    assert _swept_with_pauses_learned(resume_wake_quantiles=()) == [REASON_TOOL_RESUME]

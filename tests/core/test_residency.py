@@ -96,13 +96,17 @@ def test_auto_stride_tracks_fewer_entries_with_the_same_prefix_answers():
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 7), st.integers(1, 30)), min_size=1, max_size=40), st.integers(20, 300))
 def test_strided_shadow_tracks_exact_lru_to_stride_granularity(prompts, cap_blocks):
-    """Prompts share prefixes (one chain per family). The strided shadow only drops partial tails,
-    so it never holds more tokens than the exact LRU, never exceeds capacity, and never reports
-    less of a prefix than the exact LRU minus one stride; with no eviction both agree to a stride."""
+    """Prompts share prefixes (one chain per family) and a family's prompts only grow, as a
+    session's do. The strided shadow tracks each prompt's last block too, and drops an earlier
+    prompt's tail once a longer one covers it, so it never holds more tokens than the exact LRU,
+    never exceeds capacity, and never reports less of a prefix than the exact LRU minus one
+    stride; with no eviction both agree to a stride."""
     k = 4
     exact = ResidencyShadow(16 * cap_blocks, stride=1)
     coarse = ResidencyShadow(16 * cap_blocks, stride=k)
+    longest: dict[int, int] = {}
     for family, length in prompts:
+        length = longest[family] = max(length, longest.get(family, 0))
         ids = [family * 1000 + b for b in range(length)]
         fwd(exact, ids)
         fwd(coarse, ids)
@@ -195,6 +199,8 @@ def _reference_sample(stride, hashes, tokens, extra):
     pos = list(range(stride - 1, n, stride))
     if 0 <= extra < n and extra % stride != stride - 1:
         pos = sorted(pos + [extra])
+    if n - 1 not in pos:  # the prompt's last block: its tail is tracked too
+        pos.append(n - 1)
     seg, prev = [], 0
     for i in pos:
         seg.append(sum(tokens[prev : i + 1]))
@@ -277,3 +283,29 @@ def test_verdict_answers_like_the_three_separate_questions(stride):
         full = r.fully_resident(probe)
         want = (r.resident_prefix(probe), full, full and r.near_eviction(probe))
         assert r.verdict(probe) == want, (step, len(probe))
+
+
+def test_strided_shadow_sees_a_prompts_evicted_tail():
+    """A prompt's last blocks past its last stride block are tracked and charged: the shadow
+    fills as the engine's cache does and evicts when the engine would (issue 25: untracked tails
+    made the shadow hold more than the cache, and call evicted session contexts resident).
+    Residency stays exact to a stride."""
+    exact, coarse = ResidencyShadow(16 * 12, stride=1), ResidencyShadow(16 * 12, stride=4)
+    a = list(range(1, 11))  # 10 blocks: stride entries at blocks 3 and 7, the tail at block 9
+    for shadow in (exact, coarse):
+        fwd(shadow, a)
+        fwd(shadow, list(range(101, 107)))  # 16 blocks in a 12-block cache: a's 4 deepest go
+    assert exact.resident_prefix(a) == 6
+    # untracked tails (10 + 6 blocks charged as 8 + 4) would leave a's first 8 blocks "resident"
+    assert exact.resident_prefix(a) - 3 <= coarse.resident_prefix(a) <= exact.resident_prefix(a)
+    assert coarse.used_tokens <= exact.used_tokens
+
+
+def test_a_longer_prompt_absorbs_the_tail_it_covers():
+    """A session's next prompt extends its last one: the earlier tail's tokens are counted by the
+    new prompt's entries, so the earlier tail entry is dropped rather than charged twice."""
+    shadow = ResidencyShadow(0, stride=4)
+    fwd(shadow, list(range(1, 7)))  # entries at blocks 3 and 5 (its tail): 6 blocks
+    assert shadow.used_tokens == 16 * 6
+    fwd(shadow, list(range(1, 12)))  # entries at 3, 7 and 10 (its tail): 11 blocks, block 5 absorbed
+    assert shadow.used_tokens == 16 * 11 and 6 not in shadow

@@ -24,7 +24,9 @@ def test_a_deep_research_run_as_text_resumes_its_lineages(tmp_path):
     rows = {row["capacity_blocks"]: row["policies"] for row in res["capacities"]}
     for cap, pol in rows.items():
         lru, scout = pol["lru"]["hit_rate"], pol["scout-proxy"]["hit_rate"]
-        assert scout >= lru - 1e-9, (cap, scout, lru)
+        # never worse than LRU by more than 0.1 pp (at 622 blocks LRU keeps nearly everything; since
+        # the shadow charges prompts' tails, issue 25, scout-proxy reads 0.04 pp below it there)
+        assert scout >= lru - 0.001, (cap, scout, lru)
     at = rows[448]
     assert at["belady"]["hit_rate"] - at["lru"]["hit_rate"] >= 0.05  # headroom here
     assert at["scout-proxy"]["hit_rate"] > at["lru"]["hit_rate"] + 0.01

@@ -1,0 +1,118 @@
+"""The tool-resume source: a session paused on ``tool_calls`` keeps its own context for the
+tool's answer.
+
+Why wakes (issue 25): the pause is planned when it starts, and then the context was just used —
+resident, nothing to do. What decides the resume's TTFT is whether the context is still there
+when the tool returns, seconds later, after other sessions' traffic went through the cache. So
+each pause is offered again at wakes set from the agent's own learned tool pauses (its
+``resume_wake_quantiles``, each less the context's prefill time, so that a warm lands before the
+resume): at a wake the filters and the pricer see the context as it is then (resident -> nothing;
+near the LRU tail -> a touch; evicted -> a warm, when the engine has slack and the price is
+right). Until the agent has ``continuation_min_samples`` pauses of its own, its tenant's pooled
+tool pauses stand in (in a team every agent calls tools; the first pauses of a fresh proxy would
+otherwise go unplanned). In the demo's replay cell (docs/demo.md) the wakes and the pooled pauses
+took scout-proxy from -3% to -14..-25% mean TTFT at the demo's load (the oracle keeper: -38..-41%).
+
+Bounded: at most ``len(resume_wake_quantiles)`` heap entries per pause; a wake whose session
+resumed, ended or paused again is dropped when it comes up, and the heap is refiltered when it
+outgrows a few per tracked session.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+
+from .actions import REASON_TOOL_RESUME
+from .agents import Agent, AgentRegistry
+from .candidates import Tick
+from .config import PolicyConfig
+from .plan_contexts import context_candidate
+from .sessions import Session
+from .survival import continuation_probability
+
+TOOL_RESUME = "tool_resume"
+
+
+def wake_gaps(registry: AgentRegistry, agent: Agent, cfg: PolicyConfig) -> Sequence[float] | None:
+    """The tool pauses an agent's wakes go by: its own once it has ``continuation_min_samples``,
+    else its tenant's pooled ones (in a team every agent calls tools), else None (no wakes: the
+    session sweep keeps re-checking the pause)."""
+    n = cfg.continuation_min_samples
+    if not cfg.resume_wake_quantiles:
+        return None
+    if len(agent.tool_gaps) >= n:
+        return agent.tool_gaps
+    pooled = registry.tenant(agent.tenant).tool_gaps
+    return pooled if len(pooled) >= n else None
+
+
+class ToolResume:
+    """A session paused on ``tool_calls``: its own context, for the tool's answer — offered when the
+    pause starts and again at the wakes ``schedule`` sets (the agent's learned tool-pause quantiles,
+    each less the context's prefill time), when the context may have been evicted meanwhile."""
+
+    name = TOOL_RESUME
+
+    def __init__(self) -> None:
+        self.wakes: list[tuple[float, tuple[str, str], float]] = []  # heap of (when, session, its pause's start)
+
+    def schedule(self, t: Tick, s: Session, agent: Agent) -> None:
+        """Wakes for this pause: at each of ``resume_wake_quantiles`` of the agent's tool pauses (once
+        ``continuation_min_samples`` are seen), less the prefill time of the context."""
+        cfg = t.p.cfg
+        gaps = wake_gaps(t.p.registry, agent, cfg)
+        if gaps is None or s.last_end is None:
+            return
+        if len(self.wakes) > 4 * len(cfg.resume_wake_quantiles) * cfg.max_sessions:  # stale ones, rarely
+            live = t.p.sessions.sessions
+            self.wakes = [w for w in self.wakes if (x := live.get(w[1])) is not None and x.last_end == w[2]]
+            heapq.heapify(self.wakes)
+        xs = sorted(gaps)
+        # the context's prefill (or, with a host tier, its load, inside the prefetch window)
+        lead = cfg.reload_s(sum(s.block_tokens)) + (cfg.prefetch_window_s / 2 if cfg.host_tier_tokens else 0.0)
+        for at in sorted(
+            {s.last_end + xs[min(len(xs) - 1, int(q * len(xs)))] - lead for q in cfg.resume_wake_quantiles}
+        ):
+            if at > t.now:
+                heapq.heappush(self.wakes, (at, s.key, s.last_end))
+
+    def due(self, t: Tick) -> None:
+        """Offer the sessions whose wake came and that still wait on the same tool call."""
+        wakes, now, p_ = self.wakes, t.now, t.p
+        offered: set[tuple[str, str]] = set()
+        while wakes and wakes[0][0] <= now:
+            _, key, end = heapq.heappop(wakes)
+            s = p_.sessions.sessions.get(key)
+            if s is None or key in offered or s.inflight or s.last_end != end or s.finish != "tool_calls":
+                continue
+            agent = s.agent
+            if agent is None or p_.registry.by_id.get(agent.agent_id) is not agent:
+                continue
+            offered.add(key)
+            elapsed = now - end
+            med = agent.tool_gap_median
+            self.session(t, s, agent, elapsed, med - elapsed if med is not None and elapsed < med else None)
+
+    def session(self, t: Tick, s: Session, agent: Agent, elapsed: float, lead: float | None) -> None:
+        cfg, p_ = t.p.cfg, t.p
+        if not (s.hashes and s.context_payload is not None):
+            p_._drop("no_context", t.now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant)  # nothing to rebuild
+            return
+        p = continuation_probability(
+            agent.tool_gaps,
+            elapsed,
+            cfg.continuation_horizon_s,
+            True,
+            cfg.tool_resume_prior,
+            cfg.continuation_prior,
+            cfg.continuation_min_samples,
+        )
+        if p < cfg.tool_resume_min_p:
+            p_._drop("resume_unlikely", t.now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant, p)
+        elif cfg.tool_resume_gated and "gate" not in t.off and not t.gate(agent.tenant):
+            p_._drop("gate_closed", t.now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant, p)
+        else:
+            t.out.append(
+                context_candidate(s, agent.tenant, p, REASON_TOOL_RESUME, lead=lead, warm_ok=True, session=s.key)
+            )
