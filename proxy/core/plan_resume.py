@@ -10,8 +10,9 @@ resume): at a wake the filters and the pricer see the context as it is then (res
 near the LRU tail -> a touch; evicted -> a warm, when the engine has slack and the price is
 right). Until the agent has ``continuation_min_samples`` pauses of its own, its tenant's pooled
 tool pauses stand in (in a team every agent calls tools; the first pauses of a fresh proxy would
-otherwise go unplanned). In the demo's replay cell (docs/demo.md) the wakes and the pooled pauses
-took scout-proxy from -3% to -14..-25% mean TTFT at the demo's load (the oracle keeper: -38..-41%).
+otherwise go unplanned). In the demo's replay cell (docs/demo.md, 3 seeds) the wakes, the pooled
+pauses and the shadow's tail accounting took scout-proxy from -7% to -14% mean TTFT (median) at the
+demo's load (the oracle keeper: -40%).
 
 Bounded: at most ``len(resume_wake_quantiles)`` heap entries per pause; a wake whose session
 resumed, ended or paused again is dropped when it comes up, and the heap is refiltered when it
