@@ -292,6 +292,38 @@ def _next_agent(spec: WorkloadSpec, cur: int | None, step: int, script: list[int
     raise ValueError(f"unknown topology {spec.topology!r}; expected one of {TOPOLOGIES}")
 
 
+def session_request(
+    spec: WorkloadSpec,
+    chains: _Chains,
+    sid: int,
+    agent: int,
+    hist: int,
+    out_tokens: int,
+    finish: str | None,
+    tool_s: float | None,
+    category: str = "agent",
+    prompt: tuple[tuple[int, ...], tuple[int, ...]] | None = None,
+) -> tuple[ReplayRequest, float]:
+    """Session ``sid``'s request by ``agent`` over ``hist`` session tokens (or over ``prompt``'s
+    blocks: a fan-out branch), time set by the caller, and its nominal latency (prefill + decode at
+    the spec's rates): the next request's offset."""
+    hashes, tokens = prompt if prompt is not None else chains.prompt(agent, sid, hist)
+    req = ReplayRequest(
+        t=0.0,
+        tenant="",
+        block_hashes=hashes,
+        block_tokens=tokens,
+        output_tokens=out_tokens,
+        session_id=f"{spec.name}-{sid}",
+        agent=f"agent{agent}",
+        category=category,
+        anchor_blocks=len(chains.anchor[agent]),
+        finish_reason=finish,
+        tool_seconds=tool_s,
+    )
+    return req, sum(tokens) / spec.prefill_tokens_per_s + out_tokens / spec.decode_tokens_per_s
+
+
 def _session(
     spec: WorkloadSpec, sid: int, chains: _Chains, script: list[int], sel_agent: int | None, rng: random.Random
 ) -> list[tuple[float, ReplayRequest]]:
@@ -301,32 +333,13 @@ def _session(
     hist = rng.randint(*spec.task_tokens)
     steps = rng.randint(*spec.steps)
     cur: int | None = None
-    sname = f"{spec.name}-{sid}"
 
     def emit(
         agent: int, out_tokens: int, finish: str | None = None, tool_s: float | None = None, category: str = "agent"
     ) -> float:
-        hashes, tokens = chains.prompt(agent, sid, hist)
-        prompt = sum(tokens)
-        out.append(
-            (
-                t,
-                ReplayRequest(
-                    t=0.0,
-                    tenant="",
-                    block_hashes=hashes,
-                    block_tokens=tokens,
-                    output_tokens=out_tokens,
-                    session_id=sname,
-                    agent=f"agent{agent}",
-                    category=category,
-                    anchor_blocks=len(chains.anchor[agent]),
-                    finish_reason=finish,
-                    tool_seconds=tool_s,
-                ),
-            )
-        )
-        return prompt / spec.prefill_tokens_per_s + out_tokens / spec.decode_tokens_per_s
+        req, latency = session_request(spec, chains, sid, agent, hist, out_tokens, finish, tool_s, category)
+        out.append((t, req))
+        return latency
 
     reserve = max(chains.anchor_tokens) + 2 * (spec.reply_tokens[1] + spec.tool_result_tokens[1] + spec.user_tokens[1])
     for step in range(steps):
@@ -346,26 +359,11 @@ def _session(
             end, joined = t, 0
             for b in range(spec.fanout):
                 out_tokens = rng.randint(*spec.reply_tokens)
-                hashes, tokens = _branch(chains, cur, sid, hist, (sid, step, b), rng.randint(*spec.branch_tokens))
+                branch = _branch(chains, cur, sid, hist, (sid, step, b), rng.randint(*spec.branch_tokens))
                 start = t + b * spec.fanout_stagger_s
-                out.append(
-                    (
-                        start,
-                        ReplayRequest(
-                            t=0.0,
-                            tenant="",
-                            block_hashes=hashes,
-                            block_tokens=tokens,
-                            output_tokens=out_tokens,
-                            session_id=sname,
-                            agent=f"agent{cur}",
-                            category="branch",
-                            anchor_blocks=len(chains.anchor[cur]),
-                            finish_reason="stop",
-                        ),
-                    )
-                )
-                end = max(end, start + sum(tokens) / spec.prefill_tokens_per_s + out_tokens / spec.decode_tokens_per_s)
+                req, latency = session_request(spec, chains, sid, cur, hist, out_tokens, "stop", None, "branch", branch)
+                out.append((start, req))
+                end = max(end, start + latency)
                 joined += out_tokens // 2
             hist += joined
             t = end + spec.gap_seconds

@@ -77,31 +77,13 @@ def _session(
     t = 0.0
     hist = rng.randint(*spec.task_tokens)
     cur: int | None = None
-    sname = f"{spec.name}-{sid}"
+
+    from proxy.replay.workloads import _next_agent, session_request
 
     def emit(agent: int, out_tokens: int, finish: str, tool_s: float | None) -> float:
-        hashes, tokens = chains.prompt(agent, sid, hist)
-        out.append(
-            (
-                t,
-                ReplayRequest(
-                    t=0.0,
-                    tenant="",
-                    block_hashes=hashes,
-                    block_tokens=tokens,
-                    output_tokens=out_tokens,
-                    session_id=sname,
-                    agent=f"agent{agent}",
-                    category="agent",
-                    anchor_blocks=len(chains.anchor[agent]),
-                    finish_reason=finish,
-                    tool_seconds=tool_s,
-                ),
-            )
-        )
-        return sum(tokens) / spec.prefill_tokens_per_s + out_tokens / spec.decode_tokens_per_s
-
-    from proxy.replay.workloads import _next_agent
+        req, latency = session_request(spec, chains, sid, agent, hist, out_tokens, finish, tool_s)
+        out.append((t, req))
+        return latency
 
     for step in range(rng.randint(*spec.steps)):
         cur = _next_agent(spec, cur, step, script, rng)
