@@ -33,12 +33,12 @@ from typing import TYPE_CHECKING, Any
 from proxy.cachemodel.cost_model import CostModel
 from proxy.replay.traces import ReplayRequest
 
-if TYPE_CHECKING:  # workloads.py imports this module for its PRESETS: no import of it at load time
+if TYPE_CHECKING:  # workload_presets.py imports this module for PRESETS: no import of it at load time
     from proxy.replay.workloads import WorkloadSpec, _Chains
 
 CALL_TOKENS = 30  # a tool call as the sim engine renders it (<tool_call>{"name", "arguments"}</tool_call>)
 
-# the preset's WorkloadSpec fields (workloads.PRESETS["demo-app"] = WorkloadSpec(**DEMO_APP))
+# the preset's WorkloadSpec fields (workload_presets.PRESETS["demo-app"] = WorkloadSpec(**DEMO_APP))
 DEMO_APP: dict[str, Any] = {
     "name": "demo-app",
     "topology": "selector",  # the next agent of a multi-turn task; the preset has one turn (steps 1)
