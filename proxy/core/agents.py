@@ -110,7 +110,7 @@ class TenantState:
         self.max_anchor_tokens = 0  # largest anchor seen (bounds any warm's size)
         self.learner = TransitionLearner(config.epsilon, config.decay_half_life, config.r_refresh_steps)
         # every agent's tool pauses, pooled: what a tool resume's wakes go by until its own agent has
-        # enough of its own (plan_sources.ToolResume.schedule)
+        # enough of its own (plan_resume.wake_gaps)
         self.tool_gaps: deque[float] = deque(maxlen=config.gap_samples)
 
     def alloc_slot(self) -> int:
