@@ -4,6 +4,8 @@
     PYTHONPATH=$PWD .venv/bin/python benchmarks/grid_lanes_levels.py run 1 2 lanes.jsonl &   # in parallel
     PYTHONPATH=$PWD .venv/bin/python benchmarks/grid_lanes_levels.py table lanes.jsonl
 
+(`run PART PARTS OUT SEED`: another workload seed than the grid's 0.)
+
 `cachescout replay --grid default --lane all` gives the full cells (every policy, re-planned
 throughput, report.md), but returns nothing until all 32 levels are done. This script runs a
 reduced set per (preset, pause, busy) level of the same grid and appends each level to a jsonl as
@@ -31,18 +33,19 @@ POLICIES = ("lru", "scout-proxy", "scout-proxy-lane", "oracle-keeper")
 KEYS = ("hit_rate", "ttft_mean_s", "ttft_p99_s", "turn_mean_s")
 
 
-def run(part: int, parts: int, out: str) -> None:
+def run(part: int, parts: int, out: str, seed: int | None = None) -> None:
     g = GRIDS["default"]
+    seed = g.seed if seed is None else seed  # the grid's seed unless given
     levels = [(gp, pause, b) for b in sorted(g.busy, reverse=True) for gp in g.presets for pause in g.pauses]
     caps_of: dict[tuple[str, str], list[int]] = {}
     for k, (gp, pause, busy) in enumerate(levels):
         if k % parts != part:
             continue
         if (gp.name, pause) not in caps_of:
-            rs = regimes.running_set(generate(spec_for(gp, pause, g.ref_busy, g.seed)))["blocks_p90"]
+            rs = regimes.running_set(generate(spec_for(gp, pause, g.ref_busy, seed)))["blocks_p90"]
             caps_of[(gp.name, pause)] = [max(1, round(x * rs)) for x in g.cache_x]
         caps = caps_of[(gp.name, pause)]
-        spec = spec_for(gp, pause, busy, g.seed)
+        spec = spec_for(gp, pause, busy, seed)
         reqs = generate(spec)
         st = ReplaySettings(block_size=spec.block_size, latency_budget_s=gp.budget_s)
         t0 = time.time()
@@ -173,6 +176,6 @@ def table(paths: list[str]) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "run":
-        run(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+        run(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]) if len(sys.argv) > 5 else None)
     else:
         table(sys.argv[2:])

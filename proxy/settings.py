@@ -148,7 +148,10 @@ class Settings(BaseSettings):
         "(program-level FCFS), las = least attained service first, with an ageing bound",
     )
     session_priority_ageing_s: float = Field(
-        30.0, gt=0, description="las: the most a request can be ordered behind requests that arrived after it (s)"
+        30.0,
+        gt=0,
+        description="session lane (continue and las): the most a request can be ordered behind requests that "
+        "arrived after it (s); nothing starves longer",
     )
     host_tier_tokens: int = Field(
         0,

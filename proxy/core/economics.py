@@ -24,14 +24,14 @@ request waiting in the engine — so no client prefill queues behind it, and a w
 time is unknown only when quiet (no client prefill running either: the cache is not turning over); with the running set
 alone larger than the cache nothing is done (``overflowing``). ``reload_price`` is the engine-token
 price of bringing one evicted token back: 1.0 = recompute; a host-memory tier sets its load price.
-The slack lane (``Market.priority_lane``): when the engine runs a priority policy and every action
-goes at its lowest priority, a warm is never admitted ahead of a client request already queued
-(vLLM: the waiting queue is a heap on (priority, arrival); SGLang: sorted by priority, then
-arrival), so it is priced by the slack it uses, not by the queue it would delay: the waiting-queue
-term of ``queueing`` is zero and a warm need not wait for an empty queue. What stays: engine time
-(utilisation), arrivals during its run (once admitted, its remaining prefill chunks are scheduled
-before later arrivals' — running requests go first), pollution, and the ``quiet`` rule (about
-turnover, not queueing). ``external`` > 0 (the engine's own gauges show requests that are neither
+The slack lane (the engine runs a priority policy and every action goes at its lowest priority)
+prices an action as above: its queue is still a reason to wait. Dropping the waiting-queue term
+and acting while clients queue (a lowest-priority warm is never admitted ahead of a queued client
+request) was measured on the replay grid and lost: once admitted, a warm's prefill chunks run
+before later arrivals', and 11 cells ended > 1% worse than LRU against 7 with FCFS pricing
+(docs/replay.md "Lanes on the grid"). What the lane still changes is upstream of this module: the
+planner does not stand back for requests it does not see (``external``).
+``external`` > 0 (the engine's own gauges show requests that are neither
 this proxy's clients nor its actions): the traffic the proxy sees is not all there is, so the
 engine is never ``quiet``.
 Pure: frozen dataclasses in, numbers out.
@@ -68,16 +68,14 @@ class Market:
     touch_cost_tokens: float = 16.0  # a touch: one recomputed block + one decode row
     touch_hidden_tokens: float = 0.0  # measured: tokens a touch found missing after all (the
     # shadow is coarse at the tail) and prefilled: a small warm
-    priority_lane: bool = False  # actions run at the engine's lowest priority: never ahead of a queued request
     external: int = 0  # engine requests that are neither this proxy's clients nor its actions (scraped)
 
     @property
     def slack(self) -> bool:
         """No client request queued in the engine: a warm started now runs after the requests
         already there (an engine schedules running and earlier-waiting requests first) and can only
-        delay later arrivals, which ``queueing`` prices. In the slack lane the engine itself keeps
-        it behind every queued client request, so there is always slack to offer."""
-        return self.waiting <= 0 or self.priority_lane
+        delay later arrivals, which ``queueing`` prices."""
+        return self.waiting <= 0
 
     @property
     def quiet(self) -> bool:
@@ -145,13 +143,11 @@ def pollution(tokens: float, m: Market) -> float:
 
 def queueing(tokens: float, m: Market) -> float:
     """Client prefill time (in tokens) spent waiting behind ``tokens`` of warmup prefill: every
-    request waiting now, plus the ones arriving while it runs (rate·s of them, s/2 each). In the
-    slack lane the requests waiting now are ahead of it (lowest priority): only arrivals count."""
+    request waiting now, plus the ones arriving while it runs (rate·s of them, s/2 each)."""
     if tokens <= 0:
         return 0.0
     s = tokens / max(1e-9, m.prefill_tokens_per_s)
-    waiting = 0 if m.priority_lane else m.waiting
-    return waiting * tokens + m.request_rate * s * tokens / 2.0
+    return m.waiting * tokens + m.request_rate * s * tokens / 2.0
 
 
 def assess(p: Prospect, m: Market) -> Verdict:

@@ -131,9 +131,11 @@ class Planner(Picker):
         cfg = self.cfg
         self._now = now
         self._refill(now)
-        # in the slack lane the engine keeps actions behind its queue; without it, requests the proxy
-        # does not see (another client on the same engine) make any action a guess: stand back
-        queued = load.waiting > cfg.max_engine_waiting and not load.priority_lane
+        # requests the proxy does not see (another client on the same engine) make any action a
+        # guess: stand back, unless the engine keeps actions behind them (the slack lane). Its queue
+        # is a reason to wait in the lane too: measured on the grid, acting while clients queue
+        # loses (docs/replay.md "Lanes on the grid")
+        queued = load.waiting > cfg.max_engine_waiting
         shared = load.external > 0 and not load.priority_lane
         if queued or shared or len(self.inflight) >= cfg.max_concurrent:
             # per-tick clears run whether or not this tick acts (a queued engine must not grow
@@ -163,7 +165,7 @@ class Planner(Picker):
         sweep_due = now - self._last_sweep >= cfg.sweep_interval_s
         if sweep_due:
             self._last_sweep = now
-        calm = load.prefilling <= 0 and (load.waiting <= 0 or load.priority_lane)
+        calm = load.prefilling <= 0 and load.waiting <= 0
         tick = Tick(self, now, self._off, sweep_due, {}, [], calm)
         for src in self._active:
             src.collect(tick)
@@ -177,9 +179,7 @@ class Planner(Picker):
         if not cands:
             return []
         cands.sort(key=lambda c: c.score, reverse=True)
-        busy = 0 < cfg.warm_max_inflight < load.inflight or (
-            load.waiting > cfg.warm_max_waiting and not load.priority_lane
-        )
+        busy = 0 < cfg.warm_max_inflight < load.inflight or load.waiting > cfg.warm_max_waiting
         actions = self._select(cands, now, slots, busy, self.market(load))
         if self.hints is not None and actions:
             self.hints.note(actions)  # a hint pays for one warm
@@ -224,6 +224,5 @@ class Planner(Picker):
             reload_price=1.0,  # not in the host tier either: recomputed
             touch_cost_tokens=float(cfg.touch_cost_tokens),
             touch_hidden_tokens=max(0.0, self.touch_prefill - cfg.touch_cost_tokens),
-            priority_lane=load.priority_lane,
             external=load.external,
         )

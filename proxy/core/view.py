@@ -49,8 +49,8 @@ class EngineLoad:
     prefilling: int = 0  # client requests in flight with no first token yet
     running_tokens: int = 0  # prompt tokens (view estimate) of the client requests in flight
     utilisation: float = 0.0  # share of recent wall time the engine spent prefilling (0..1)
-    # the engine runs a priority policy and actions go at its lowest priority (the slack lane):
-    # an action is never admitted ahead of a queued client request (economics.Market.priority_lane)
+    # the engine runs a priority policy and actions go at its lowest priority (the slack lane): an
+    # action is never admitted ahead of a client request, the proxy's or another client's (`external`)
     priority_lane: bool = False
     external: int = 0  # requests the engine runs or queues that are neither this proxy's nor its actions (scraped)
 

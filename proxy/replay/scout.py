@@ -316,7 +316,8 @@ class ScoutProxyLanePolicy(ScoutProxyPolicy):
     """The slack lane (issue 24; `lanes.py`): the same planner in front of a vLLM engine under
     `--scheduling-policy priority`; every touch and warm at the lowest priority (`LANE_LOWEST`: never
     admitted ahead of a queued client request, the first preempted), the planner told
-    (`EngineLoad.priority_lane`: it prices the slack an action uses, not the queue it would delay)."""
+    (`EngineLoad.priority_lane`: it no longer stands back for requests it does not see; it still
+    waits for the engine's queue and prices as on FCFS, which measured better on the grid)."""
 
     name = "scout-proxy-lane"
     scheduling = "priority"

@@ -10,12 +10,15 @@ while the adapter reports that capability (`engines.base.CAP_SCHED_PRIORITY`).
 
 Ranks are virtual times in ticks of `PRIORITY_TICK_S` since the proxy started (0 = most urgent;
 `HttpEngineAdapter.engine_priority` maps them to the engine's sign, below the slack lane):
-- `continue`: the session's first-seen time. A session's later calls go before the calls of every
-  session that started after it; a new session's first call is plain FCFS.
+- `continue`: the session's first-seen time, but never more than `ageing_s` before the arrival. A
+  session's later calls go before the calls of sessions that started after it, and a new session's
+  first call is ordered behind at most `ageing_s` seconds of later arrivals (the ageing bound). Without
+  the bound, an overloaded engine starved new sessions: on the replay grid's cache ×1 cells at busy
+  0.7–0.9 their first-call p99 TTFT grew by up to +10,582% (docs/replay-lanes.md).
 - `las`: the arrival time plus a penalty that grows with the tokens the session was served so far
   (prompt tokens computed + output tokens), doubling thresholds from `LAS_QUANTUM_TOKENS`, in
   `LAS_LEVELS` steps up to `ageing_s`. A request is ordered behind at most `ageing_s` seconds of later
-  arrivals: nothing starves longer than that (the ageing bound).
+  arrivals: nothing starves longer than that (the same ageing bound).
 A client's own `priority` is never touched; requests the proxy cannot attribute to a session get
 their arrival time (FCFS among themselves and with the lane). State is bounded (`max_sessions`,
 oldest first) and forgets a session idle for `SESSION_TTL_S`.
@@ -78,7 +81,7 @@ class SessionLane:
         if e is None:
             self.counts["ranked_new"] += 1
         if self.mode == "continue":
-            t = e.first_seen if e is not None else now
+            t = max(e.first_seen, now - self.ageing_s) if e is not None else now
         else:
             t = now + self.penalty_s(e.attained if e is not None else 0)
         return max(0, int((t - self.origin) / PRIORITY_TICK_S))

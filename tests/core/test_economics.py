@@ -90,31 +90,6 @@ def test_quiet_needs_a_pause_in_arrivals():
     assert assess(unknown, market(request_rate=3.0, idle_s=0.7)).kind == WARM
 
 
-def test_slack_lane_prices_the_slack_not_the_queue():
-    """Lowest priority: the requests already queued are ahead of the warm, so the waiting-queue term
-    goes and a warm need not wait for an empty queue; arrivals during its run and engine time stay."""
-    p = Prospect(2_000, 2_000, False, 0.9, 1.0)
-    busy = market(waiting=3, utilisation=0.5)
-    assert assess(p, busy).kind == WAIT  # FCFS: never queue client prefill behind a warm
-    lane = market(waiting=3, utilisation=0.5, priority_lane=True)
-    v = assess(p, lane)
-    assert v.kind == WARM
-    idle_lane = assess(p, market(waiting=0, utilisation=0.5, priority_lane=True))
-    assert v.cost == idle_lane.cost  # the queue it does not delay costs nothing
-    assert v.cost == assess(p, market(waiting=0, utilisation=0.5)).cost  # empty queue: same price both ways
-    # arrivals during its run still count in the lane
-    slow, fast = (assess(p, market(priority_lane=True, request_rate=r)).cost for r in (1.0, 20.0))
-    assert fast > slow
-    touch = Prospect(2_000, 0, True, 0.9, 2.0)
-    assert assess(touch, market(waiting=3, priority_lane=True)).cost < assess(touch, market(waiting=3)).cost
-
-
-def test_without_the_lane_nothing_changes():
-    for kw in ({}, {"waiting": 2}, {"prefilling": 1}, {"utilisation": 0.3, "waiting": 1}):
-        for p in (Prospect(2_000, 2_000, False, 0.9, 1.0), Prospect(2_000, 0, True, 0.9, 2.0)):
-            assert assess(p, market(**kw)) == assess(p, market(**kw, priority_lane=False, external=0))
-
-
 def test_external_load_means_the_engine_is_never_quiet():
     p = Prospect(2_000, 2_000, False, 0.9, None)  # demand time unknown: waits for quiet
     quiet = market(idle_s=100.0)

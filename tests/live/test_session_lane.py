@@ -21,6 +21,16 @@ def test_continue_ranks_a_session_by_when_it_started():
     assert lane.rank(None, 110.0) == round(10.0 / PRIORITY_TICK_S)  # unattributed: FCFS
 
 
+def test_continue_is_bounded_by_the_ageing_bound():
+    lane = SessionLane("continue", 30.0, origin=0.0)
+    lane.served(A, 500, started=0.0, now=1.0)
+    assert lane.rank(A, 20.0) == 0  # within the bound: the session's start
+    late = lane.rank(A, 100.0)  # 100 s after it started: at most 30 s ahead of its arrival
+    assert late == round(70.0 / PRIORITY_TICK_S)
+    # A's call ranks behind first calls that arrived more than 30 s before it, ahead of later ones
+    assert lane.rank(B, 69.0) < late < lane.rank(B, 71.0)
+
+
 def test_las_favours_less_served_sessions_within_the_ageing_bound():
     lane = SessionLane("las", 30.0, origin=0.0)
     assert lane.penalty_s(0) == 0.0
