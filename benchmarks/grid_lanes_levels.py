@@ -23,8 +23,7 @@ import statistics
 import sys
 import time
 
-from proxy.replay import regimes
-from proxy.replay.grid import GRIDS, spec_for
+from proxy.replay.grid import GRIDS, ref_running_set, spec_for
 from proxy.replay.grid_lanes import session_runs
 from proxy.replay.runner import ReplaySettings, make_policy, run_policy
 from proxy.replay.workloads import generate
@@ -42,7 +41,7 @@ def run(part: int, parts: int, out: str, seed: int | None = None) -> None:
         if k % parts != part:
             continue
         if (gp.name, pause) not in caps_of:
-            rs = regimes.running_set(generate(spec_for(gp, pause, g.ref_busy, seed)))["blocks_p90"]
+            rs = ref_running_set(g, gp, pause, seed)
             caps_of[(gp.name, pause)] = [max(1, round(x * rs)) for x in g.cache_x]
         caps = caps_of[(gp.name, pause)]
         spec = spec_for(gp, pause, busy, seed)

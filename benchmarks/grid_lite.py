@@ -24,8 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from proxy.replay import regimes  # noqa: E402
-from proxy.replay.grid import GRIDS, spec_for  # noqa: E402
+from proxy.replay.grid import GRIDS, ref_running_set, spec_for  # noqa: E402
 from proxy.replay.runner import ReplaySettings, make_policy, run_policy  # noqa: E402
 from proxy.replay.workloads import generate  # noqa: E402
 
@@ -51,7 +50,7 @@ def run(policies: list[str], over: dict, jobs: int, seed: int) -> dict[str, list
     work = []
     for gp in g.presets:
         for pause in g.pauses:
-            rs = regimes.running_set(generate(spec_for(gp, pause, g.ref_busy, g.seed)))["blocks_p90"]
+            rs = ref_running_set(g, gp, pause)
             caps = [max(1, round(x * rs)) for x in g.cache_x]
             work += [(gp, pause, b, seed, caps, p, over) for b in g.busy for p in policies]
     with multiprocessing.get_context("fork").Pool(jobs) as pool:

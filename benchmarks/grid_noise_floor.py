@@ -21,8 +21,7 @@ import random
 import statistics
 import sys
 
-from proxy.replay import regimes
-from proxy.replay.grid import GRIDS, spec_for
+from proxy.replay.grid import GRIDS, ref_running_set, spec_for
 from proxy.replay.policies import LruPolicy
 from proxy.replay.runner import ReplaySettings, make_policy, run_policy
 from proxy.replay.workloads import generate
@@ -53,7 +52,7 @@ class NullTouchLru(LruPolicy):
 def cell(preset: str, pause: str, busy: float, x: float, draws: int, touches: int | None) -> dict:
     g = GRIDS["default"]
     gp = next(p for p in g.presets if p.name == preset)
-    rs = regimes.running_set(generate(spec_for(gp, pause, g.ref_busy, g.seed)))["blocks_p90"]
+    rs = ref_running_set(g, gp, pause)
     spec = spec_for(gp, pause, busy, g.seed)
     reqs = generate(spec)
     st = ReplaySettings(block_size=spec.block_size, latency_budget_s=gp.budget_s)

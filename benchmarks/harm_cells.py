@@ -24,8 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from proxy.replay import regimes  # noqa: E402
-from proxy.replay.grid import GRIDS, spec_for  # noqa: E402
+from proxy.replay.grid import GRIDS, ref_running_set, spec_for  # noqa: E402
 from proxy.replay.runner import ReplaySettings, make_policy, run_policy  # noqa: E402
 from proxy.replay.workloads import generate  # noqa: E402
 
@@ -49,7 +48,7 @@ def _preset(name: str):
 
 def _cap(preset: str, pause: str, x: float) -> int:
     g = GRIDS["default"]
-    rs = regimes.running_set(generate(spec_for(_preset(preset), pause, g.ref_busy, g.seed)))["blocks_p90"]
+    rs = ref_running_set(g, _preset(preset), pause)
     return max(1, round(x * rs))
 
 

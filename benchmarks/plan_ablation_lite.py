@@ -24,8 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 import proxy.replay.runner as runner  # noqa: E402
 from proxy.core.config import PIECES  # noqa: E402
-from proxy.replay import regimes  # noqa: E402
-from proxy.replay.grid import GRIDS, spec_for  # noqa: E402
+from proxy.replay.grid import GRIDS, ref_running_set, spec_for  # noqa: E402
 from proxy.replay.workloads import generate  # noqa: E402
 
 POLS = ["scout-proxy"]  # lru and belady always run in the runner
@@ -57,7 +56,7 @@ def run(over: dict, jobs: int) -> list[dict]:
     work = []
     for gp in g.presets:
         for pause in g.pauses:
-            rs = regimes.running_set(generate(spec_for(gp, pause, g.ref_busy, 0)))["blocks_p90"]
+            rs = ref_running_set(g, gp, pause, 0)
             caps = [max(1, round(x * rs)) for x in g.cache_x]
             work += [(gp, pause, b, caps, over) for b in g.busy]
     with multiprocessing.get_context("fork").Pool(jobs) as pool:

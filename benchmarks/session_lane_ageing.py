@@ -17,8 +17,7 @@ from __future__ import annotations
 import json
 import sys
 
-from proxy.replay import regimes
-from proxy.replay.grid import GRIDS, spec_for
+from proxy.replay.grid import GRIDS, ref_running_set, spec_for
 from proxy.replay.lanes import session_links, session_metrics
 from proxy.replay.runner import ReplaySettings, make_policy, run_policy
 from proxy.replay.workloads import generate
@@ -38,7 +37,7 @@ def run(part: int, parts: int, out: str, bounds: list[float]) -> None:
     for k, (gp, pause, busy) in enumerate(levels):
         if k % parts != part:
             continue
-        cap = max(1, round(regimes.running_set(generate(spec_for(gp, pause, g.ref_busy, g.seed)))["blocks_p90"]))
+        cap = max(1, round(ref_running_set(g, gp, pause)))
         spec = spec_for(gp, pause, busy, g.seed)
         reqs = generate(spec)
         st = ReplaySettings(block_size=spec.block_size, latency_budget_s=gp.budget_s)

@@ -36,11 +36,22 @@ import time
 from pathlib import Path
 
 from proxy.replay import regimes
-from proxy.replay.grid_specs import GRIDS, OWN_PAUSES, GridPreset, GridSpec, cost_for, spec_for
+from proxy.replay.grid_specs import GRIDS, OWN_PAUSES, GridPreset, GridSpec, cost_for, ref_running_set, spec_for
 from proxy.replay.runner import BLIND_POLICIES, HINT_POLICIES, LANE_POLICIES, POLICIES, ReplaySettings, replay
 from proxy.replay.workloads import generate
 
-__all__ = ["GRIDS", "OWN_PAUSES", "GridPreset", "GridSpec", "cost_for", "crossing", "run_cli", "run_grid", "spec_for"]
+__all__ = [
+    "GRIDS",
+    "OWN_PAUSES",
+    "GridPreset",
+    "GridSpec",
+    "cost_for",
+    "crossing",
+    "ref_running_set",
+    "run_cli",
+    "run_grid",
+    "spec_for",
+]
 
 WANTED = ("lru", "history", "oracle-keeper", "oracle-keeper-blind", "belady", "scout-proxy")
 LEVEL_KEYS = ("preset", "pause", "busy", "requests", "busy_offered", "busy_offered_steady", "replay_s")
@@ -194,8 +205,7 @@ def run_grid(
     caps: dict[tuple[str, str], tuple[list[int], int]] = {}
     for gp in g.presets:
         for pause in g.pauses:
-            ref = gp.busy[len(gp.busy) // 2] if gp.busy else g.ref_busy
-            rs = regimes.running_set(generate(spec_for(gp, pause, ref, g.seed)), cost_for(gp))["blocks_p90"]
+            rs = ref_running_set(g, gp, pause)
             own = list(gp.capacity_blocks)
             caps[(gp.name, pause)] = (own or [max(1, round(x * rs)) for x in g.cache_x], rs)
     by_name = {gp.name: gp for gp in g.presets}

@@ -9,7 +9,7 @@ from typing import Any
 
 from proxy.cachemodel.cost_model import CostModel
 from proxy.replay import regimes
-from proxy.replay.workloads import preset
+from proxy.replay.workloads import generate, preset
 
 
 @dataclass(frozen=True)
@@ -108,3 +108,12 @@ def spec_for(gp: GridPreset, pause: str, busy: float, seed: int):
 def cost_for(gp: GridPreset) -> CostModel:
     """The cost model of a preset's cells: the default one, or at the preset's prefill rate."""
     return CostModel() if gp.prefill_tps is None else CostModel(prefill_token_s=1.0 / gp.prefill_tps)
+
+
+def ref_running_set(g: GridSpec, gp: GridPreset, pause: str, seed: int | None = None) -> int:
+    """The running set's p90 (distinct blocks in flight) at the grid's reference busy level: the
+    unit of a cell's capacity (`cache_x` × this). A preset with its own busy levels uses the middle
+    one. `seed`: the grid's unless given."""
+    ref = gp.busy[len(gp.busy) // 2] if gp.busy else g.ref_busy
+    reqs = generate(spec_for(gp, pause, ref, g.seed if seed is None else seed))
+    return int(regimes.running_set(reqs, cost_for(gp))["blocks_p90"])
