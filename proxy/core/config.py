@@ -36,7 +36,7 @@ PIECES = (*SOURCE_PIECES, *FILTER_PIECES, *VETO_PIECES)
 # removed setting in the overrides, or a removed piece in disabled_pieces, is dropped (not an error);
 # the runtime logs one warning naming it (runtime/policy_config.py, removed_names below).
 REMOVED_PIECES = ("warm_too_early", "warm_too_late", "warm_too_big")
-REMOVED_SETTINGS = ("warm_max_cache_share", "warm_lifetime_share")
+REMOVED_SETTINGS = ("warm_max_cache_share", "warm_lifetime_share", "session_gated")
 
 # The engine's waiting queue gates actions at three points, from strictest to loosest:
 #   warm_max_waiting (planner: no Warm above it; 0 = a warm never queues in front of a request),
@@ -139,8 +139,6 @@ class PolicyConfig:
     successor_contexts: int = 0  # per session, the last context of this many of its other agents is
     # kept, and when the session stops (not on a tool call) the predicted next agent's context there
     # is a candidate (source successor_contexts, issue 21); 0 = off (judged on the grid: docs/replay.md)
-    session_gated: bool = True  # continuation hints for sessions paused after other finishes
-    # need R >= R_min; off lets them act on agentless traffic
     fanout_enabled: bool = True  # protect the shared parent of concurrent requests / n > 1
     retain_enabled: bool = False  # emit Retain hints (only for engines that honour them)
     retain_priority_scale: int = 100  # Action.priority = round(p_surv * scale)

@@ -263,12 +263,17 @@ class AnchorSweep:
 
 
 class SessionSweep:
-    """Paused sessions likely to resume soon keep their context (session continuation).
+    """Sessions paused on a tool call keep their context until their agent's tool pauses are learned.
 
-    Walks the most recently active sessions only (``sweep_sessions`` of them), so a sweep stays
-    O(that) however many sessions are live. A session continuing is a fact of its own history,
-    not an agent-to-agent guess, but by default only tool_resume ignores the gate
-    (``tool_resume_gated``/``session_gated``)."""
+    The tool resume plans a pause when it starts, when the context was just used (resident); its
+    wakes re-check it at the agent's learned pause quantiles (plan_resume.py). Until an agent (or
+    its tenant) has ``continuation_min_samples`` pauses, or with the wakes off, this sweep is what
+    re-checks the pause, every ``sweep_interval_s`` on calm ticks: a fresh proxy's first tool
+    resumes depend on it (``tests/live/test_tool_resume.py``). Sessions paused after any other
+    finish (a user's turn, the next agent of a team) are not swept: on the headroom grid keeping
+    them made 17 of 288 cell-seeds > 1% slower (chat-agents: human think times outlive the cache,
+    and the touches cost more than they keep) and 1 faster (docs/replay.md "Capture"). Walks the
+    most recently active ``sweep_sessions`` sessions only, so a sweep stays O(that)."""
 
     name = SESSION_SWEEP
 
@@ -283,42 +288,41 @@ class SessionSweep:
             # clients that delays them and every arrival behind them (docs/replay.md "Capture")
             p_._drop("wait_for_slack", now, REASON_SWEEP)
             return
-        gated = "gate" not in t.off
+        gated = cfg.tool_resume_gated and "gate" not in t.off
         woken = bool(cfg.resume_wake_quantiles) and TOOL_RESUME not in t.off
         scored: list[Candidate] = []
         for k, s in enumerate(reversed(p_.sessions.sessions.values())):
             if k >= cfg.sweep_sessions:
                 break
             agent = s.agent
-            if s.inflight or s.last_end is None:
+            if s.inflight or s.last_end is None or s.finish != "tool_calls":
                 continue
-            tool = s.finish == "tool_calls"
-            if tool and woken and agent is not None and wake_gaps(p_.registry, agent, cfg) is not None:
+            if woken and agent is not None and wake_gaps(p_.registry, agent, cfg) is not None:
                 continue  # the tool resume's wakes re-check it (plan_resume.py)
             if agent is None or agent.forgotten or not s.hashes or s.context_payload is None:
-                if tool:
-                    p_._drop("no_agent" if agent is None or agent.forgotten else "no_context", now, REASON_TOOL_RESUME)
+                p_._drop("no_agent" if agent is None or agent.forgotten else "no_context", now, REASON_TOOL_RESUME)
                 continue
-            reason = REASON_TOOL_RESUME if tool else REASON_SWEEP
-            if gated and (cfg.tool_resume_gated if tool else cfg.session_gated) and not t.gate(agent.tenant):
-                p_._drop("gate_closed", now, reason, agent.agent_id, agent.tenant)
+            if gated and not t.gate(agent.tenant):
+                p_._drop("gate_closed", now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant)
                 continue
             elapsed = now - s.last_end
             p = continuation_probability(
-                agent.tool_gaps if tool else agent.gaps,
+                agent.tool_gaps,
                 elapsed,
                 cfg.continuation_horizon_s,
-                tool,
+                True,
                 cfg.tool_resume_prior,
                 cfg.continuation_prior,
                 cfg.continuation_min_samples,
             )
             if p < cfg.tool_resume_min_p:
-                p_._drop("resume_unlikely", now, reason, agent.agent_id, agent.tenant, p)
+                p_._drop("resume_unlikely", now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant, p)
                 continue
-            med = agent.tool_gap_median if tool else agent.gap_median
+            med = agent.tool_gap_median
             lead = med - elapsed if med is not None and elapsed < med else None
-            scored.append(context_candidate(s, agent.tenant, p, reason, lead=lead, warm_ok=tool, session=s.key))
+            scored.append(
+                context_candidate(s, agent.tenant, p, REASON_TOOL_RESUME, lead=lead, warm_ok=True, session=s.key)
+            )
         scored.sort(key=lambda c: c.score, reverse=True)
         t.out.extend(scored[: cfg.sweep_top_n])
 

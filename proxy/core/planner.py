@@ -18,8 +18,8 @@ retention time, far longer than one session's pause. Budgets: a token bucket siz
 engine's prefill rate by default (warm = missing tokens, touch = ``touch_cost_tokens``), no warm
 while the engine has a queue, ``max_concurrent`` unanswered actions,
 ``max_actions_per_tick``, no actions while the engine queue is long, one action per anchor per
-cool-down. Every action but tool_resume and fan-out parents needs the tenant's gate R >= R_min (continuation hints can
-be exempted with ``session_gated=False``); with a shut gate the planner does nothing else.
+cool-down. Every action but tool_resume and fan-out parents needs the tenant's gate R >= R_min;
+with a shut gate the planner does nothing else.
 """
 
 from __future__ import annotations

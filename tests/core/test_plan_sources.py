@@ -67,7 +67,7 @@ def test_anchor_sweep_offers_the_survival_ranked_anchors():
 
 
 def test_session_sweep_offers_paused_sessions_likely_to_resume():
-    w = _w(residency_capacity_tokens=16 * 60, sweep_interval_s=0.0, session_gated=False)
+    w = _w(residency_capacity_tokens=16 * 60, sweep_interval_s=0.0)
     w.step(0, "s", 1.0, finish="tool_calls")
     w.policy.planner.dirty.clear()  # only the sweep may see it
     w.junk(16 * 80, 2.0)
@@ -186,7 +186,7 @@ def _paused_near_eviction(load):
     under ``load``."""
     from proxy.core.view import EngineLoad
 
-    w = _w(residency_capacity_tokens=16 * 60, sweep_interval_s=0.0, session_gated=False)
+    w = _w(residency_capacity_tokens=16 * 60, sweep_interval_s=0.0)
     w.step(0, "s", 1.0, finish="tool_calls")
     w.policy.planner.dirty.clear()  # only the sweep may see it
     w.junk(16 * 44, 2.0)
@@ -232,7 +232,7 @@ def test_tool_resume_wakes_before_the_learned_pause_ends():
 
 
 def _swept_with_pauses_learned(**kw) -> list[str]:
-    w = _w(residency_capacity_tokens=16 * 60, sweep_interval_s=0.0, session_gated=False, **kw)
+    w = _w(residency_capacity_tokens=16 * 60, sweep_interval_s=0.0, **kw)
     for k in range(3):
         w.step(1, f"past{k}", 1.0 + k, finish="tool_calls")
         w.step(1, f"past{k}", 4.7 + 1.4 * k)
