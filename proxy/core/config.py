@@ -142,8 +142,8 @@ class PolicyConfig:
     fanout_enabled: bool = True  # protect the shared parent of concurrent requests / n > 1
     retain_enabled: bool = False  # emit Retain hints (only for engines that honour them)
     retain_priority_scale: int = 100  # Action.priority = round(p_surv * scale)
-    retain_sessions: bool = False  # also Retain paused sessions' whole contexts (not only agent
-    # anchors): off, because an engine keeps a retained block's
+    retain_sessions: bool = False  # also give session contexts' actions an engine priority, and
+    # Retain fan-out parents (not only agent anchors): off, because an engine keeps a retained block's
     # priority for its retention time (SGLang/Dynamo: 300 s) and
     # contexts of finished sessions then crowd out live histories
     conversion_window_s: float = 300.0  # an executed action counts toward a request this long
