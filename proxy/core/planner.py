@@ -4,10 +4,11 @@ Event-driven so plan() stays O(changed sessions): requests and/or responses mark
 dirty (``plan_trigger``; a response ending in ``tool_calls`` always does); plan() looks only at
 dirty sessions' predicted successors (reason ``transition`` for the top-1, ``fanout`` for further
 successors with P >= τ) and at sessions paused on ``tool_calls`` (reason ``tool_resume``), plus,
-at most every ``sweep_interval_s``, the survival-ranked anchors of all live sessions and the
-recent paused sessions likely to resume (reason ``hint``: protective touches and, when enabled,
-retention hints), and the parents of fan-outs the policy detected (concurrent requests of one
-session sharing a prefix beyond the anchor, or n > 1; reason ``fanout``, touch/retain only).
+at most every ``sweep_interval_s``, the survival-ranked anchors of all live sessions (reason
+``hint``: protective touches and, when enabled, retention hints) and the recent sessions paused
+on ``tool_calls`` whose pauses are not learned yet (reason ``tool_resume``), and the parents of
+fan-outs the policy detected (concurrent requests of one session sharing a prefix beyond the
+anchor, or n > 1; reason ``fanout``, touch/retain only).
 
 What each candidate becomes follows the residency shadow: fully resident and near the LRU tail ->
 Touch; resident but safe -> nothing (or Retain for a hint); (partly) evicted -> Warm, when the
