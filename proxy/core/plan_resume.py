@@ -58,13 +58,13 @@ class ToolResume:
     def __init__(self) -> None:
         self.wakes: list[tuple[float, tuple[str, str], float]] = []  # heap of (when, session, its pause's start)
 
-    def schedule(self, t: Tick, s: Session, agent: Agent) -> None:
+    def schedule(self, t: Tick, s: Session, agent: Agent) -> int:
         """Wakes for this pause: at each of ``resume_wake_quantiles`` of the agent's tool pauses (once
         ``continuation_min_samples`` are seen), less the prefill time of the context."""
         cfg = t.p.cfg
         gaps = wake_gaps(t.p.registry, agent, cfg)
         if gaps is None or s.last_end is None:
-            return
+            return 0
         if len(self.wakes) > 4 * len(cfg.resume_wake_quantiles) * cfg.max_sessions:  # stale ones, rarely
             live = t.p.sessions.sessions
             self.wakes = [w for w in self.wakes if (x := live.get(w[1])) is not None and x.last_end == w[2]]
@@ -72,11 +72,14 @@ class ToolResume:
         xs = sorted(gaps)
         # the context's prefill (or, with a host tier, its load, inside the prefetch window)
         lead = cfg.reload_s(sum(s.block_tokens)) + (cfg.prefetch_window_s / 2 if cfg.host_tier_tokens else 0.0)
+        n = 0
         for at in sorted(
             {s.last_end + xs[min(len(xs) - 1, int(q * len(xs)))] - lead for q in cfg.resume_wake_quantiles}
         ):
             if at > t.now:
                 heapq.heappush(self.wakes, (at, s.key, s.last_end))
+                n += 1
+        return n
 
     def due(self, t: Tick) -> None:
         """Offer the sessions whose wake came and that still wait on the same tool call."""
@@ -95,7 +98,9 @@ class ToolResume:
             med = agent.tool_gap_median
             self.session(t, s, agent, elapsed, med - elapsed if med is not None and elapsed < med else None)
 
-    def session(self, t: Tick, s: Session, agent: Agent, elapsed: float, lead: float | None) -> None:
+    def session(
+        self, t: Tick, s: Session, agent: Agent, elapsed: float, lead: float | None, warm_ok: bool = True
+    ) -> None:
         cfg, p_ = t.p.cfg, t.p
         if not (s.hashes and s.context_payload is not None):
             p_._drop("no_context", t.now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant)  # nothing to rebuild
@@ -115,5 +120,5 @@ class ToolResume:
             p_._drop("gate_closed", t.now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant, p)
         else:
             t.out.append(
-                context_candidate(s, agent.tenant, p, REASON_TOOL_RESUME, lead=lead, warm_ok=True, session=s.key)
+                context_candidate(s, agent.tenant, p, REASON_TOOL_RESUME, lead=lead, warm_ok=warm_ok, session=s.key)
             )

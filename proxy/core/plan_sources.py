@@ -152,6 +152,7 @@ class DirtySessions:
         registry = p_.registry
         now = t.now
         succ_on = SUCCESSORS not in t.off
+        swept = SESSION_SWEEP not in t.off and p_.cfg.sweep_sessions > 0
         ctx_on = SUCCESSOR_CONTEXTS not in t.off and p_.cfg.successor_contexts > 0
         if succ_on:
             self.successors.begin(t)
@@ -171,8 +172,14 @@ class DirtySessions:
                 elapsed = now - s.last_end if s.last_end is not None else 0.0  # (paused: it is set)
                 lead = med - elapsed if med is not None and elapsed < med else None
                 if tool and tool_on:
-                    self.tool_resume.session(t, s, agent, elapsed, lead)
-                    self.tool_resume.schedule(t, s, agent)
+                    # a warm waits for the pause's wakes or the session sweep when one comes later:
+                    # planned now (the pause's start, or the first tick calm enough after it), a warm
+                    # lands mid-burst and the rest of the burst evicts it again before the resume
+                    woken = self.tool_resume.schedule(t, s, agent)
+                    later = woken > 0 or (
+                        swept and wake_gaps(registry, agent, p_.cfg) is None and sweep_in_time(p_.cfg, lead, s)
+                    )
+                    self.tool_resume.session(t, s, agent, elapsed, lead, warm_ok=not later)
             if succ_on:
                 self.successors.session(t, s, agent, paused, lead)
             if ctx_on:
@@ -262,6 +269,12 @@ class AnchorSweep:
         t.out.extend(scored[: cfg.sweep_top_n])
 
 
+def sweep_in_time(cfg: PolicyConfig, lead: float | None, s: Session) -> bool:
+    """The next session sweep still lands a warm of ``s``'s context before its expected resume
+    (``lead`` seconds away): a warm now would only give the traffic longer to evict it again."""
+    return lead is not None and lead - cfg.sweep_interval_s > cfg.reload_s(sum(s.block_tokens))
+
+
 class SessionSweep:
     """Sessions paused on a tool call keep their context until their agent's tool pauses are learned.
 
@@ -321,7 +334,15 @@ class SessionSweep:
             med = agent.tool_gap_median
             lead = med - elapsed if med is not None and elapsed < med else None
             scored.append(
-                context_candidate(s, agent.tenant, p, REASON_TOOL_RESUME, lead=lead, warm_ok=True, session=s.key)
+                context_candidate(
+                    s,
+                    agent.tenant,
+                    p,
+                    REASON_TOOL_RESUME,
+                    lead=lead,
+                    warm_ok=not sweep_in_time(cfg, lead, s),
+                    session=s.key,
+                )
             )
         scored.sort(key=lambda c: c.score, reverse=True)
         t.out.extend(scored[: cfg.sweep_top_n])

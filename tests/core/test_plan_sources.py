@@ -248,3 +248,19 @@ def test_session_sweep_leaves_tool_pauses_to_the_wakes_once_pauses_are_learned()
     the wakes off, the sweep keeps it."""
     assert _swept_with_pauses_learned() == []
     assert _swept_with_pauses_learned(resume_wake_quantiles=()) == [REASON_TOOL_RESUME]
+
+
+def test_session_sweep_warms_a_tool_pause_when_its_next_sweep_would_be_too_late():
+    """Two tool pauses of ~5 s learned (too few for wakes): a sweep early in the third pause
+    leaves the evicted context for a later sweep, which still lands the warm before the resume
+    (plan_sources.sweep_in_time); the last sweep in time warms it."""
+    w = _w(residency_capacity_tokens=16 * 60, sweep_interval_s=1.0)
+    now = 0.0
+    for _ in range(3):
+        w.step(0, "s", now, finish="tool_calls", dur=0.5)
+        now += 5.5
+    w.policy.planner.dirty.clear()  # only the sweep may see it
+    w.junk(16 * 80, now - 4.9)  # paused at now - 5.0, back at ~now; the context is evicted
+    assert w.policy.plan(now - 3.5) == []  # 3.5 s to go: the next sweep is in time
+    assert w.policy.planner.skipped["warm_not_allowed"] >= 1
+    assert [(a.kind, a.reason) for a in w.policy.plan(now - 0.8)] == [("warm", REASON_TOOL_RESUME)]
