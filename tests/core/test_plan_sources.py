@@ -263,4 +263,4 @@ def test_session_sweep_warms_a_tool_pause_when_its_next_sweep_would_be_too_late(
     w.junk(16 * 80, now - 4.9)  # paused at now - 5.0, back at ~now; the context is evicted
     assert w.policy.plan(now - 3.5) == []  # 3.5 s to go: the next sweep is in time
     assert w.policy.planner.skipped["warm_not_allowed"] >= 1
-    assert [(a.kind, a.reason) for a in w.policy.plan(now - 0.8)] == [("warm", REASON_TOOL_RESUME)]
+    assert [(a.kind, a.reason) for a in w.policy.plan(now - 1.9)] == [("warm", REASON_TOOL_RESUME)]
