@@ -33,7 +33,9 @@ SKIP_REASONS = (
     "cooldown",  # acted on this anchor within cooldown_s
     "resident",  # the shadow holds it, not near eviction (or did, and nothing moved since)
     "host_not_now",  # in the host tier; not yet time to load it back
-    "warm_not_allowed",  # a sweep or hint candidate: touch what is there, never warm
+    # touch what is there, no warm: a sweep or hint candidate, or a tool pause whose wake (or next
+    # session sweep) still lands a warm before the resume
+    "warm_not_allowed",
     "warm_busy",  # a warm would queue behind client traffic
     "wait_for_slack",  # the economics asks to retry at a calmer tick
     "not_worth_it",  # expected saving below cost

@@ -1,18 +1,21 @@
-"""The tool-resume source: a session paused on ``tool_calls`` keeps its own context for the
-tool's answer.
+"""The tool-resume source: a session paused on ``tool_calls`` keeps its own context for the tool's
+answer.
 
 Why wakes (issue 25): the pause is planned when it starts, and then the context was just used —
-resident, nothing to do. What decides the resume's TTFT is whether the context is still there
-when the tool returns, seconds later, after other sessions' traffic went through the cache. So
-each pause is offered again at wakes set from the agent's own learned tool pauses (its
+resident, nothing to do. What decides the resume's TTFT is whether the context is still there when
+the tool returns, seconds later, after other sessions' traffic went through the cache. So each pause
+is offered again at wakes set from the agent's own learned tool pauses (its
 ``resume_wake_quantiles``, each less the context's prefill time, so that a warm lands before the
 resume): at a wake the filters and the pricer see the context as it is then (resident -> nothing;
-near the LRU tail -> a touch; evicted -> a warm, when the engine has slack and the price is
-right). Until the agent has ``continuation_min_samples`` pauses of its own, its tenant's pooled
-tool pauses stand in (in a team every agent calls tools; the first pauses of a fresh proxy would
-otherwise go unplanned). In the demo's replay cell (docs/demo.md, 3 seeds) the wakes, the pooled
-pauses and the shadow's tail accounting took scout-proxy from -7% to -14% mean TTFT (median) at the
-demo's load (the oracle keeper: -40%).
+near the LRU tail -> a touch; evicted -> a warm, when the engine has slack and the price is right).
+When the pause is planned and a wake is to come, a warm waits for the wake: made then (the tick
+after the response, or the first calm one after it), it lands between the other sessions' requests
+and the rest of their burst evicts it again (CI's e2e check 7, docs/replay.md "A tool pause's warm
+waits for its wake"). Until the agent has ``continuation_min_samples`` pauses of its own, its
+tenant's pooled tool pauses stand in (in a team every agent calls tools; the first pauses of a fresh
+proxy would otherwise go unplanned). In the demo's replay cell (docs/demo.md, 3 seeds) the wakes,
+the pooled pauses and the shadow's tail accounting took scout-proxy from -7% to -14% mean TTFT
+(median) at the demo's load (the oracle keeper: -40%).
 
 Bounded: at most ``len(resume_wake_quantiles)`` heap entries per pause; a wake whose session
 resumed, ended or paused again is dropped when it comes up, and the heap is refiltered when it

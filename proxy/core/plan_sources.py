@@ -285,7 +285,8 @@ class SessionSweep:
     wakes re-check it at the agent's learned pause quantiles (plan_resume.py). Until an agent (or
     its tenant) has ``continuation_min_samples`` pauses, or with the wakes off, this sweep is what
     re-checks the pause, every ``sweep_interval_s`` on calm ticks: a fresh proxy's first tool
-    resumes depend on it (``tests/live/test_tool_resume.py``). Sessions paused after any other
+    resumes depend on it (``tests/live/test_tool_resume.py``). With a pause median known, a warm
+    waits while the next sweep is still in time (``sweep_in_time``). Sessions paused after any other
     finish (a user's turn, the next agent of a team) are not swept: on the headroom grid keeping
     them made 17 of 288 cell-seeds > 1% slower (chat-agents: human think times outlive the cache,
     and the touches cost more than they keep) and 1 faster (docs/replay.md "Capture"). Walks the
