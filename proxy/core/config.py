@@ -136,6 +136,10 @@ class PolicyConfig:
     # a tool pause is offered again at these quantiles of its agent's tool pauses (less the context's
     # prefill time): the context kept when the pause started may be evicted before the tool returns
     resume_wake_quantiles: tuple[float, ...] = (0.25, 0.5, 0.75)
+    # ... and this much earlier again than the context's prefill time: the live runtime plans on a
+    # 0.25 s tick (policy_plan_interval) and a warm has its own round trip (tokenize, queue); with
+    # no margin a warm woken for a 2 s pause went out after the resume (docs/replay.md)
+    resume_wake_margin_s: float = 0.5
     successor_contexts: int = 0  # per session, the last context of this many of its other agents is
     # kept, and when the session stops (not on a tool call) the predicted next agent's context there
     # is a candidate (source successor_contexts, issue 21); 0 = off (judged on the grid: docs/replay.md)

@@ -5,17 +5,18 @@ Why wakes (issue 25): the pause is planned when it starts, and then the context 
 resident, nothing to do. What decides the resume's TTFT is whether the context is still there when
 the tool returns, seconds later, after other sessions' traffic went through the cache. So each pause
 is offered again at wakes set from the agent's own learned tool pauses (its
-``resume_wake_quantiles``, each less the context's prefill time, so that a warm lands before the
-resume): at a wake the filters and the pricer see the context as it is then (resident -> nothing;
-near the LRU tail -> a touch; evicted -> a warm, when the engine has slack and the price is right).
-When the pause is planned and a wake is to come, a warm waits for the wake: made then (the tick
-after the response, or the first calm one after it), it lands between the other sessions' requests
-and the rest of their burst evicts it again (CI's e2e check 7, docs/replay.md "A tool pause's warm
-waits for its wake"). Until the agent has ``continuation_min_samples`` pauses of its own, its
-tenant's pooled tool pauses stand in (in a team every agent calls tools; the first pauses of a fresh
-proxy would otherwise go unplanned). In the demo's replay cell (docs/demo.md, 3 seeds) the wakes,
-the pooled pauses and the shadow's tail accounting took scout-proxy from -7% to -14% mean TTFT
-(median) at the demo's load (the oracle keeper: -40%).
+``resume_wake_quantiles``, each less the context's prefill time and ``resume_wake_margin_s``, so
+that a warm lands before the resume): at a wake the filters and the pricer see the context as it is
+then (resident -> nothing; near the LRU tail -> a touch; evicted -> a warm, when the engine has
+slack and the price is right). When the pause is planned and a wake is to come, a warm waits for the
+wake: made then (the tick after the response, or the first calm one after it), it lands between the
+other sessions' requests and the rest of their burst evicts it again (CI's e2e check 7,
+docs/replay.md "A tool pause's warm waits for its wake"). Until the agent has
+``continuation_min_samples`` pauses of its own, its tenant's pooled tool pauses stand in (in a team
+every agent calls tools; the first pauses of a fresh proxy would otherwise go unplanned). In the
+demo's replay cell (docs/demo.md, 3 seeds) the wakes, the pooled pauses and the shadow's tail
+accounting took scout-proxy from -7% to -14% mean TTFT (median) at the demo's load (the oracle
+keeper: -40%).
 
 Bounded: at most ``len(resume_wake_quantiles)`` heap entries per pause; a wake whose session
 resumed, ended or paused again is dropped when it comes up, and the heap is refiltered when it
@@ -73,8 +74,10 @@ class ToolResume:
             self.wakes = [w for w in self.wakes if (x := live.get(w[1])) is not None and x.last_end == w[2]]
             heapq.heapify(self.wakes)
         xs = sorted(gaps)
-        # the context's prefill (or, with a host tier, its load, inside the prefetch window)
+        # the context's prefill (or, with a host tier, its load, inside the prefetch window), and the
+        # margin for the tick and the action's round trip
         lead = cfg.reload_s(sum(s.block_tokens)) + (cfg.prefetch_window_s / 2 if cfg.host_tier_tokens else 0.0)
+        lead += cfg.resume_wake_margin_s
         n = 0
         for at in sorted(
             {s.last_end + xs[min(len(xs) - 1, int(q * len(xs)))] - lead for q in cfg.resume_wake_quantiles}

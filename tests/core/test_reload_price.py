@@ -24,6 +24,7 @@ def test_reload_is_a_recompute_without_a_host_tier_and_a_load_with_one():
 def _paused(prefill_tokens_per_s, **kw):
     """Agent 0 ends with tool_calls and its session comes back 0.5 s later, every time; then its
     context and every anchor are evicted from the GPU (the host tier, when there is one, keeps them)."""
+    kw.setdefault("resume_wake_margin_s", 0.0)  # 0.5 s pauses: the load window, not the live tick, is tested
     w = Workload(
         ScoutPolicy(quiet_config(residency_capacity_tokens=16 * 60, prefill_tokens_per_s=prefill_tokens_per_s, **kw))
     )

@@ -116,3 +116,36 @@ def test_tool_calls_pause_the_session_and_its_context_is_warmed(http):
     got = resumed["usage"]["prompt_tokens_details"]["cached_tokens"]
     assert got >= (len(warm["prompt"]) // block) * block  # the warmed context is a real hit
     assert direct["usage"]["prompt_tokens_details"]["cached_tokens"] < got / 2  # without the proxy: evicted
+
+
+def _pauses(http: httpx.Client, margin: float | None) -> list[tuple[int, int]]:
+    """One session pausing 5 times on a 3 s tool call while two other sessions' requests push its
+    context out of the cache; (cached, prompt) tokens of each resume."""
+    got = []
+    with run_sim_server(sim_config(tool_call_share=1.0, capacity_blocks=CAPACITY, speed=1.0)) as sim:
+        overrides = {"cooldown_s": 0.0, **({} if margin is None else {"resume_wake_margin_s": margin})}
+        settings = proxy_settings(sim.url, policy_plan_interval=0.25, policy_overrides=overrides)
+        with run_proxy_server(settings) as px:
+            prompts = agent_prompts(3, 120)
+            messages = [{"role": "system", "content": prompts["A"]}, {"role": "user", "content": "find the answer"}]
+            for k in range(6):
+                r = stream_chat(http, px.url, messages)
+                if k:
+                    got.append((r["usage"]["prompt_tokens_details"]["cached_tokens"], r["usage"]["prompt_tokens"]))
+                t0 = time.perf_counter()
+                for i, name in enumerate("BC"):
+                    chat(http, px.url, prompts[name], [{"role": "user", "content": f"other work {k} {i}"}], f"o{k}{i}")
+                time.sleep(max(0.0, 3.0 - (time.perf_counter() - t0)))  # the tool runs 3 s in all
+                asst = {"role": "assistant", "content": None, "tool_calls": r["tool_calls"]}
+                tool = {"role": "tool", "tool_call_id": r["tool_calls"][0]["id"], "content": "42"}
+                messages = [*messages, asst, tool]
+    return got
+
+
+def test_a_woken_tool_pause_is_warmed_before_the_resume_on_the_live_tick(http):
+    """From the 4th pause on, the agent's pauses are learned and its wakes plan the pause. Identical
+    pauses put every wake at one time; the live runtime plans on a 0.25 s tick, so without
+    ``resume_wake_margin_s`` the warm went out after the resume (2 s pauses: the 4th resume had
+    256 of 818 tokens cached; the 3 before, planned by the session sweep, were cached in full)."""
+    got = _pauses(http, None)
+    assert all(cached >= 0.9 * prompt for cached, prompt in got), got
