@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 from .actions import REASON_TOOL_RESUME
 from .agents import Agent, AgentRegistry
-from .candidates import Tick
+from .candidates import Candidate, Tick
 from .config import PolicyConfig
 from .plan_contexts import context_candidate
 from .sessions import Session
@@ -101,30 +101,41 @@ class ToolResume:
                 continue
             offered.add(key)
             elapsed = now - end
-            med = agent.tool_gap_median
-            self.session(t, s, agent, elapsed, med - elapsed if med is not None and elapsed < med else None)
+            self.session(t, s, agent, elapsed, pause_lead(agent.tool_gap_median, elapsed))
 
     def session(
         self, t: Tick, s: Session, agent: Agent, elapsed: float, lead: float | None, warm_ok: bool = True
     ) -> None:
-        cfg, p_ = t.p.cfg, t.p
-        if not (s.hashes and s.context_payload is not None):
-            p_._drop("no_context", t.now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant)  # nothing to rebuild
-            return
-        p = continuation_probability(
-            agent.tool_gaps,
-            elapsed,
-            cfg.continuation_horizon_s,
-            True,
-            cfg.tool_resume_prior,
-            cfg.continuation_prior,
-            cfg.continuation_min_samples,
-        )
-        if p < cfg.tool_resume_min_p:
-            p_._drop("resume_unlikely", t.now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant, p)
-        elif cfg.tool_resume_gated and "gate" not in t.off and not t.gate(agent.tenant):
-            p_._drop("gate_closed", t.now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant, p)
-        else:
-            t.out.append(
-                context_candidate(s, agent.tenant, p, REASON_TOOL_RESUME, lead=lead, warm_ok=warm_ok, session=s.key)
-            )
+        offer_pause(t, s, agent, elapsed, lead, warm_ok, t.out)
+
+
+def pause_lead(median: float | None, elapsed: float) -> float | None:
+    """Seconds until the pause's median end, or None (no median yet, or past it)."""
+    return median - elapsed if median is not None and elapsed < median else None
+
+
+def offer_pause(
+    t: Tick, s: Session, agent: Agent, elapsed: float, lead: float | None, warm_ok: bool, out: list[Candidate]
+) -> None:
+    """A tool-paused session's context as a candidate in ``out``, unless its resume is unlikely
+    (``tool_resume_min_p``) or the gate is asked and shut: the one check for the tool resume's
+    offers and the session sweep's."""
+    cfg, p_ = t.p.cfg, t.p
+    if not (s.hashes and s.context_payload is not None):
+        p_._drop("no_context", t.now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant)  # nothing to rebuild
+        return
+    p = continuation_probability(
+        agent.tool_gaps,
+        elapsed,
+        cfg.continuation_horizon_s,
+        True,
+        cfg.tool_resume_prior,
+        cfg.continuation_prior,
+        cfg.continuation_min_samples,
+    )
+    if p < cfg.tool_resume_min_p:
+        p_._drop("resume_unlikely", t.now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant, p)
+    elif cfg.tool_resume_gated and "gate" not in t.off and not t.gate(agent.tenant):
+        p_._drop("gate_closed", t.now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant, p)
+    else:
+        out.append(context_candidate(s, agent.tenant, p, REASON_TOOL_RESUME, lead=lead, warm_ok=warm_ok, session=s.key))

@@ -20,14 +20,14 @@ from .actions import REASON_FANOUT, REASON_SWEEP, REASON_TOOL_RESUME, REASON_TRA
 from .agents import Agent, agent_id_for
 from .candidates import Candidate, CandidateSource, Tick
 from .config import PolicyConfig
-from .plan_contexts import SUCCESSOR_CONTEXTS, SuccessorContexts, context_candidate
+from .plan_contexts import SUCCESSOR_CONTEXTS, SuccessorContexts
 from .plan_lineage import LINEAGE_RESUME, LineageResume
-from .plan_resume import TOOL_RESUME, ToolResume, wake_gaps
+from .plan_resume import TOOL_RESUME, ToolResume, offer_pause, pause_lead, wake_gaps
 
 __all__ = ["SOURCES", "SWEEP_SOURCES", "CandidateSource"]
 from .plan_sweep import reachable_agents
 from .sessions import Session
-from .survival import anchor_score, continuation_probability
+from .survival import anchor_score
 
 # piece names (PolicyConfig.disabled_pieces; docs/policy.md)
 SUCCESSORS = "successors"
@@ -168,9 +168,8 @@ class DirtySessions:
             lead = None
             if paused:
                 tool = s.finish == "tool_calls"
-                med = agent.tool_gap_median if tool else agent.gap_median
                 elapsed = now - s.last_end if s.last_end is not None else 0.0  # (paused: it is set)
-                lead = med - elapsed if med is not None and elapsed < med else None
+                lead = pause_lead(agent.tool_gap_median if tool else agent.gap_median, elapsed)
                 if tool and tool_on:
                     # a warm waits for the pause's wakes or the session sweep when one comes later:
                     # planned now (the pause's start, or the first tick calm enough after it), a warm
@@ -305,7 +304,6 @@ class SessionSweep:
             # clients that delays them and every arrival behind them (docs/replay.md "Capture")
             p_._drop("wait_for_slack", now, REASON_SWEEP)
             return
-        gated = cfg.tool_resume_gated and "gate" not in t.off
         woken = bool(cfg.resume_wake_quantiles) and TOOL_RESUME not in t.off
         scored: list[Candidate] = []
         for k, s in enumerate(reversed(p_.sessions.sessions.values())):
@@ -316,38 +314,12 @@ class SessionSweep:
                 continue
             if woken and agent is not None and wake_gaps(p_.registry, agent, cfg) is not None:
                 continue  # the tool resume's wakes re-check it (plan_resume.py)
-            if agent is None or agent.forgotten or not s.hashes or s.context_payload is None:
-                p_._drop("no_agent" if agent is None or agent.forgotten else "no_context", now, REASON_TOOL_RESUME)
-                continue
-            if gated and not t.gate(agent.tenant):
-                p_._drop("gate_closed", now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant)
+            if agent is None or agent.forgotten:
+                p_._drop("no_agent", now, REASON_TOOL_RESUME)
                 continue
             elapsed = now - s.last_end
-            p = continuation_probability(
-                agent.tool_gaps,
-                elapsed,
-                cfg.continuation_horizon_s,
-                True,
-                cfg.tool_resume_prior,
-                cfg.continuation_prior,
-                cfg.continuation_min_samples,
-            )
-            if p < cfg.tool_resume_min_p:
-                p_._drop("resume_unlikely", now, REASON_TOOL_RESUME, agent.agent_id, agent.tenant, p)
-                continue
-            med = agent.tool_gap_median
-            lead = med - elapsed if med is not None and elapsed < med else None
-            scored.append(
-                context_candidate(
-                    s,
-                    agent.tenant,
-                    p,
-                    REASON_TOOL_RESUME,
-                    lead=lead,
-                    warm_ok=not sweep_in_time(cfg, lead, s),
-                    session=s.key,
-                )
-            )
+            lead = pause_lead(agent.tool_gap_median, elapsed)
+            offer_pause(t, s, agent, elapsed, lead, not sweep_in_time(cfg, lead, s), scored)
         scored.sort(key=lambda c: c.score, reverse=True)
         t.out.extend(scored[: cfg.sweep_top_n])
 
