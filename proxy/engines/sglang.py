@@ -20,14 +20,13 @@ from proxy.engines.base import (
     CAP_METRICS,
     CAP_PRIORITY,
     CAP_WARM_TOKENS,
-    ROUTING_HEADERS,
     EngineSnapshot,
     WarmResult,
     WarmSpec,
-    apply_routing,
     usage_tokens,
 )
 from proxy.engines.promtext import first, mean, sample_sums
+from proxy.engines.routing import ROUTING_HEADERS, apply_routing
 from proxy.engines.vllm import REFUSED, VllmAdapter
 
 log = logging.getLogger("cachescout.engines.sglang")

@@ -33,16 +33,15 @@ from proxy.engines.base import (
     CAP_RESET,
     CAP_WARM_CHAT,
     CAP_WARM_TOKENS,
-    ROUTING_HEADERS,
     EngineSnapshot,
     HttpEngineAdapter,
     WarmResult,
     WarmSpec,
-    apply_routing,
     usage_tokens,
     warm_spec,
 )
 from proxy.engines.promtext import first, info_labels, label_sum, sample_sums
+from proxy.engines.routing import ROUTING_HEADERS, apply_routing
 
 log = logging.getLogger("cachescout.engines.vllm")
 

@@ -38,7 +38,7 @@ from proxy.core.fingerprint import view_from_openai
 from proxy.core.policy import ScoutPolicy
 from proxy.core.view import EngineLoad, RequestView, ResponseOutcome
 from proxy.core.yield_book import YieldBook
-from proxy.engines.base import routing_key
+from proxy.engines.routing import routing_key
 from proxy.observability.metrics import ProxyMetrics
 from proxy.runtime.body_rewrite import BodyRewriting, parse_if_hinted
 from proxy.runtime.hint_inputs import request_hints

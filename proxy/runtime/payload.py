@@ -18,7 +18,7 @@ from proxy.core.fingerprint import view_from_openai
 
 class BodyPayload(KeptPrompt):
     """The context payload of one chat/completions request, as its body bytes, and the routing key
-    its request carried (`engines.base.routing_key`: an action for this session carries it too, so
+    its request carried (`engines.routing.routing_key`: an action for this session carries it too, so
     that behind vllm-router's consistent_hash it lands on the replica the session's next call will)."""
 
     __slots__ = ("body", "path", "routing")

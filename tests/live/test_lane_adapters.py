@@ -12,7 +12,8 @@ import respx
 
 from proxy.core.action_payload import ActionPayload
 from proxy.core.actions import Action
-from proxy.engines.base import CAP_SCHED_PRIORITY, LANE_LOWEST, EngineSnapshot, routing_key, warm_spec
+from proxy.engines.base import CAP_SCHED_PRIORITY, LANE_LOWEST, EngineSnapshot, warm_spec
+from proxy.engines.routing import routing_key
 from proxy.engines.sglang import SglangAdapter
 from proxy.engines.vllm import VllmAdapter
 from proxy.runtime.payload import BodyPayload
