@@ -34,6 +34,7 @@ from proxy.simengine import openai_io as io
 from proxy.simengine.engine import EngineRequest
 from proxy.simengine.generation import plan_output
 from proxy.simengine.service import Pending, SimConfig, SimService
+from proxy.simengine.tool_stream import ToolCallStream
 
 
 def _error(exc: io.ApiError) -> JSONResponse:
@@ -193,7 +194,7 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
 
     async def _stream(sim: SimService, job: io.Job, pending: Pending, rid: str) -> AsyncIterator[bytes]:
         out, created_s, sent = pending.output, int(time.time()), 0
-        tool = out.tool_call is not None
+        calls = ToolCallStream(out) if out.tool_call is not None else None
 
         def frame(chunk: dict) -> bytes:
             return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
@@ -210,17 +211,16 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
                     return
                 done = item is None
                 upto = len(out.ids) if done else item
-                if not tool:
+                if calls is not None:  # the name as soon as it is generated, then the arguments
+                    for d in calls.advance(upto, done):
+                        yield frame(io.stream_chunk(job, rid, config.model, created_s, delta={"tool_calls": [d]}))
+                else:
                     text = "".join(out.pieces[sent:upto])
                     if text and not (done and upto == sent):
                         yield frame(io.stream_chunk(job, rid, config.model, created_s, text=text))
                 sent = upto
                 if done:
                     break
-            if tool:
-                calls = io.tool_calls_json(out)
-                delta = {"tool_calls": [dict(c, index=0) for c in calls]}
-                yield frame(io.stream_chunk(job, rid, config.model, created_s, delta=delta))
             last: dict | None = {} if job.kind == "chat" else None
             yield frame(
                 io.stream_chunk(job, rid, config.model, created_s, delta=last, text="", finish=out.finish_reason)

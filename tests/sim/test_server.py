@@ -134,6 +134,12 @@ async def test_tool_calls():
         calls = [ch for ch in chunks if ch["choices"] and ch["choices"][0]["delta"].get("tool_calls")]
         assert calls[0]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"] == "lookup"
         assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+        # streamed as vLLM's Hermes parser streams it: the name (with id and type) first, then the
+        # arguments in pieces as their tokens are generated, which concatenate to the whole call
+        deltas = [ch["choices"][0]["delta"]["tool_calls"][0] for ch in calls]
+        assert deltas[0]["id"] and deltas[0]["type"] == "function" and "arguments" not in deltas[0]["function"]
+        assert len(deltas) > 2 and all(set(d) == {"index", "function"} for d in deltas[1:])
+        assert "".join(d["function"]["arguments"] for d in deltas[1:]) == call["function"]["arguments"]
         none = (
             await c.post(
                 "/v1/chat/completions", json=chat([{"role": "user", "content": "q"}], tools=TOOLS, tool_choice="none")
