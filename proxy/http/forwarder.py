@@ -32,51 +32,13 @@ from starlette.types import Scope
 
 from proxy.contracts import BodyRewriter, RequestContext, RequestObserver
 from proxy.http.errors import UPSTREAM_FAILURES, classify_upstream_error, describe_upstream_error, send_error
+from proxy.http.headers import REQUEST_DROP, RESPONSE_DROP, content_length, filter_headers
 from proxy.http.observer import NullObserver
 from proxy.observability.metrics import ProxyMetrics, route_label
 
 log = logging.getLogger("cachescout.forwarder")
 
-HOP_BY_HOP = frozenset(
-    {
-        b"connection",
-        b"keep-alive",
-        b"proxy-authenticate",
-        b"proxy-authorization",
-        b"te",
-        b"trailer",
-        b"trailers",
-        b"transfer-encoding",
-        b"upgrade",
-    }
-)
-# Host and Content-Length are recomputed for the upstream hop; Expect was answered by our server
-# (the body is already read), so passing it on would make the engine wait for nothing.
-REQUEST_DROP = HOP_BY_HOP | {b"host", b"content-length", b"expect"}
 CLIENT_GONE = 499  # nginx's convention, recorded in metrics only (the client is not there to see it)
-
-
-def _connection_tokens(value: bytes) -> set[bytes]:
-    return {t.strip().lower() for t in value.split(b",") if t.strip()}
-
-
-def filter_headers(raw: list[tuple[bytes, bytes]], drop: frozenset[bytes]) -> list[tuple[bytes, bytes]]:
-    """Drop hop-by-hop headers (plus `drop`), including any named in `Connection:`. Order is kept."""
-    extra: set[bytes] = set()
-    out = []
-    for name, value in raw:
-        lname = name.lower()
-        if lname in drop:
-            if lname == b"connection":
-                extra |= _connection_tokens(value)
-            continue
-        out.append((name, value))
-    if extra:
-        out = [(n, v) for n, v in out if n.lower() not in extra]
-    return out
-
-
-RESPONSE_DROP = HOP_BY_HOP
 
 
 class BodyTooLarge(Exception):
@@ -286,7 +248,7 @@ class Forwarder:
             await send({"type": "http.response.start", "status": status, "headers": out_headers})
             # With a Content-Length we know which chunk is the last one and can finish the response
             # with it (one server write fewer per request); without one, an empty final message ends it.
-            remaining = _content_length(out_headers) if scope["method"] != "HEAD" else None
+            remaining = content_length(out_headers) if scope["method"] != "HEAD" else None
             finished = False
             try:
                 async for chunk in _raw_chunks(response):
@@ -372,16 +334,6 @@ class _ChunkedBody:
     async def stream(self):
         for chunk in self.chunks:
             yield chunk
-
-
-def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
-    for name, value in headers:
-        if name.lower() == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
 
 
 async def _raw_chunks(response: httpx.Response):

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
@@ -34,7 +33,7 @@ from proxy.runtime.reload_price import ReloadPrice
 from proxy.runtime.scraper import EngineScraper
 from proxy.runtime.session_lane import SessionLane
 from proxy.runtime.state_file import harden_observer as _harden
-from proxy.runtime.state_file import read_state_file, tenant_tag, write_state_file
+from proxy.runtime.state_file import load_learned_state, save_learned_state, tenant_tag
 from proxy.runtime.switchback import SelfEvaluation, switchback_config, yield_config
 
 if TYPE_CHECKING:
@@ -118,7 +117,7 @@ class LiveRuntime:
     # -- lifecycle ------------------------------------------------------------------------------------
     async def start(self) -> None:
         s = self.settings
-        self._load_state()
+        self.state_loaded = load_learned_state(self.policy, s, self.config.snapshot_max_bytes)
         self.adapter = await build_adapter(
             s.engine,
             self.client,
@@ -184,7 +183,7 @@ class LiveRuntime:
             await self.scraper.stop()
         if self.kv_events is not None:
             await self.kv_events.stop()
-        self._save_state()
+        save_learned_state(self.policy, self.settings.state_path)
 
     async def settle(self, timeout: float = 5.0) -> bool:
         """Wait until every client response was observed (and planned from) and the actions it
@@ -333,36 +332,6 @@ class LiveRuntime:
                 "warmup_tokens_per_s": round(refill),
                 "warmup_burst_tokens": round(burst),
             }
-
-    # -- state file -------------------------------------------------------------------------------------
-    def _initial_state_path(self) -> str | None:
-        """Where the initial state comes from: this replica's own `state_path` when it has saved one,
-        else the read-only `state_bootstrap_path` (a fleet snapshot on a shared volume/ConfigMap)."""
-        for path in (self.settings.state_path, self.settings.state_bootstrap_path):
-            if path and Path(path).is_file():
-                return path
-        return None
-
-    def _load_state(self) -> None:
-        path = self._initial_state_path()
-        if path is None:
-            return
-        try:
-            self.policy.restore(read_state_file(path, self.config.snapshot_max_bytes))
-            self.state_loaded = path
-            log.info("learned state loaded from %s", path)
-        except Exception as exc:  # noqa: BLE001 - a bad state file must not stop the proxy
-            log.warning("ignoring state file %s: %s: %s", path, type(exc).__name__, exc)
-
-    def _save_state(self) -> None:
-        path = self.settings.state_path
-        if not path:
-            return
-        try:
-            write_state_file(path, self.policy.snapshot())
-            log.info("learned state saved to %s", path)
-        except Exception as exc:  # noqa: BLE001
-            log.warning("could not save state to %s: %s", path, exc)
 
     # -- introspection ----------------------------------------------------------------------------------
     def engine_info(self) -> dict[str, object]:

@@ -19,7 +19,8 @@ session context is kept as the body bytes (`runtime/payload.py`), not as parsed 
 
 What else the observer does lives beside it, as mixins on the same state: the opt-in body rewrite
 for engine hints (`body_rewrite.py`), and usage, conversion and yield accounting plus the memory
-gauges (`live_accounting.py`); its per-request state is `request_state.RequestState`. It talks to
+gauges (`live_accounting.py`), and the engine load the planner weighs actions against
+(`live_load.py`); its per-request state is `request_state.RequestState`. It talks to
 the executor through `contracts.ActionSink` (queue actions, how many are on the wire).
 """
 
@@ -36,13 +37,14 @@ from proxy.contracts import ActionSink, RequestContext
 from proxy.core.economics import RunningSet
 from proxy.core.fingerprint import view_from_openai
 from proxy.core.policy import ScoutPolicy
-from proxy.core.view import EngineLoad, RequestView, ResponseOutcome
+from proxy.core.view import RequestView, ResponseOutcome
 from proxy.core.yield_book import YieldBook
 from proxy.engines.routing import routing_key
 from proxy.observability.metrics import ProxyMetrics
 from proxy.runtime.body_rewrite import BodyRewriting, parse_if_hinted
 from proxy.runtime.hint_inputs import request_hints
 from proxy.runtime.live_accounting import UsageAccounting
+from proxy.runtime.live_load import LoadView
 from proxy.runtime.offload import ObserveLimits, ParseOffload, view_from_openai_bytes
 from proxy.runtime.payload import BodyPayload
 from proxy.runtime.request_state import STATE_KEY, RequestState, request_state
@@ -82,7 +84,7 @@ COUNTS = (
 )
 
 
-class LivePolicyObserver(BodyRewriting, UsageAccounting):
+class LivePolicyObserver(BodyRewriting, UsageAccounting, LoadView):
     """Implements `contracts.RequestObserver` (and `BodyRewriter`) on top of a ScoutPolicy."""
 
     def __init__(
@@ -137,43 +139,6 @@ class LivePolicyObserver(BodyRewriting, UsageAccounting):
         self._drops_seen: dict[str, int] = {}
         self._skips_seen: dict[str, int] = {}
 
-    # -- load -------------------------------------------------------------------------------------
-    @property
-    def inflight(self) -> int:
-        return len(self._inflight)
-
-    def load(self) -> EngineLoad:
-        """What the planner weighs actions against: client requests in flight, those still waiting
-        for their first token (a warm now would queue in front of them), the running set's
-        distinct tokens, the engine's queue and prefill utilisation."""
-        now = self.clock()
-        prefilling = sum(1 for rid, st in self._states.items() if self._prefilling(rid, st, now))
-        return EngineLoad(
-            inflight=len(self._inflight),
-            waiting=int(self.engine_waiting() or 0),
-            prefilling=prefilling,
-            running_tokens=self.running.tokens,
-            utilisation=self.utilisation,
-            priority_lane=self.lane_active(),
-            external=int(self.engine_external() or 0),
-        )
-
-    def _prefilling(self, rid: int, st: RequestState, now: float) -> bool:
-        """Still in prefill: no first streamed token yet; unstreamed (no token to see), while its
-        uncached tokens at the measured prefill rate are not done."""
-        tap = st.tap
-        if tap is not None and tap.first_token_at is not None:
-            return False
-        if tap is not None and tap.stream:
-            return True
-        view, obs = st.view, st.observed
-        if view is None or obs is None:
-            return True  # not observed yet: just arrived
-        rate = self.policy.config.prefill_tokens_per_s
-        todo = max(0, view.total_tokens - int(obs.resident_tokens or 0))
-        return now < self._inflight.get(rid, now) + todo / max(1.0, rate)
-
-    # -- hooks (request path) ------------------------------------------------------------------------
     def on_request(self, ctx: RequestContext) -> None:
         self._inflight[ctx.request_id] = ctx.started
         self._last_request_at = ctx.started

@@ -10,6 +10,7 @@ never half of one.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Mapping
@@ -21,10 +22,54 @@ from proxy.runtime.offload import ObserveLimits, ParseOffload
 from proxy.runtime.response_tap import TapBudget
 
 if TYPE_CHECKING:
+    from proxy.core.policy import ScoutPolicy
     from proxy.runtime.live_policy import LivePolicyObserver
     from proxy.settings import Settings
 
-__all__ = ["harden_observer", "read_state_file", "tenant_tag", "write_state_file"]
+__all__ = [
+    "harden_observer",
+    "load_learned_state",
+    "read_state_file",
+    "save_learned_state",
+    "tenant_tag",
+    "write_state_file",
+]
+log = logging.getLogger("cachescout.live")
+
+
+def initial_state_path(settings: Settings) -> str | None:
+    """Where the initial state comes from: this replica's own `state_path` when it has saved one,
+    else the read-only `state_bootstrap_path` (a fleet snapshot on a shared volume/ConfigMap)."""
+    for path in (settings.state_path, settings.state_bootstrap_path):
+        if path and Path(path).is_file():
+            return path
+    return None
+
+
+def load_learned_state(policy: ScoutPolicy, settings: Settings, max_bytes: int) -> str | None:
+    """Restore the policy from its initial state file; the path it came from, or None. A bad file
+    is logged and ignored: it must not stop the proxy."""
+    path = initial_state_path(settings)
+    if path is None:
+        return None
+    try:
+        policy.restore(read_state_file(path, max_bytes))
+    except Exception as exc:  # noqa: BLE001 - a bad state file must not stop the proxy
+        log.warning("ignoring state file %s: %s: %s", path, type(exc).__name__, exc)
+        return None
+    log.info("learned state loaded from %s", path)
+    return path
+
+
+def save_learned_state(policy: ScoutPolicy, path: str | None) -> None:
+    """Write the policy's snapshot to `path` (none: nothing); a failure is logged, never raised."""
+    if not path:
+        return
+    try:
+        write_state_file(path, policy.snapshot())
+        log.info("learned state saved to %s", path)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("could not save state to %s: %s", path, exc)
 
 
 def read_state_file(path: str, max_bytes: int) -> dict[str, object]:
