@@ -227,17 +227,16 @@ def new_id(kind: str) -> str:
     return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
 
 
+def tool_call_id() -> str:
+    """A chat tool call's id, in vLLM's shape (`chatcmpl-tool-` + 24 hex digits)."""
+    return "chatcmpl-tool-" + uuid.uuid4().hex[:24]
+
+
 def tool_calls_json(out: Output) -> list[dict]:
     if out.tool_call is None:
         return []
     name, args = out.tool_call
-    return [
-        {
-            "id": "chatcmpl-tool-" + uuid.uuid4().hex[:24],
-            "type": "function",
-            "function": {"name": name, "arguments": args},
-        }
-    ]
+    return [{"id": tool_call_id(), "type": "function", "function": {"name": name, "arguments": args}}]
 
 
 def full_response(job: Job, rid: str, model: str, out: Output, n_out: int, u: dict) -> dict:

@@ -18,9 +18,9 @@ generated token completes the name and which carry the arguments.
 from __future__ import annotations
 
 import json
-import uuid
 
 from proxy.simengine.generation import Output
+from proxy.simengine.openai_io import tool_call_id
 
 
 class ToolCallStream:
@@ -41,7 +41,7 @@ class ToolCallStream:
         else:
             self.name_end = at + len(head)
             self.args_start = self.name_end + len(lead)
-        self.id = "chatcmpl-tool-" + uuid.uuid4().hex[:24]
+        self.id = tool_call_id()
         self._tokens = 0  # generated tokens seen
         self._chars = 0  # their text's length
         self._name_sent = False
