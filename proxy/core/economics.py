@@ -61,6 +61,7 @@ class Market:
     request_rate: float = 0.0  # client requests/s (arrivals that could queue behind a warm)
     waiting: int = 0  # client requests waiting in the engine now
     prefilling: int = 0  # client requests in prefill now (no first token yet)
+    decoding: int = 0  # client requests generating now (past their first output)
     utilisation: float = 0.0  # share of recent time the engine spent prefilling (0..1)
     running_tokens: float = 0.0  # prompt tokens of the client requests in flight
     reload_price: float = 1.0  # engine tokens per token to bring an evicted token back
@@ -142,12 +143,16 @@ def pollution(tokens: float, m: Market) -> float:
 
 
 def queueing(tokens: float, m: Market) -> float:
-    """Client prefill time (in tokens) spent waiting behind ``tokens`` of warmup prefill: every
-    request waiting now, plus the ones arriving while it runs (rate·s of them, s/2 each)."""
+    """Client time (in tokens of prefill) spent waiting behind ``tokens`` of warmup prefill: every
+    request waiting now and every one generating now (the engine step that carries the prefill is
+    that much longer for each: vLLM schedules running requests' decodes and new prefills in one
+    step, `vllm/v1/core/sched/scheduler.py` `schedule()`), plus the ones arriving while it runs
+    (rate·s of them, s/2 each). A generating request's delay is client-visible: a tool call's first
+    delta leaves only once its name is decoded, and every answer ends later."""
     if tokens <= 0:
         return 0.0
     s = tokens / max(1e-9, m.prefill_tokens_per_s)
-    return m.waiting * tokens + m.request_rate * s * tokens / 2.0
+    return (m.waiting + m.decoding) * tokens + m.request_rate * s * tokens / 2.0
 
 
 def assess(p: Prospect, m: Market) -> Verdict:

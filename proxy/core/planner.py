@@ -214,6 +214,7 @@ class Planner(Picker):
             request_rate=res.rates.request_rate,  # the traffic's own: `quiet` compares a pause with it
             waiting=load.waiting,
             prefilling=load.prefilling,
+            decoding=load.decoding,
             # the price of engine time is what it takes from traffic now: nothing when no client request
             # is in flight or queued (arrivals during the action are priced by `queueing`); the recent
             # busy share otherwise (a scrape window that still holds the burst before a pause)

@@ -47,6 +47,9 @@ class EngineLoad:
     inflight: int = 0  # client requests in flight through the proxy
     waiting: int = 0  # engine's waiting queue (from metrics), 0 if unknown
     prefilling: int = 0  # client requests in flight with no first token yet
+    # client requests past their first output and still generating: an engine step that carries a
+    # warm's prefill is that much longer for each of them (vLLM batches prefill and decode in one step)
+    decoding: int = 0
     running_tokens: int = 0  # prompt tokens (view estimate) of the client requests in flight
     utilisation: float = 0.0  # share of recent wall time the engine spent prefilling (0..1)
     # the engine runs a priority policy and actions go at its lowest priority (the slack lane): an

@@ -102,6 +102,7 @@ class EngineSnapshot:
 @runtime_checkable
 class EngineAdapter(Protocol):
     name: str
+    role_chunk_is_first_output: bool
 
     @property
     def capabilities(self) -> frozenset[str]: ...
@@ -207,6 +208,11 @@ class HttpEngineAdapter:
     """Shared plumbing: base URL, the proxy's own credential, capability bookkeeping."""
 
     name = "base"
+    # Whether a streamed chat answer's role-only first chunk (`delta: {"role": "assistant"}`) leaves
+    # the engine with its first output, i.e. once prefill is done and the first token is sampled.
+    # vLLM and SGLang send it on the first iteration over the engine's outputs (the adapters below
+    # say so); an unknown server may send it at once, so by default only a token times prefill.
+    role_chunk_is_first_output = False
 
     def __init__(
         self, client: httpx.AsyncClient, base_url: str, api_key: str | None = None, *, timeout_s: float = 30.0

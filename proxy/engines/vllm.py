@@ -53,6 +53,11 @@ BOUNDARY_TOKENS = 2  # dropped after a mid-message cut (BPE merges across the cu
 class VllmAdapter(HttpEngineAdapter):
     name = "vllm"
     metric_prefix = "vllm:"
+    # vllm/entrypoints/openai/serving_chat.py `chat_completion_stream_generator`: "Send first response
+    # for each request.n (index) with the role" under `if first_iteration:` inside `async for res in
+    # result_generator` (the engine's first output). SGLang (`serving_chat.py`, "First chunk with
+    # role", `is_firsts`) and the simulated engine do the same; both adapters inherit this.
+    role_chunk_is_first_output = True
 
     def __init__(
         self,

@@ -150,6 +150,11 @@ class EngineDriver:
             return 1
         return 1 if any(r.prefilling and r.req_id < n for r in eng.running) else 0
 
+    def decoding(self) -> int:
+        """Client requests past their prefill and still generating (live: in flight, first output seen)."""
+        n = self.n
+        return sum(1 for r in self.engine.running if not r.prefilling and r.req_id < n)
+
     def utilisation(self, now: float) -> float:
         lo = now - UTILISATION_WINDOW_S
         busy = self._busy

@@ -236,6 +236,7 @@ class ScoutProxyPolicy(_ScoutBase):
                 inflight=self.inflight,
                 waiting=d.waiting(),
                 prefilling=d.prefilling(),
+                decoding=d.decoding(),
                 running_tokens=self._running.tokens,
                 utilisation=d.utilisation(now),
                 priority_lane=True,
@@ -244,6 +245,7 @@ class ScoutProxyPolicy(_ScoutBase):
             inflight=self.inflight,
             waiting=d.waiting(),
             prefilling=d.prefilling(),
+            decoding=d.decoding(),
             running_tokens=self._running.tokens,
             utilisation=d.utilisation(now),
         )

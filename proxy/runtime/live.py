@@ -129,6 +129,7 @@ class LiveRuntime:
             priority_scheduling=s.engine_priority_scheduling,
         )
         self.executor.adapter = self.adapter
+        self.observer.role_is_first_output = self.adapter.role_chunk_is_first_output  # times prefill
         self._wire_lanes()
         log.info(
             "cache policy on: engine=%s capabilities=%s disabled=%s",

@@ -2,11 +2,14 @@
 prefill, the running set, and the engine's scraped queue and busy share.
 
 Why apart from the hooks (`live_policy.py`): this is the one input that decides whether an action
-may run now (a warm never queues in front of a client prefill: core economics' slack and calm), and
-what counts as "in prefill" is a rule of its own — a streamed request until its first token reaches
-the proxy (a tool call's first delta is its name: `simengine/tool_stream.py` streams it as vLLM
-does), an unstreamed one while its uncached tokens at the measured prefill rate are not done. A
-mixin of `LivePolicyObserver`, so it reads the observer's own state.
+may run now (a warm never queues in front of a client prefill: core economics' slack and calm, and
+its price charges every client it slows), and what counts as "in prefill" is a rule of its own — a
+streamed request until its first output reaches the proxy (`ResponseTap.first_token_at`: on vLLM and
+SGLang the role-only first chunk, which leaves with the first token; a tool call's first
+`tool_calls` delta comes only once its name is decoded), an unstreamed one while its uncached tokens
+at the measured prefill rate are not done. Every other request in flight is decoding: an engine
+step that carries a warm's prefill is longer for it too. A mixin of `LivePolicyObserver`, so it
+reads the observer's own state.
 """
 
 from __future__ import annotations
@@ -41,14 +44,16 @@ class LoadView:
 
     def load(self) -> EngineLoad:
         """What the planner weighs actions against: client requests in flight, those still waiting
-        for their first token (a warm now would queue in front of them), the running set's
-        distinct tokens, the engine's queue and prefill utilisation."""
+        for their first output (a warm now would queue in front of them) and the rest (decoding: a
+        warm now lengthens their steps), the running set's distinct tokens, the engine's queue and
+        prefill utilisation."""
         now = self.clock()
         prefilling = sum(1 for rid, st in self._states.items() if self._prefilling(rid, st, now))
         return EngineLoad(
             inflight=len(self._inflight),
             waiting=int(self.engine_waiting() or 0),
             prefilling=prefilling,
+            decoding=max(0, len(self._inflight) - prefilling),
             running_tokens=self.running.tokens,
             utilisation=self.utilisation,
             priority_lane=self.lane_active(),

@@ -107,6 +107,7 @@ class LivePolicyObserver(BodyRewriting, UsageAccounting, LoadView):
         self.engine_waiting: Callable[[], int] = lambda: 0
         self.engine_external: Callable[[], int] = lambda: 0  # engine requests not this proxy's (scraped)
         self.lane_active: Callable[[], bool] = lambda: False  # slack lane: the adapter's priority policy
+        self.role_is_first_output = False  # the adapter's role_chunk_is_first_output (response_tap.py)
         self.engine_priority: Callable[[int], int] = lambda rank: rank  # session-lane rank -> engine priority
         self.session_lane: SessionLane | None = None  # opt-in session lane (LiveRuntime sets it)
         self._inflight: dict[int, float] = {}
@@ -198,7 +199,11 @@ class LivePolicyObserver(BodyRewriting, UsageAccounting, LoadView):
             if self.hints is not None:  # a credential the engine accepts may send hints (docs/hints.md)
                 self.hints.credential_seen(ctx.headers, now)
             if status == 200:
-                st.tap = ResponseTap("text/event-stream" in headers.get("content-type", ""), self.tap_budget)
+                st.tap = ResponseTap(
+                    "text/event-stream" in headers.get("content-type", ""),
+                    self.tap_budget,
+                    role_is_first_output=self.role_is_first_output,
+                )
             self._later(self._maybe_observe, ctx, st)
         else:
             self._skip(st, "rejected")  # the engine refused it (auth, validation, overload): learn nothing

@@ -2,7 +2,7 @@
 
 Two shapes: a JSON body (buffered up to a cap, parsed once at the end) and an SSE stream (events
 parsed as they pass, by the incremental `proxy.http.sse.SSEParser`). From either it extracts
-finish_reason, usage (prompt, cached, completion tokens), the first-token time, and the assistant
+finish_reason, usage (prompt, cached, completion tokens), the first-output time, and the assistant
 turn — text plus tool calls reassembled from their streamed deltas — because a response that ends
 in `tool_calls` pauses its session, and the assistant turn is the part of the next prompt the proxy
 cannot see yet.
@@ -12,6 +12,13 @@ capped (`MAX_SSE_LINE_BYTES`), a JSON body is buffered only up to `MAX_JSON_BYTE
 on the event loop at the end), and all taps together hold at most `TapBudget.max_bytes`: a tap that
 would exceed it stops reading (counted in `TapBudget.overflows`) and the response is forwarded as
 always. Malformed or absurdly nested JSON (RecursionError) is ignored, never logged as a traceback.
+
+The first-output time (`first_token_at`) is when prefill ended as far as the stream shows it: the
+first chunk carrying content, a tool call or reasoning; or, with `role_is_first_output` (engines
+whose role-only first chunk leaves with their first output: vLLM, SGLang, the simulated engine —
+`HttpEngineAdapter.role_chunk_is_first_output`), that role chunk. The difference matters for a tool
+call: its first `tool_calls` delta leaves only once the call's name is generated, several decode
+steps after prefill, which would make prefill look slower and the request count as prefilling longer.
 """
 
 from __future__ import annotations
@@ -58,11 +65,13 @@ class ResponseTap:
         "frames",
         "output_tokens",
         "prompt_tokens",
+        "role_is_first_output",
         "stream",
     )
 
-    def __init__(self, stream: bool, budget: TapBudget | None = None) -> None:
+    def __init__(self, stream: bool, budget: TapBudget | None = None, *, role_is_first_output: bool = False) -> None:
         self.stream = stream
+        self.role_is_first_output = role_is_first_output
         self.first_token_at: float | None = None
         self.finish_reason: str | None = None
         self.prompt_tokens: int | None = None
@@ -193,7 +202,12 @@ class ResponseTap:
             if (
                 self.first_token_at is None
                 and now is not None
-                and (content or delta.get("tool_calls") or delta.get("reasoning_content"))
+                and (
+                    content
+                    or delta.get("tool_calls")
+                    or delta.get("reasoning_content")
+                    or (self.role_is_first_output and delta.get("role"))
+                )
             ):
                 self.first_token_at = now
         elif isinstance(text, str) and text:

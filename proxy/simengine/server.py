@@ -91,6 +91,12 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
                         "hashes": list(r.hashes),
                         "prompt_tokens": r.prompt_len,
                         "cached_tokens": r.cached_tokens,
+                        # the engine's virtual clock (s): when it arrived, was first scheduled, gave
+                        # its first token, finished (None: not yet)
+                        "arrival": r.arrival,
+                        "admitted_at": r.admitted_at,
+                        "first_token_at": r.first_token_at,
+                        "finished_at": r.finished_at,
                     }
                     for t, w, sess, r in requests_seen
                 ]
@@ -199,16 +205,21 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
         def frame(chunk: dict) -> bytes:
             return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
 
+        # The role-only chunk leaves with the engine's first output (prefill done, first token
+        # sampled), as vLLM's `chat_completion_stream_generator` sends it under `if first_iteration:`
+        # inside `async for res in result_generator`; an engine failure before it is the first frame.
+        role_due = job.kind == "chat"
         try:
-            if job.kind == "chat":
-                yield frame(
-                    io.stream_chunk(job, rid, config.model, created_s, delta={"role": "assistant", "content": ""})
-                )
             while True:
                 item = await pending.queue.get()
                 if isinstance(item, Exception):
                     yield frame(io.ApiError(f"engine failure: {item}", 500).body())
                     return
+                if role_due:
+                    role_due = False
+                    yield frame(
+                        io.stream_chunk(job, rid, config.model, created_s, delta={"role": "assistant", "content": ""})
+                    )
                 done = item is None
                 upto = len(out.ids) if done else item
                 if calls is not None:  # the name as soon as it is generated, then the arguments

@@ -64,6 +64,19 @@ def test_pollution_and_queueing_count_against_a_warm():
     assert dirty.cost > clean.cost and crowded.cost > clean.cost
 
 
+def test_a_warm_is_charged_for_every_client_request_it_slows_while_they_decode():
+    """A warm's prefill shares the engine's step with the running decodes (vLLM schedules both in
+    one step), so each generating request waits its prefill time, as a queued one does: a warm
+    that pays on an idle engine does not while clients decode, and a touch stays cheap."""
+    p = Prospect(2_000, 2_000, False, 0.9, 1.0)
+    idle, decoding = assess(p, market()), assess(p, market(decoding=2))
+    assert idle.kind == decoding.kind == WARM
+    assert idle.net > 0 > decoding.net
+    assert abs((decoding.cost - idle.cost) - 2 * 2_000) < 1e-6
+    touch = assess(Prospect(2_000, 0, True, 0.9, 2.0), market(decoding=2))
+    assert touch.kind == TOUCH and touch.net > 0
+
+
 def test_observe_only_when_the_running_set_overflows_the_cache():
     m = market(running_tokens=CAP)
     assert m.overflowing

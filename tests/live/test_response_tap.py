@@ -48,6 +48,20 @@ def test_sse_tool_call_reassembled_across_split_chunks():
     assert msg["tool_calls"][0]["function"] == {"name": "search", "arguments": '{"q": 1}'}
 
 
+def test_the_role_chunk_times_prefill_only_where_the_engine_sends_it_with_its_first_output():
+    """vLLM and SGLang send `delta: {"role": ...}` with the engine's first output; a tool call's
+    first `tool_calls` delta comes only once its name is generated, decode steps later."""
+    frames = [
+        sse({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})[: -len(b"data: [DONE]\n\n")],
+        b'data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f"}}]}}]}\n\n',
+    ]
+    for role_first, expected in ((True, 1.0), (False, 2.0)):
+        tap = ResponseTap(stream=True, role_is_first_output=role_first)
+        tap.feed(frames[0], 1.0)
+        tap.feed(frames[1], 2.0)
+        assert tap.first_token_at == expected
+
+
 def test_json_body_and_crlf_frames():
     tap = ResponseTap(stream=False)
     body = json.dumps(

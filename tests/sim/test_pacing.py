@@ -1,6 +1,7 @@
 """Wall-clock pacing (--speed), concurrency and client disconnects on a real socket."""
 
 import asyncio
+import json
 import time
 
 import httpx
@@ -93,3 +94,28 @@ def test_virtual_timings_are_the_cost_model_even_at_high_speed():
         next(x for x in text.splitlines() if x.startswith("vllm:time_to_first_token_seconds_sum")).split()[-1]
     )
     assert total == pytest.approx(3 * cfg.cost.prefill_s(2000), rel=1e-9)
+
+
+def test_a_streamed_chat_sends_its_role_chunk_with_the_first_token_not_before():
+    """vLLM's `chat_completion_stream_generator` sends the role-only chunk on its first iteration
+    over the engine's outputs, after prefill, so a client or proxy timing the first chunk times
+    prefill. 1,000 prefill tokens/s at speed 5: a cold prompt of n tokens takes n / 5,000 s of wall time."""
+    cfg = SimConfig(speed=5, capacity_blocks=1024, cost=CostModel(prefill_token_s=1e-3, attn_token2_s=0.0))
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": " ".join(f"w{i}" for i in range(2000))}],
+        "max_tokens": 3,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    with run_sim_server(cfg) as sim, httpx.Client(base_url=sim.url, timeout=30) as c:
+        t0 = time.perf_counter()
+        with c.stream("POST", "/v1/chat/completions", json=body) as r:
+            lines = r.iter_lines()
+            first = next(line for line in lines if line.startswith("data: "))
+            at = time.perf_counter() - t0
+            rest = [line for line in lines if line.startswith("data: ")]
+    assert json.loads(first[6:])["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    prompt = json.loads(rest[-2][6:])["usage"]["prompt_tokens"]
+    assert prompt >= 1500 and at >= 0.8 * prompt / 5000, (prompt, at)  # the prefill, not the round trip
+    assert rest[-1] == "data: [DONE]"
