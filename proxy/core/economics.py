@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 TOUCH = "touch"
 WARM = "warm"
-WAIT = "wait"  # a warm that may pay, but not now: the engine is prefilling for clients
+WAIT = "wait"  # a warm that may pay, but not now: clients queue, prefill or (for one that pays only then) decode
 NOTHING = ""
 
 
@@ -187,6 +187,8 @@ def assess(p: Prospect, m: Market) -> Verdict:
         + queueing(spent, m)
         + pollution(p.missing + (resident if p.near_eviction else 0.0), m)
     )
+    if saving <= cost < saving + m.decoding * spent:
+        return Verdict(WAIT, 0.0, 0.0)  # pays once the clients decoding now are done: ask again then
     return Verdict(WARM, saving, cost, kept)
 
 

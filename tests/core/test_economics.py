@@ -67,12 +67,16 @@ def test_pollution_and_queueing_count_against_a_warm():
 def test_a_warm_is_charged_for_every_client_request_it_slows_while_they_decode():
     """A warm's prefill shares the engine's step with the running decodes (vLLM schedules both in
     one step), so each generating request waits its prefill time, as a queued one does: a warm
-    that pays on an idle engine does not while clients decode, and a touch stays cheap."""
-    p = Prospect(2_000, 2_000, False, 0.9, 1.0)
-    idle, decoding = assess(p, market()), assess(p, market(decoding=2))
-    assert idle.kind == decoding.kind == WARM
-    assert idle.net > 0 > decoding.net
-    assert abs((decoding.cost - idle.cost) - 2 * 2_000) < 1e-6
+    that pays on an idle engine waits while clients decode, one that would not pay anyway is
+    declined with the decodes in its cost, and a touch stays cheap."""
+    far = Prospect(2_000, 2_000, False, 0.9, 1.0)
+    idle, decoding = assess(far, market(tail_reuse=0.1)), assess(far, market(tail_reuse=0.1, decoding=2))
+    assert idle.kind == WARM and idle.net > 0
+    assert decoding.kind == WAIT  # it pays once they are done: asked again at the next tick
+    crowded = market(tail_reuse=0.1, decoding=2, waiting=0, request_rate=20.0)
+    v = assess(far, crowded)
+    assert v.kind == WARM and v.net < 0  # would not pay even with nobody decoding: declined
+    assert abs((v.cost - assess(far, market(tail_reuse=0.1, request_rate=20.0)).cost) - 2 * 2_000) < 1e-6
     touch = assess(Prospect(2_000, 0, True, 0.9, 2.0), market(decoding=2))
     assert touch.kind == TOUCH and touch.net > 0
 
