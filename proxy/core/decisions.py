@@ -38,6 +38,7 @@ SKIP_REASONS = (
     "warm_not_allowed",
     "warm_busy",  # a warm would queue behind client traffic
     "wait_for_slack",  # the economics asks to retry at a calmer tick
+    "wait_for_decodes",  # a warm that pays once the clients decoding now are done (saving, cost kept)
     "not_worth_it",  # expected saving below cost
     "no_slot",  # more worthwhile candidates than action slots this tick
     "budget",  # the warm token bucket is empty

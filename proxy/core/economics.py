@@ -110,7 +110,7 @@ class Prospect:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    kind: str  # TOUCH, WARM, WAIT (ask again in slack) or NOTHING
+    kind: str  # TOUCH, WARM, WAIT (ask again in slack; with a cost: once the decodes are done) or NOTHING
     saving: float  # expected tokens saved
     cost: float  # expected tokens spent (prefill, queueing, pollution)
     kept: float | None = None  # P(made resident now, still resident at the demand) it priced with
@@ -188,7 +188,8 @@ def assess(p: Prospect, m: Market) -> Verdict:
         + pollution(p.missing + (resident if p.near_eviction else 0.0), m)
     )
     if saving <= cost < saving + m.decoding * spent:
-        return Verdict(WAIT, 0.0, 0.0)  # pays once the clients decoding now are done: ask again then
+        # pays once the clients decoding now are done: ask again then (the figures say why)
+        return Verdict(WAIT, saving, cost, kept)
     return Verdict(WARM, saving, cost, kept)
 
 

@@ -101,7 +101,10 @@ class Picker(Recorder):
         if v.kind == WAIT:
             if c.session is not None and c.session in self.sessions.sessions:
                 self.dirty[c.session] = None  # ask again at a tick when the engine has slack
-            self._skip("wait_for_slack", c, x.now, None, missing)
+            if v.cost > 0:  # priced: it pays once the clients decoding now are done
+                self._skip("wait_for_decodes", c, x.now, v, missing)
+            else:
+                self._skip("wait_for_slack", c, x.now, None, missing)
             return None
         if v.kind == NOTHING or v.net <= 0:
             self.declined += 1

@@ -73,6 +73,8 @@ def test_a_warm_is_charged_for_every_client_request_it_slows_while_they_decode()
     idle, decoding = assess(far, market(tail_reuse=0.1)), assess(far, market(tail_reuse=0.1, decoding=2))
     assert idle.kind == WARM and idle.net > 0
     assert decoding.kind == WAIT  # it pays once they are done: asked again at the next tick
+    assert decoding.cost > decoding.saving > 0  # with its figures: the planner records wait_for_decodes
+    assert assess(far, market(waiting=1)).cost == 0  # a queue's WAIT is not priced: wait_for_slack
     crowded = market(tail_reuse=0.1, decoding=2, waiting=0, request_rate=20.0)
     v = assess(far, crowded)
     assert v.kind == WARM and v.net < 0  # would not pay even with nobody decoding: declined

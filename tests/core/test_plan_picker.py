@@ -4,6 +4,7 @@ slots and the bucket, and the outside action_gate holding actions back unless sw
 from __future__ import annotations
 
 from proxy.core.actions import REASON_TRANSITION
+from proxy.core.view import EngineLoad
 
 from .test_decisions import rows
 from .test_planner import PIPE, fresh, learn
@@ -42,3 +43,15 @@ def test_the_veto_holds_back_and_can_be_switched_off(workload):
     w, t = _one_warm(workload, disabled_pieces=("action_gate",))
     w.policy.planner.action_gate = lambda reason, kind, now: False
     assert len(w.policy.plan(t)) == 1
+
+
+def test_a_warm_priced_out_only_by_decoding_clients_waits_and_says_so(workload):
+    """Clients decoding make a warm's prefill their wait (economics.queueing): the warm that pays on
+    an idle engine is held as `wait_for_decodes`, with the saving and the cost it compared, and made
+    at a later tick once nobody decodes."""
+    w, t = _one_warm(workload)
+    assert w.policy.plan(t, EngineLoad(inflight=50, decoding=50)) == []
+    (row,) = rows(w, "wait_for_decodes")
+    assert row["cost"] > row["saving"] > 0
+    (a,) = w.policy.plan(t + 0.1)
+    assert a.kind == "warm"
