@@ -16,6 +16,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -92,6 +93,34 @@ def child_process(
             yield proc
         finally:
             stop(proc)
+
+
+ADDRESS_IN_USE = "address already in use"
+
+
+@contextlib.contextmanager
+def child_on_free_port(
+    make: Callable[[int], tuple[list[str], str]], *, attempts: int = 3, **kwargs: Any
+) -> Iterator[tuple[subprocess.Popen, int]]:
+    """`child_process` on a port picked by `free_port`, picked again when the child could not bind.
+
+    Why: a port is only free when `free_port` looks; before the child binds it, any process on the
+    machine (the child itself, connecting out to its workers) may take it as an ephemeral port.
+    `make(port)` gives the command and its readiness URL; extra ports it picks are re-picked too.
+    Any other failure is raised at once. Yields the process and the port it listens on."""
+    for attempt in range(attempts):
+        port = free_port()
+        cmd, ready_url = make(port)
+        stack = contextlib.ExitStack()
+        try:
+            proc = stack.enter_context(child_process(cmd, ready_url, **kwargs))
+        except RuntimeError as exc:
+            if ADDRESS_IN_USE in str(exc).lower() and attempt + 1 < attempts:
+                continue
+            raise
+        with stack:
+            yield proc, port
+        return
 
 
 def sim_proxy_command(python: str, port: int, upstream: str, sets: tuple[str, ...] = ()) -> list[str]:

@@ -42,7 +42,7 @@ from typing import Any
 import httpx
 
 from proxy.demo.workload import DemoSpec, WorkloadResult, run_workload
-from proxy.harness.child_process import child_process, free_port, sim_proxy_command
+from proxy.harness.child_process import child_on_free_port, child_process, free_port, sim_proxy_command
 
 MODEL = "sim-llama-3.1-8b"
 ROUTER_POLICIES = ("round_robin", "consistent_hash", "sticky_least_loaded", "cache_aware", "kv_aware")
@@ -199,24 +199,24 @@ def start_fleet(cfg: FleetConfig, with_scout: bool, admin: str, router: str | No
         else:
             if router is None:
                 raise RuntimeError(find_router()[1])
-            port = free_port()
-            front = f"http://127.0.0.1:{port}"
             sources = list(zip(workers, zmq, strict=False)) if kv else []
-            stack.enter_context(
-                child_process(
-                    router_cmd(router, port, workers, cfg.router_policy, sources),
-                    front + "/readiness",
+            policy = cfg.router_policy
+            _, port = stack.enter_context(
+                child_on_free_port(
+                    lambda p: (router_cmd(router, p, workers, policy, sources), f"http://127.0.0.1:{p}/readiness"),
                     timeout=START_TIMEOUT_S,
                 )
             )
+            front = f"http://127.0.0.1:{port}"
         if with_scout and cfg.topology == "front":
-            port = free_port()
-            purl = f"http://127.0.0.1:{port}"
-            stack.enter_context(
-                child_process(_proxy_cmd(port, front), purl + "/livez", env=env, timeout=START_TIMEOUT_S)
+            upstream = front
+            _, port = stack.enter_context(
+                child_on_free_port(
+                    lambda p: (_proxy_cmd(p, upstream), f"http://127.0.0.1:{p}/livez"), env=env, timeout=START_TIMEOUT_S
+                )
             )
-            proxies.append(purl)
-            front = purl
+            front = f"http://127.0.0.1:{port}"
+            proxies.append(front)
         yield Fleet(front, engines, proxies)
 
 
