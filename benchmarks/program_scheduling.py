@@ -54,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 
 from proxy.demo.workload import DemoSpec, WorkloadResult, run_workload
-from proxy.harness.child_process import child_process, free_port, sim_proxy_command
+from proxy.harness.child_process import child_on_free_port, child_process, free_port, sim_proxy_command
 from proxy.harness.router_fleet import MODEL, FleetConfig, _engine_cmd, _enter_all, find_router, router_cmd
 
 ARMS = ("router", "router+ps", "router+ps-tuned", "scout", "lane-continue", "lane-las", "lane+ps")
@@ -122,19 +122,20 @@ def start_all(
         starts.append(child_process(cmd, url + "/health", timeout=START_TIMEOUT_S))
         engines[a.name] = url
     _enter_all(stack, starts)
-    routers: dict[str, str] = {}
-    starts = []
-    for a in arms:
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        cmd = router_cmd(router, port, [engines[a.name]], "consistent_hash")
-        if a.program_scheduling:
-            cmd += ["--enable-program-scheduling"]
-        if a.program_scheduling == "tuned":
-            cmd += ["--program-scheduling-config-json", json.dumps(tuned_config(cfg), separators=(",", ":"))]
-        starts.append(child_process(cmd, url + "/readiness", timeout=START_TIMEOUT_S))
-        routers[a.name] = url
-    _enter_all(stack, starts)
+
+    def start_router(a: Arm) -> contextlib.AbstractContextManager[tuple[Any, int]]:
+        def make(port: int) -> tuple[list[str], str]:
+            cmd = router_cmd(router, port, [engines[a.name]], "consistent_hash")
+            if a.program_scheduling:
+                cmd += ["--enable-program-scheduling"]
+            if a.program_scheduling == "tuned":
+                cmd += ["--program-scheduling-config-json", json.dumps(tuned_config(cfg), separators=(",", ":"))]
+            return cmd, f"http://127.0.0.1:{port}/readiness"
+
+        return child_on_free_port(make, timeout=START_TIMEOUT_S)
+
+    started = _enter_all(stack, [start_router(a) for a in arms])
+    routers = {a.name: f"http://127.0.0.1:{port}" for a, (_, port) in zip(arms, started, strict=True)}
     fronts = dict(routers)
     starts = []
     env = {
