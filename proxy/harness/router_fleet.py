@@ -21,7 +21,9 @@ warmup's first block must be one that the same tenant's client traffic has (salt
 
 The router binary is the `vllm-router` console script of the PyPI package (pinned in the `test`
 extra); `find_router()` says why when it is missing. Processes are children on free ports, stopped
-by PID (proxy/harness/child_process.py).
+by PID (proxy/harness/child_process.py); the router and the front proxy start on a port picked again
+if they could not bind it (`child_on_free_port`: the router connects out to its workers before it
+binds, and once lost its port to one of its own connections in CI).
 """
 
 from __future__ import annotations
