@@ -23,7 +23,7 @@ The router binary is the `vllm-router` console script of the PyPI package (pinne
 extra); `find_router()` says why when it is missing. Processes are children on free ports, stopped
 by PID (proxy/harness/child_process.py); the router and the front proxy start on a port picked again
 if they could not bind it (`child_on_free_port`: the router connects out to its workers before it
-binds, and once lost its port to one of its own connections in CI).
+binds, and lost its port once in CI).
 """
 
 from __future__ import annotations
