@@ -2,11 +2,12 @@
 
 - `scout-proxy`: the live proxy's planner, unchanged (`proxy.core.ScoutPolicy`), in front of a stock
   LRU `SimEngine`. Each request is observed (`observe_request`) as it arrives, each response end is
-  observed with its finish reason, and after every event the planner is asked for actions (`plan`),
-  which go through the live executor's rules (`engine_side.ReplayExecutor`) to the engine: a touch
-  or warm is a `max_tokens=1` engine request on the action's blocks, queued and scheduled with the
-  client requests; the core hears back when the engine finished it. A retain is a priority bump
-  that an LRU engine cannot honour.
+  observed with its finish reason, and after every event and on the live runtime's timer
+  (`policy_plan_interval`, 0.25 s) the planner is asked for actions (`plan`), which go through the
+  live executor's rules (`engine_side.ReplayExecutor`) to the engine: a touch or warm is a
+  `max_tokens=1` engine request on the action's blocks, queued and scheduled with the client
+  requests; the core hears back when the engine finished it. A retain is a priority bump that an
+  LRU engine cannot honour.
 - `scout-proxy-priority`: the same planner (with Retain hints on) against a priority-eviction
   engine (SGLang `--radix-eviction-policy priority`): actions carry their priority into the pool.
 - `scout-engine`: the paper's in-engine eviction, as the engine pool's eviction order: every block
@@ -166,7 +167,8 @@ class ScoutProxyPolicy(_ScoutBase):
         # the live yield ledger (throttles a signal whose realised yield is negative), fed by the same
         # rule as live (core/yield_book.py); the switchback's control windows are live-only (the
         # replay evaluates the policy itself), so the experiment is pinned on
-        self._now = 0.0
+        self._now = 0.0  # the latest event or tick
+        self.tick_s = float(self.settings.policy_plan_interval)
         self.selfeval = SelfEvaluation(
             dataclasses.replace(switchback_config(self.settings), mode="on"),
             yield_config(self.settings),
@@ -213,8 +215,26 @@ class ScoutProxyPolicy(_ScoutBase):
             self.selfeval.record_saved(obs.acted_reason, saved, now)
 
     def on_response(self, i, req, hit_blocks, now):
+        self._now = max(self._now, now)
         self._running.remove(req.block_hashes)
         self._observe_response(i, req, hit_blocks, now)
+        self._pump(now)
+        self._plan(now)
+
+    def next_wakeup(self) -> float:
+        """The next plan tick. Live, the planner runs on every request and response *and* on a
+        timer (`LiveRuntime._tick_loop`, every `policy_plan_interval`): a tool pause's wake or the
+        session sweep that falls due in a quiet stretch is served at the next tick, not at the next
+        request. Without the timer the replay left exactly the quiet stretches (where a warm has
+        slack) unplanned: the demo's replay cell read -14% mean TTFT for scout-proxy, -23% with it
+        (docs/replay.md "Ticks"). Ticks run while requests are to come or the engine has work."""
+        d = self.driver
+        if d.arrived >= d.n and not d.engine.has_work:
+            return math.inf
+        return (math.floor(self._now / self.tick_s) + 1) * self.tick_s
+
+    def wakeup(self, now: float) -> None:
+        self._now = max(self._now, now)
         self._pump(now)
         self._plan(now)
 
