@@ -84,12 +84,8 @@ def make_policy(name: str, s: ReplaySettings) -> ReplayPolicy:
         blind = {"oracle-keeper-blind": OracleKeeperBlindPolicy, "gap-keeper": GapKeeperPolicy}
         return blind.get(name, ToolGapKeeperPolicy)()
     if name in ("scout-proxy", "scout-proxy-priority", "scout-engine", "scout-proxy-lane"):
-        from proxy.replay.scout import (
-            ScoutEnginePolicy,
-            ScoutProxyLanePolicy,
-            ScoutProxyPolicy,
-            ScoutProxyPriorityPolicy,
-        )
+        from proxy.replay.scout import ScoutProxyLanePolicy, ScoutProxyPolicy, ScoutProxyPriorityPolicy
+        from proxy.replay.scout_engine import ScoutEnginePolicy
 
         cls = {
             "scout-proxy": ScoutProxyPolicy,
