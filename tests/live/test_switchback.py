@@ -132,20 +132,23 @@ def test_harmful_actions_end_observe_only_within_bounded_windows(http, caplog):
             yield_throttle=False,
             switchback_start_after_s=3.0,
             scrape_interval=1000.0,
-            **dict(WINDOWS, switchback_window_min_s=1.5, switchback_window_max_s=2.5),
+            # the product's decision batch (12 windows), not the 6 the other tests use for speed: with 3 on /
+            # 3 off windows the +30..+130% harm decided only ~40-60% of batches (one slow window widens
+            # the interval; a CI run needed five), with 6 / 6 it decided 19 of 19 (idle and under load)
+            **dict(WINDOWS, switchback_window_min_s=1.5, switchback_window_max_s=2.5, switchback_decision_windows=12),
         )
         with run_proxy_server(st) as px:
             px.call(lambda: evicting_warms(px, sim.url))
             # the bound is in windows (asserted below); the wall-clock limit only has to outlast
-            # them on a loaded 2-core machine (20-50 s measured here, once past 48 s in a CI rehearsal)
-            stop, threads = start_traffic(harmful_traffic, 1, px.url, time.monotonic() + 84)
+            # them on a loaded 2-core machine (first decision at ~29 s here, idle or under load)
+            stop, threads = start_traffic(harmful_traffic, 1, px.url, time.monotonic() + 114)
             try:
-                d = run_until(px, lambda d: d["switchback"]["state"] == "observe_only", 80.0)
+                d = run_until(px, lambda d: d["switchback"]["state"] == "observe_only", 110.0)
                 sb = d["switchback"]
                 assert sb["state"] == "observe_only", sb
-                # bounded: at most four decision batches of six usable windows each
-                assert sb["decisions"]["harmful"] == 1 and sum(sb["decisions"].values()) <= 4
-                assert sb["windows"]["on"] + sb["windows"]["off"] <= 4 * 6 + 2
+                # bounded: at most three decision batches of twelve usable windows each
+                assert sb["decisions"]["harmful"] == 1 and sum(sb["decisions"].values()) <= 3
+                assert sb["windows"]["on"] + sb["windows"]["off"] <= 3 * 12 + 2
                 est = sb["last_decision"]["estimate"]
                 ttft = est["ttft"]
                 assert sb["last_decision"]["verdict"] == "harmful" and 0 < ttft["low"] <= ttft["effect"] <= ttft["high"]
