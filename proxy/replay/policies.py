@@ -103,7 +103,26 @@ def position_bucket(j: int) -> int:
     return j.bit_length()
 
 
-class HistoryPolicy(ReplayPolicy):
+class ScoredEvictionPolicy(ReplayPolicy):
+    """In-engine eviction by a score per group of freed blocks (`history`, `scout-engine`): the engine
+    pool's `ScoredEvictor` asks the subclass's `_score(group, last, now)` and `_group_of(key)`."""
+
+    def evictor(self):
+        self._ev = ScoredEvictor(self._score, self._group_of)
+        return self._ev
+
+    def _freeing_index(self) -> int | None:
+        """The stream index of the request whose blocks the engine is freeing (None: an action's)."""
+        return self.driver.index_of(self._ev.freeing_req)
+
+    def _group_of(self, key: Any) -> Any:
+        raise NotImplementedError
+
+    def _score(self, group: Any, last: float, now: float) -> float:
+        raise NotImplementedError
+
+
+class HistoryPolicy(ScoredEvictionPolicy):
     name = "history"
 
     BINS: ClassVar[list[float]] = [float(x) for x in np.logspace(-3, 5, 49)]  # reuse-interval edges (s), log spaced
@@ -118,12 +137,8 @@ class HistoryPolicy(ReplayPolicy):
         self._memo: dict = {}
         self._groups: dict = {}  # block -> group, for the request freeing its blocks
 
-    def evictor(self):
-        self._ev = ScoredEvictor(self._score, self._group_of)
-        return self._ev
-
     def _group_of(self, key):
-        j = self.driver.index_of(self._ev.freeing_req)
+        j = self._freeing_index()
         if j is None:
             return None
         g = self._groups.get(j)

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import math
 
-from proxy.cachemodel.policy_pool import ScoredEvictor
 from proxy.core.plan_sweep import reachable_agents
 from proxy.core.policy import ScoutPolicy
+from proxy.replay.policies import ScoredEvictionPolicy
 from proxy.replay.scout import _ScoutBase, build_config
 
 HISTORY = "__history__"  # the group of non-anchor blocks (p_surv = 0: age only)
 
 
-class ScoutEnginePolicy(_ScoutBase):
+class ScoutEnginePolicy(_ScoutBase, ScoredEvictionPolicy):
     """In-engine survival-scored eviction (the paper's vLLM fork), fed by the same core."""
 
     name = "scout-engine"
@@ -38,12 +38,8 @@ class ScoutEnginePolicy(_ScoutBase):
         self._surv_at = -1.0
         self._cur: tuple | None = None  # (request freeing its blocks, its agent, its anchor blocks)
 
-    def evictor(self):
-        self._ev = ScoredEvictor(self._score, self._group_of)
-        return self._ev
-
     def _group_of(self, key):
-        j = self.driver.index_of(self._ev.freeing_req)
+        j = self._freeing_index()
         if j is None:
             return None
         cur = self._cur
