@@ -25,7 +25,7 @@ from proxy.demo.pair import PairOptions, run_pair
 from proxy.demo.progress import DualProgress, Progress
 from proxy.demo.report import format_scene, scenes_json
 from proxy.demo.scenes import SCENES, scaled
-from proxy.demo.workload import expected_requests
+from proxy.harness.workload import expected_requests
 
 # Policy settings of the demo's proxy on top of each scene's own (documented in docs/demo.md):
 # none — the proxy runs with the defaults a user gets from `cachescout serve`.

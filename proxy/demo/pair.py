@@ -25,8 +25,8 @@ import httpx
 
 from proxy.demo.report import engine_counters, summarise
 from proxy.demo.scenes import Scene
-from proxy.demo.workload import WorkloadResult, run_workload
 from proxy.harness.child_process import free_port, sim_proxy_command, stop, wait_ready
+from proxy.harness.workload import WorkloadResult, run_workload
 
 MODEL = "sim-llama-3.1-8b"
 EXECUTOR_KEYS = ("ok", "error", "dropped_stale", "dropped_busy", "dropped_full", "deduped")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from proxy.demo.workload import DemoSpec
+from proxy.harness.workload import DemoSpec
 
 
 @dataclass(frozen=True, slots=True)

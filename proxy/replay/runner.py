@@ -47,7 +47,6 @@ HINT_POLICIES = (
 # scout-proxy with the slack lane (engine under vLLM's priority policy, actions at the lowest
 # priority; lanes.py): opt-in by name
 LANE_POLICIES = ("scout-proxy-lane",)
-DECODE_BATCH = 16  # kept for callers: latencies() no longer uses a nominal decode batch
 
 
 @dataclass
