@@ -30,9 +30,11 @@ from proxy.core.actions import Action
 from proxy.engines.base import (
     CAP_KV_HINTS,
     CAP_METRICS,
+    CAP_PRIORITY_HEADER,
     CAP_RESET,
     CAP_WARM_CHAT,
     CAP_WARM_TOKENS,
+    PRIORITY_HEADER,
     EngineSnapshot,
     HttpEngineAdapter,
     WarmResult,
@@ -101,6 +103,38 @@ class VllmAdapter(HttpEngineAdapter):
         except httpx.HTTPError as exc:
             log.warning("engine %s: probe failed (%s); keeping default capabilities", self.name, type(exc).__name__)
         await self.probe_scheduling()
+        await self.probe_priority_header()
+
+    async def probe_priority_header(self) -> None:
+        """Does the engine read `X-Vllm-Priority`? vLLM documents the header (docs/serving/
+        openai_compatible_server.md, "Extra HTTP Headers": for the Completions, Chat Completions and
+        Responses APIs, "Its value must be an integer and overrides the `priority` value in the JSON
+        request body") and 0.32, the version `make e2e-vllm` builds, reads it. An older server ignores
+        an unknown header, so a refusal cannot tell; the probe reads `GET /version` and takes the
+        header from `HEADER_SINCE` on. Anything else (no /version, as behind vllm-router; an
+        unparsable version) keeps the body field: fail-safe, the old behaviour."""
+        if self.priority_header_mode != "auto":
+            self.set_priority_header(self.priority_header_mode == "on", "set by the operator")
+            return
+        try:
+            status, data = await self._get_json("/version")
+        except Exception as exc:  # noqa: BLE001 - a probe must never stop the proxy
+            self.set_priority_header(False, f"/version failed: {type(exc).__name__}")
+            return
+        version = data.get("version") if status == 200 and isinstance(data, dict) else None
+        self.set_priority_header(*self.reads_priority_header(version if isinstance(version, str) else None))
+
+    def reads_priority_header(self, version: str | None) -> tuple[bool, str]:
+        """(supported, why) for an engine reporting `version` at /version."""
+        if version is None:
+            return False, "no /version: priority stays in the body"
+        parsed = parse_version(version)
+        if parsed is None:
+            return False, f"/version {version[:40]!r} not understood: priority stays in the body"
+        since = ".".join(map(str, HEADER_SINCE))
+        if parsed >= HEADER_SINCE:
+            return True, f"vLLM {version[:40]} >= {since} reads X-Vllm-Priority"
+        return False, f"vLLM {version[:40]} < {since}: priority stays in the body"
 
     async def probe_scheduling(self) -> None:
         """Which scheduling policy the engine runs (the slack lane, CAP_SCHED_PRIORITY).
@@ -161,9 +195,18 @@ class VllmAdapter(HttpEngineAdapter):
 
     def warm_fields(self, action: Action) -> dict[str, Any]:
         """Extra body fields for a warmup: the slack lane's lowest priority when the engine
-        schedules by priority (the sim adapter adds retention priority otherwise)."""
+        schedules by priority (the sim adapter adds retention priority otherwise); in the
+        `X-Vllm-Priority` header instead when the engine reads it (`warm_headers`)."""
         lane = self.lane_priority()
-        return {"priority": lane} if lane is not None else {}
+        return {"priority": lane} if lane is not None and CAP_PRIORITY_HEADER not in self.capabilities else {}
+
+    def warm_headers(self, body: dict[str, Any]) -> dict[str, str]:
+        """The slack lane's priority as the `X-Vllm-Priority` header (engines that read it), unless
+        the body carries a priority of its own (a retention priority: the sim's priority eviction)."""
+        lane = self.lane_priority()
+        if lane is None or CAP_PRIORITY_HEADER not in self.capabilities or "priority" in body:
+            return {}
+        return {PRIORITY_HEADER: str(lane)}
 
     async def tokenize(self, spec: WarmSpec) -> tuple[int, ...] | None:
         if spec.token_ids:
@@ -246,6 +289,9 @@ class VllmAdapter(HttpEngineAdapter):
         self.counters["warm_requests"] += 1
         # routing only when there is one (test doubles of post_json predate it)
         extra: dict[str, Any] = {"routing": routing} if routing is not None and routing[0] in ROUTING_HEADERS else {}
+        headers = self.warm_headers(body)
+        if headers:  # (likewise only when set)
+            extra["extra_headers"] = headers
         status, data = await self.post_json(path, body, warmup=True, **extra)
         if status in REFUSED:
             self.disable(cap, f"{path} answered {status}")
@@ -327,6 +373,18 @@ class VllmAdapter(HttpEngineAdapter):
                 ],
             }
         }
+
+
+HEADER_SINCE = (0, 32)  # the first vLLM release this adapter trusts to read X-Vllm-Priority
+
+
+def parse_version(version: str) -> tuple[int, int] | None:
+    """(major, minor) of "0.32.0", "0.32.0+cpu", "v0.33.1rc1"; None when it does not start so."""
+    parts = version.strip().lstrip("vV").split(".")
+    try:
+        return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or "x")
+    except (IndexError, ValueError):
+        return None
 
 
 def _blocks(labels: dict[str, str]) -> tuple[int | None, int | None]:

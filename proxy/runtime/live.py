@@ -127,6 +127,7 @@ class LiveRuntime:
             kv_hints=s.kv_hints,
             request_priority=s.request_priority,
             priority_scheduling=s.engine_priority_scheduling,
+            priority_header=s.engine_priority_header,
         )
         self.executor.adapter = self.adapter
         self.observer.role_is_first_output = self.adapter.role_chunk_is_first_output  # times prefill
@@ -163,6 +164,8 @@ class LiveRuntime:
         adapter, s = self.adapter, self.settings
         self.observer.lane_active = lambda: self.adapter.priority_lane
         self.observer.engine_priority = lambda rank: self.adapter.engine_priority(rank)
+        self.observer.priority_by_header = lambda: self.adapter.priority_by_header
+        self.observer.session_header = s.session_header
         if s.session_priority != "off":
             self.observer.session_lane = SessionLane(s.session_priority, s.session_priority_ageing_s, self.clock())
         log.info(
