@@ -17,6 +17,7 @@ from .config import PENDING_PER_SESSION, PRUNE_SLACK, PolicyConfig
 from .lineages import LineageBook
 from .planner import Planner
 from .residency import ResidencyShadow
+from .session_tags import peek_conversation
 from .sessions import Session, SessionTracker, session_bytes
 from .view import EngineLoad, RequestView, ResponseOutcome
 
@@ -172,7 +173,8 @@ class ScoutPolicy:
         agent = agents.lookup(view)
         anchor_len = len(agent.anchor_hashes) if agent else 0
         floor = anchor_len if agent is not None else max(view.anchor_blocks, agents.shared_depth)
-        return self.sessions.peek(
+        return peek_conversation(
+            self.sessions,
             view,
             max(floor - 1, agents.shared_depth) if agent else floor,
             anchor_len if agent else max(view.anchor_blocks, view.header_blocks),

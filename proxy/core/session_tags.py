@@ -22,6 +22,13 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+from .sessions import common_prefix
+
+if TYPE_CHECKING:
+    from .sessions import SessionTracker
+    from .view import RequestView
 
 TAG_PREFIX = "cs-"
 TAG_HEX = 24  # 96 bits: collisions need ~2^48 live sessions
@@ -89,3 +96,26 @@ class SessionTagBook:
 
     def info(self) -> dict[str, int]:
         return {"tags": len(self._by_key), "minted": self.minted, "bound": self.bound, "dropped": self.dropped}
+
+
+def peek_conversation(
+    tracker: SessionTracker, view: RequestView, anchor_len: int = 0, agent_len: int | None = None
+) -> tuple[str, str] | None:
+    """The conversation ``tracker.resolve`` would put ``view`` in, without changing anything (None:
+    it would start a new one). What the proxy asks before forwarding: the request is observed only
+    later, once the engine accepted it. Mirrors ``SessionTracker.resolve`` (same lookups, no writes)."""
+    s = tracker._infer(view, anchor_len)
+    rid = view.session_id
+    if not rid:
+        return s.key if s is not None else None
+    if s is not None and s.run == rid:
+        return s.key
+    tenant = view.tenant
+    run = tracker._runs.get((tenant, rid))
+    latest = tracker.sessions.get(run[0]) if run is not None else None
+    if latest is None:
+        return (tenant, rid) if (tenant, rid) in tracker.sessions else None
+    split = anchor_len if agent_len is None else agent_len
+    if view.history_keys and latest.chat and common_prefix(view.block_hashes, latest.hashes) <= split:
+        return None  # a new conversation in the run
+    return latest.key

@@ -235,26 +235,6 @@ class SessionTracker:
         s.last_activity = now
         return s
 
-    def peek(self, view: RequestView, anchor_len: int = 0, agent_len: int | None = None) -> tuple[str, str] | None:
-        """The conversation ``resolve`` would put ``view`` in, without changing anything (None: it
-        would start a new one). What the proxy asks before forwarding (session_tags.py): the
-        request is observed only later, once the engine accepted it."""
-        s = self._infer(view, anchor_len)
-        rid = view.session_id
-        if not rid:
-            return s.key if s is not None else None
-        if s is not None and s.run == rid:
-            return s.key
-        tenant = view.tenant
-        run = self._runs.get((tenant, rid))
-        latest = self.sessions.get(run[0]) if run is not None else None
-        if latest is None:
-            return (tenant, rid) if (tenant, rid) in self.sessions else None
-        split = anchor_len if agent_len is None else agent_len
-        if view.history_keys and latest.chat and common_prefix(view.block_hashes, latest.hashes) <= split:
-            return None  # a new conversation in the run
-        return latest.key
-
     def run_key(self, tenant: str, sid: str) -> tuple[str, str] | None:
         """The session an explicit id names today (hints, the session lane): its run's latest
         conversation, else the session keyed by the id itself (None: neither is tracked)."""

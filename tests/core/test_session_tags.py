@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from proxy.core.config import PolicyConfig
-from proxy.core.session_tags import SessionTagBook, engine_session_id
+from proxy.core.session_tags import SessionTagBook, engine_session_id, peek_conversation
 from proxy.core.sessions import SessionTracker
 from proxy.core.view import view_from_blocks
 
@@ -42,19 +42,59 @@ def _view(hashes, sid=None, tenant="t"):
 def test_peek_names_the_conversation_resolve_picks_and_changes_nothing():
     tr = SessionTracker(PolicyConfig())
     first = _view([1, 2, 3])
-    assert tr.peek(first) is None  # a new conversation
+    assert peek_conversation(tr, first) is None  # a new conversation
     s = tr.resolve(first, 0.0)
     tr.record_request(s, first, None, 0.0)
     follow = _view([1, 2, 3, 4, 5])
     before = (dict(tr._index), len(tr.sessions), tr.created)
-    assert tr.peek(follow) == s.key
+    assert peek_conversation(tr, follow) == s.key
     assert (dict(tr._index), len(tr.sessions), tr.created) == before  # no side effects
     assert tr.resolve(follow, 1.0).key == s.key
-    assert tr.peek(_view([9, 8])) is None  # continues nothing
-    assert tr.peek(_view([1, 2, 3, 4], tenant="u")) is None  # another tenant's chain
+    assert peek_conversation(tr, _view([9, 8])) is None  # continues nothing
+    assert peek_conversation(tr, _view([1, 2, 3, 4], tenant="u")) is None  # another tenant's chain
     # with a client id: its run's conversation (ids never merge across runs)
     run = _view([20, 21], sid="run-1")
     rs = tr.resolve(run, 2.0)
     tr.record_request(rs, run, None, 2.0)
-    assert tr.peek(_view([20, 21, 22], sid="run-1")) == rs.key
-    assert tr.peek(_view([20, 21, 22], sid="run-2")) is None
+    assert peek_conversation(tr, _view([20, 21, 22], sid="run-1")) == rs.key
+    assert peek_conversation(tr, _view([20, 21, 22], sid="run-2")) is None
+
+
+def test_session_residency_follows_stores_and_removals_exactly():
+    from proxy.core.session_residency import SessionResidency
+
+    sr = SessionResidency(max_sessions=2)
+    assert sr.blocks("a") is None and sr.tokens("a") is None  # no truth yet
+    sr.stored("a", [1, 2, 3], 16)
+    sr.stored("b", [3, 4], 16)  # 3 is a's (first store wins: vLLM names the storing request)
+    assert sr.blocks("a") == {1, 2, 3} and sr.blocks("b") == {4}
+    assert sr.removed([3, 99]) == 1 and sr.blocks("a") == {1, 2} and sr.tokens("a") == (32, 16)
+    assert sr.removed([99]) == 0
+    sr.stored("a", [3], 16)  # stored again (a resume recomputed it): resident, nothing missing
+    assert sr.tokens("a") == (48, 0)
+    sr.stored("c", [5], 16)  # a third session: the oldest activity (b) is dropped
+    assert sr.blocks("b") is None and len(sr) == 2
+    sr.stored("b", [4], 16)  # b's old block is attributable again after b was dropped
+    assert sr.blocks("b") == {4}
+    sr.cleared()
+    assert sr.blocks("a") is None and not sr
+
+
+def test_session_verdict_replaces_the_estimate_only_where_the_engine_said_something():
+    from proxy.core.residency import ResidencyShadow
+
+    res = ResidencyShadow(capacity_tokens=10_000)
+    key = ("t", "~1")
+    hashes, toks = (1, 2, 3, 4, 5, 6), (16,) * 6
+    assert res.session_verdict(key, hashes, toks, (6, True, False)) == (6, True, False)  # no id: unchanged
+    res.engine_session_of = lambda k: "cs-x" if k == key else None
+    assert res.session_verdict(key, hashes, toks, (6, True, False)) == (6, True, False)  # no truth yet
+    res.sessions.stored("cs-x", ["e1", "e2", "e3"], 16)
+    res.sessions.removed(["e3", "e2"])  # 32 tokens of its own evicted: the context's last two blocks
+    assert res.session_verdict(key, hashes, toks, (6, True, False)) == (4, False, False)
+    assert res.session_verdict(key, hashes, toks, (3, False, False)) == (3, False, False)
+    res.sessions.stored("cs-x", ["e2", "e3"], 16)  # all of its blocks resident again
+    # its own 48 tokens (the last 3 blocks) are there; the shadow holds the 3 before: fully resident
+    assert res.session_verdict(key, hashes, toks, (3, False, False))[:2] == (6, True)
+    assert res.session_verdict(key, hashes, toks, (2, False, False)) == (2, False, False)  # shared part gone
+    assert res.session_blocks(key) == {"e1", "e2", "e3"} and res.session_blocks(("t", "~2")) is None
