@@ -11,8 +11,9 @@ tap keeps every forwarded request's headers and body bytes. Judged:
 - when vLLM reads `X-Vllm-Priority` (it refuses a non-integer value, as its docs say it must) the
   proxy's probe found so, the lane's priority arrived as that header and the forwarded bodies are
   byte-identical to what the client sent; vLLM answered every request 200;
-- vLLM's KV events (`BlockStored.session_id`, a ZMQ subscriber of this check) name exactly the
-  proxy's ids for the app's blocks: every conversation's id appears, and no other id but the probes'.
+- vLLM's KV events (`BlockStored.session_id`, a ZMQ subscriber of this check) name the proxy's ids:
+  every conversation's id appears (ids of other clients of the same vLLM, such as the job's main
+  proxy still warming check 7's conversations, are reported, not judged).
 Version gaps are reported, not failed (the check says so on its line): a vLLM whose `BlockStored`
 never carries a `session_id` (the field came with vLLM PR #51381) leaves the KV-event part
 unverified; a vLLM that accepts a non-integer `X-Vllm-Priority` does not read the header (vLLM's docs
@@ -236,8 +237,11 @@ def check_sessions(ctx) -> tuple[bool, str]:
                 f"UNVERIFIED on vLLM {version}: its BlockStored events carry no session_id (vLLM PR #51381 "
                 "not in this build): the ids in KV events could not be checked"
             )
-        elif ours != set(tags.values()):
+        elif not set(tags.values()) <= ours:
             problems.append(f"KV events name ids {sorted(ours)}, the proxy sent {sorted(tags.values())}")
+        elif ours - set(tags.values()):
+            # the job's main proxy (check 7's) may still warm its own conversations on this vLLM
+            notes.append(f"{len(ours - set(tags.values()))} other session id(s) in the KV events (other clients)")
         bad = client.post(
             ctx.vllm + "/v1/completions",
             json={"model": ctx.model, "prompt": "header probe", "max_tokens": 1},
@@ -260,7 +264,7 @@ def check_sessions(ctx) -> tuple[bool, str]:
             f"{'CHANGED' if any('body' in p for p in problems) else 'byte-identical' if by_header else 'not judged'}; "
             "priority "
             f"{'by header' if by_header else 'in the body (no header support probed)'}; KV events named "
-            f"{len(ours)} of the proxy's ids ({len(events.events)} events)"
+            f"{len(ours & set(tags.values()))} of the proxy's {len(tags)} ids ({len(events.events)} events)"
         )
         if problems:
             detail += "; FAILED: " + "; ".join(problems[:5])
