@@ -52,7 +52,7 @@ dashboards: $(STAMP)
 
 e2e-vllm: $(STAMP)
 	bash tests/e2e_vllm/run.sh
-	CACHESCOUT_E2E_CHECKS=7 CACHESCOUT_E2E_OUT=$${CACHESCOUT_E2E_OUT:-out/e2e-vllm}-priority bash tests/e2e_vllm/run.sh
+	CACHESCOUT_E2E_CHECKS=7,8 CACHESCOUT_E2E_OUT=$${CACHESCOUT_E2E_OUT:-out/e2e-vllm}-priority bash tests/e2e_vllm/run.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache

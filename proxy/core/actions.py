@@ -45,6 +45,9 @@ class Action:
     priority: int  # retention priority for engines that honour one (higher = keep)
     created: float
     deadline: float  # executor drops the action if not started by then
+    # the conversation it was planned for (tenant, sid), None for one serving no single session: the
+    # runtime gives the action that conversation's engine session id (core/session_tags.py)
+    session: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,10 @@ class Look:
         """The residency verdicts, computed once: the GPU shadow's, the host tier's (only when the
         GPU lacks it), the missing and total tokens."""
         self.resident, self.full, self.near = self.res.verdict(c.hashes)
+        if c.context and c.session is not None and self.res.sessions:  # engine truth by session (KV events)
+            self.resident, self.full, self.near = self.res.session_verdict(
+                c.session, c.hashes, c.block_tokens, (self.resident, self.full, self.near)
+            )
         host = self.host
         self.h_full, self.h_near = host.verdict(c.hashes)[1:] if host is not None and not self.full else (False, False)
         self.total = float(sum(c.block_tokens))

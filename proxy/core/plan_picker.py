@@ -144,6 +144,7 @@ class Picker(Recorder):
                 priority=prio,
                 created=now,
                 deadline=now + cfg.action_ttl_s,
+                session=c.session,
             )
             self.last_acted[c.anchor_id] = now
             if kind != RETAIN:

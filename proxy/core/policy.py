@@ -17,6 +17,7 @@ from .config import PENDING_PER_SESSION, PRUNE_SLACK, PolicyConfig
 from .lineages import LineageBook
 from .planner import Planner
 from .residency import ResidencyShadow
+from .session_tags import peek_conversation
 from .sessions import Session, SessionTracker, session_bytes
 from .view import EngineLoad, RequestView, ResponseOutcome
 
@@ -161,6 +162,22 @@ class ScoutPolicy:
             acted[1] if acted else 0,
             acted[2] if acted else None,
             session.sid,
+        )
+
+    def peek_session(self, view: RequestView) -> tuple[str, str] | None:
+        """The conversation ``observe_request`` would put ``view`` in (None: a new one), with the
+        same session floor, and without learning anything: the proxy asks it before forwarding."""
+        if view.is_warmup or not view.block_hashes:
+            return None
+        agents = self.agents
+        agent = agents.lookup(view)
+        anchor_len = len(agent.anchor_hashes) if agent else 0
+        floor = anchor_len if agent is not None else max(view.anchor_blocks, agents.shared_depth)
+        return peek_conversation(
+            self.sessions,
+            view,
+            max(floor - 1, agents.shared_depth) if agent else floor,
+            anchor_len if agent else max(view.anchor_blocks, view.header_blocks),
         )
 
     def _detect_fanout(

@@ -41,12 +41,13 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import accumulate, compress
 from operator import eq, itemgetter
 from typing import Any
 
 from .residency_queries import ShadowQueries
+from .session_residency import SessionResidency
 from .turnover import Turnover
 from .view import RequestView
 
@@ -88,6 +89,10 @@ class ResidencyShadow(ShadowQueries):
         self._zone_hits = self._forwards = 0
         # (blocks, extra, stride) -> (positions, gather, segs)
         self._shapes: dict[tuple[int, int, int], tuple[Any, ...]] = {}
+        # engine truth by session (KV events' BlockStored.session_id), and the engine session id of a
+        # conversation (the live proxy's session_tags book; None: the engine knows it by no id)
+        self.sessions = SessionResidency()
+        self.engine_session_of: Callable[[tuple[str, str]], str | None] = lambda key: None
 
     # --- feeding ----------------------------------------------------------------------------
     def on_forward(self, view: RequestView, now: float, anchor_blocks: int | None = None) -> int:

@@ -9,8 +9,9 @@ tail-zone cursor, which is amortised bookkeeping, not a change of what is reside
 
 from __future__ import annotations
 
-from collections.abc import MutableSequence, Sequence
+from collections.abc import Callable, MutableSequence, Sequence
 
+from .session_residency import SessionResidency
 from .turnover import Turnover
 
 
@@ -30,6 +31,8 @@ class ShadowQueries:
     _seq: int
     _used: int
     _inserted: int
+    sessions: SessionResidency
+    engine_session_of: Callable[[tuple[str, str]], str | None]
 
     # --- queries ----------------------------------------------------------------------------
     def resident_prefix(self, hashes: Sequence[int]) -> int:
@@ -106,6 +109,46 @@ class ShadowQueries:
         if resident <= n - k:
             return resident, False, False
         return resident, True, self.near_eviction(hashes)
+
+    def session_blocks(self, session: tuple[str, str]) -> frozenset[object] | None:
+        """The engine blocks conversation ``session`` stored that are resident now, exactly (from
+        the engine's KV events); None: no engine truth for it (the shadow's estimate stands)."""
+        sid = self.engine_session_of(session)
+        return self.sessions.blocks(sid) if sid is not None else None
+
+    def session_verdict(
+        self, session: tuple[str, str], hashes: Sequence[int], tokens: Sequence[int], verdict: tuple[int, bool, bool]
+    ) -> tuple[int, bool, bool]:
+        """``verdict`` (the shadow's, for a conversation's context ``hashes``) where the engine's
+        truth about the conversation's own blocks replaces the estimate:
+        - some of its blocks were evicted since it last stored them: the context is not fully
+          resident, and (the engine evicts a chain's deepest blocks first) its last that-many tokens
+          are missing;
+        - every block it stored is resident: its own tail is there, so the context is fully resident
+          when the shadow holds the part before that tail (a shared prefix another session stored).
+        No truth for the conversation: ``verdict`` unchanged. Tokens in the views' units."""
+        sid = self.engine_session_of(session)
+        truth = self.sessions.tokens(sid) if sid is not None else None
+        if truth is None or not hashes:
+            return verdict
+        resident, full = verdict[0], verdict[1]
+        have, gone = truth
+        n = len(hashes)
+        if gone > 0:
+            i, left = n, gone
+            while i > 0 and left > 0:
+                i -= 1
+                left -= tokens[i]
+            return min(resident, i), False, False
+        if full or have <= 0:
+            return verdict
+        i, left = n, have
+        while i > 0 and left > 0:
+            i -= 1
+            left -= tokens[i]
+        if resident >= i:
+            return n, True, self.near_eviction(hashes)
+        return verdict
 
     def _advance(self, budget: float) -> None:
         """Move the zone cursor until the live entries behind it hold ``budget`` tokens."""

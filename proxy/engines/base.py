@@ -40,6 +40,10 @@ CAP_KV_EVENTS = "kv_events"  # exact residency stream (vLLM ZMQ KV events)
 CAP_KV_HINTS = "kv_hints"  # request field accepted (vLLM kv_hints envelope)
 CAP_LMCACHE = "lmcache"  # LMCache controller lookup/pin on the offload tier
 CAP_SCHED_PRIORITY = "priority_scheduling"  # engine schedules by request priority: the slack lane
+# engine reads a request's priority from the `X-Vllm-Priority` header (vLLM 0.32; overrides the body's
+# field): the lanes set priority there and forward the client's body bytes untouched
+CAP_PRIORITY_HEADER = "priority_header"
+PRIORITY_HEADER = "x-vllm-priority"
 
 # Slack lane: the priority every action carries when the engine schedules by priority. vLLM: lower
 # runs first (`vllm/v1/core/sched/request_queue.py` PriorityRequestQueue, heap on (priority,
@@ -230,6 +234,7 @@ class HttpEngineAdapter:
         self.priority_mode = "auto"  # operator: auto (probe) | on | off (settings.engine_priority_scheduling)
         self.scheduling: dict[str, str] = {"policy": "unknown", "source": "not probed"}
         self.priority_sign = 1
+        self.priority_header_mode = "auto"  # operator: auto (probe) | on | off (settings.engine_priority_header)
 
     # -- capabilities -------------------------------------------------------------------------
     @property
@@ -267,6 +272,21 @@ class HttpEngineAdapter:
         """Actions go at the engine's lowest priority (the engine schedules by priority)."""
         return CAP_SCHED_PRIORITY in self._caps
 
+    @property
+    def priority_by_header(self) -> bool:
+        """The lanes' priorities go in the `X-Vllm-Priority` header, not the body (CAP_PRIORITY_HEADER)."""
+        return CAP_PRIORITY_HEADER in self._caps
+
+    def set_priority_header(self, supported: bool, source: str) -> None:
+        """Record the probe's answer (`engine_priority_header`: auto follows it, on/off override)."""
+        mode = self.priority_header_mode
+        self.scheduling["priority_header"] = f"{mode}: {source}"
+        if mode == "on" or (mode == "auto" and supported):
+            self.disabled.pop(CAP_PRIORITY_HEADER, None)
+            self.enable(CAP_PRIORITY_HEADER)
+        else:
+            self.disable(CAP_PRIORITY_HEADER, "engine_priority_header=off" if mode == "off" else source)
+
     def lane_priority(self) -> int | None:
         """The priority every warmup and touch carries in the slack lane; None without it."""
         return self.priority_sign * LANE_LOWEST if self.priority_lane else None
@@ -280,7 +300,10 @@ class HttpEngineAdapter:
         """Record the probed policy and switch the lane: on for "priority" unless the operator said
         off; the operator's "on" without evidence against it (a refusal) also turns it on."""
         mode = self.priority_mode
+        header = self.scheduling.get("priority_header")
         self.scheduling = {"policy": policy, "source": source, "mode": mode}
+        if header is not None:
+            self.scheduling["priority_header"] = header
         if mode == "off":
             self.disable(CAP_SCHED_PRIORITY, "engine_priority_scheduling=off")
         elif policy == "priority" or (mode == "on" and policy != "fcfs"):
@@ -290,10 +313,14 @@ class HttpEngineAdapter:
             self.disable(CAP_SCHED_PRIORITY, f"scheduling policy {policy} ({source})")
 
     # -- HTTP helpers --------------------------------------------------------------------------
-    def headers(self, warmup: bool = True, routing: tuple[str, str] | None = None) -> dict[str, str]:
+    def headers(
+        self, warmup: bool = True, routing: tuple[str, str] | None = None, extra: dict[str, str] | None = None
+    ) -> dict[str, str]:
         h = {"content-type": "application/json"}
         if routing is not None and routing[0] in ROUTING_HEADERS:
             h[routing[0]] = routing[1]
+        if extra:
+            h.update(extra)
         if warmup:
             h[WARMUP_HEADER] = "1"
         if self._api_key:
@@ -301,12 +328,18 @@ class HttpEngineAdapter:
         return h
 
     async def post_json(
-        self, path: str, body: dict, *, warmup: bool = True, routing: tuple[str, str] | None = None
+        self,
+        path: str,
+        body: dict,
+        *,
+        warmup: bool = True,
+        routing: tuple[str, str] | None = None,
+        extra_headers: dict[str, str] | None = None,
     ) -> tuple[int, Any]:
         resp = await self.client.post(
             self.base_url + path,
             content=json.dumps(body, separators=(",", ":")).encode(),
-            headers=self.headers(warmup, routing),
+            headers=self.headers(warmup, routing, extra_headers),
             timeout=self.timeout_s,
         )
         try:

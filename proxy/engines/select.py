@@ -65,6 +65,7 @@ def make_adapter(
     kv_hints: bool = False,
     request_priority: bool = False,
     priority_scheduling: str = "auto",
+    priority_header: str = "auto",
 ) -> HttpEngineAdapter:
     adapter: HttpEngineAdapter
     if kind == "vllm":
@@ -78,6 +79,7 @@ def make_adapter(
     else:
         raise ValueError(f"unknown engine kind {kind!r}")
     adapter.priority_mode = priority_scheduling
+    adapter.priority_header_mode = priority_header
     return adapter
 
 

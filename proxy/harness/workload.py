@@ -75,6 +75,7 @@ class DemoSpec:
     cache_salt: str | None = None  # vLLM cache_salt on every request (one tenant's isolation domain)
     session_label: str = "session"  # body `user` = f"{session_label}-{sid}"
     session_header: bool = False  # also send X-Session-ID (what routers' session affinity keys on)
+    user_field: bool = True  # False: no body `user` either (an app that sends no session id at all)
     # "agents at work" shape (0/None = the selector chat above): every tool agent's turn makes
     # `tool_rounds` tool calls in a row (tool_choice "required", then "none" for its answer); tool
     # durations are log-uniform over `tool_seconds`; sessions start spread over `start_spread_s`
@@ -251,8 +252,9 @@ async def _session(
                 "stream": True,
                 "stream_options": {"include_usage": True},
                 "temperature": 0,
-                "user": f"{spec.session_label}-{sid}",
             }
+            if spec.user_field:
+                body["user"] = f"{spec.session_label}-{sid}"
             if spec.cache_salt:
                 body["cache_salt"] = spec.cache_salt
             if spec.agentic_context:

@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 from starlette.types import Scope
 
-from proxy.contracts import BodyRewriter, RequestContext, RequestObserver
+from proxy.contracts import BodyRewriter, HeaderAdder, RequestContext, RequestObserver
 from proxy.http.errors import UPSTREAM_FAILURES, classify_upstream_error, describe_upstream_error, send_error
 from proxy.http.headers import REQUEST_DROP, RESPONSE_DROP, content_length, filter_headers
 from proxy.http.observer import NullObserver
@@ -64,6 +64,7 @@ class Forwarder:
         self.timeout_ext: dict = httpx.Timeout(5.0, read=600.0).as_dict()
         self._observer: RequestObserver = NullObserver()  # replaced by the lifespan when a policy runs
         self._rewriter: BodyRewriter | None = None  # the observer, when it also rewrites bodies
+        self._header_adder: HeaderAdder | None = None  # the observer, when it also adds headers
         self._ids = itertools.count(1)
         self._logged_observer_error = False
         # Bodies larger than this are not parsed here, on the event loop: the observer decides
@@ -88,6 +89,7 @@ class Forwarder:
         (a runtime Protocol check costs microseconds)."""
         self._observer = observer
         self._rewriter = observer if isinstance(observer, BodyRewriter) else None
+        self._header_adder = observer if isinstance(observer, HeaderAdder) else None
 
     def _observer_failed(self, hook: str) -> None:
         self.metrics.policy_errors_total.inc()
@@ -177,13 +179,16 @@ class Forwarder:
             except Exception:  # noqa: BLE001 - the policy never affects the client
                 self._observer_failed("on_request")
             body = self._maybe_rewrite(ctx, body)
+            extra = self._added_headers(ctx)
+        else:
+            extra = None
 
         # Watch for the client going away while we wait on the engine or stream its answer.
         task = asyncio.current_task()
         flags = {"done": False, "gone": False}
         watcher = asyncio.ensure_future(_watch_disconnect(receive, task, flags))
         try:
-            return await self._relay(scope, send, body, ctx, route, started, flags)
+            return await self._relay(scope, send, body, ctx, route, started, flags, extra)
         except asyncio.CancelledError:
             if flags["gone"] and task is not None and task.uncancel() == 0:
                 self._end(ctx, "client_disconnect", flags)
@@ -204,10 +209,13 @@ class Forwarder:
         route: str,
         started: float,
         flags: dict,
+        extra: list[tuple[bytes, bytes]] | None = None,
     ) -> int:
         transport = self.transport
         assert transport is not None, "forwarder used outside the app lifespan"
         headers = filter_headers(scope["headers"], REQUEST_DROP)
+        if extra:
+            headers.extend(extra)
         content: Any = body
         if isinstance(body, _ChunkedBody):
             # an explicit Content-Length keeps httpx (and aiohttp below it) from switching to chunked
@@ -298,6 +306,28 @@ class Forwarder:
             self._observer_failed("rewrite_body")
             return body
         return new if isinstance(new, bytes | bytearray) else body
+
+    def _added_headers(self, ctx: RequestContext | None) -> list[tuple[bytes, bytes]] | None:
+        """Opt-in headers from an observer that is a `HeaderAdder` (the proxy's session id, a lane's
+        priority header), encoded; a name the client sent is never replaced, and any failure (or a
+        name or value that is not a plain latin-1 token) forwards the client's headers unchanged."""
+        adder = self._header_adder
+        if adder is None or ctx is None:
+            return None
+        try:
+            pairs = adder.forward_headers(ctx)
+            if not pairs:
+                return None
+            out = []
+            for name, value in pairs:
+                lname = name.lower()
+                if lname in ctx.headers or "\r" in value or "\n" in value or lname.encode() in REQUEST_DROP:
+                    continue
+                out.append((lname.encode("latin-1"), value.encode("latin-1")))
+            return out or None
+        except Exception:  # noqa: BLE001
+            self._observer_failed("forward_headers")
+            return None
 
     def _url(self, scope: Scope) -> httpx.URL:
         query = scope.get("query_string") or b""

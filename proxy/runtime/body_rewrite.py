@@ -4,7 +4,9 @@ Why apart from the observer's hooks: by default the forwarder relays the client'
 this is the one place that may change them — only when the operator enabled `kv_hints` /
 `request_priority` (the adapter's fields for the request's agent, from the survival the planner last
 gave its anchor), `hints_strip_fields` (the body without the engines' hint-proposal fields) or the
-session lane (`session_priority`: a `priority` on requests that carry none, `session_lane.py`). A
+session lane (`session_priority`: a `priority` on requests that carry none, `session_lane.py`; on an
+engine that reads `X-Vllm-Priority` the lane's priority goes in that header instead and the body is
+not rewritten for it, `engine_sessions.py`). A
 mixin of `LivePolicyObserver`, so it reads the observer's own state.
 """
 
@@ -16,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from proxy.core.fingerprint import view_from_openai
+from proxy.runtime.engine_sessions import LANE_PRIORITY_KEY, PRIORITY_HEADER
 from proxy.runtime.hint_inputs import strip_fields
 from proxy.runtime.request_state import request_state
 
@@ -62,6 +65,7 @@ class BodyRewriting:
     session_lane: SessionLane | None  # opt-in session lane (LiveRuntime sets it)
     lane_active: Callable[[], bool]  # the adapter reports a priority policy now
     engine_priority: Callable[[int], int]  # a lane rank in the engine's sign convention
+    priority_by_header: Callable[[], bool]  # the engine reads X-Vllm-Priority (engine_sessions.py)
 
     def rewrite_body(self, ctx: RequestContext) -> bytes | None:
         """The hint rewrite below, plus the opt-in session lane's `priority` (`session_lane.py`) when
@@ -72,6 +76,10 @@ class BodyRewriting:
         extra = self._lane_priority(ctx, lane)
         hinted = self._hints_body(ctx)
         if extra is None:
+            return hinted
+        if self.priority_by_header():  # the engine reads X-Vllm-Priority: the body stays as sent
+            ctx.state[LANE_PRIORITY_KEY] = extra["priority"]
+            self.counts["session_priority_header"] = self.counts.get("session_priority_header", 0) + 1
             return hinted
         body = json.loads(hinted) if hinted is not None else ctx.json
         if not isinstance(body, dict) or "priority" in body:
@@ -85,9 +93,9 @@ class BodyRewriting:
         body = ctx.json
         if ctx.method != "POST" or ctx.path not in LANE_PATHS or not isinstance(body, dict):
             return None
-        if "priority" in body:
+        if "priority" in body or ctx.headers.get(PRIORITY_HEADER):
             lane.counts["kept_client_priority"] += 1
-            return None  # a client's own priority always passes unchanged
+            return None  # a client's own priority (body or header) always passes unchanged
         if ctx.headers.get(WARMUP_HEADER):
             return None
         st = request_state(ctx)

@@ -7,6 +7,15 @@ vLLM 0.32 sends each event as a map tagged under `"type"` (`{"type": "BlockStore
 "block_hashes", "parent_block_hash", "token_ids", "block_size", "medium", ...}`); older releases
 sent tagged arrays (`["BlockStored", block_hashes, parent_block_hash, token_ids, block_size,
 lora_id, medium]`, `["BlockRemoved", block_hashes, medium]`, `["AllBlocksCleared"]`). Both decode.
+A `BlockStored` map may carry `"session_id"`: vLLM PR #51381 ("[Core][KV Events] Echo session_id on
+GPU BlockStored events", merged 2026-08) adds it to `BlockStored` in `vllm/distributed/kv_events.py`
+as an optional field (default None, so `omit_defaults` leaves it out for requests without a
+session): the session id of the request that triggered the store (body `session_id`, `X-Session-ID`
+or `vllm_xargs.session_id`), not an owner list (a block shared by sessions names the first). The
+snapshot of that file read for this (commit 0181ea3) predates the PR and has no such field: the name
+follows the PR and issue 38; a release without it simply never sends one. `BlockRemoved` carries no
+session. The subscriber reads it from the map form only; `LiveRuntime` feeds it to the core's
+residency by session (`core/session_residency.py`).
 
 Why re-key by tokens: vLLM's block hashes depend on its hash function and seed, which the proxy
 cannot reproduce; but BlockStored carries each block's token ids. Chaining our own xxh3 over
@@ -38,6 +47,7 @@ class KvEvent:
     token_ids: tuple[int, ...] = ()
     block_size: int = 0
     medium: str | None = None
+    session_id: str | None = None  # BlockStored: the session of the request that stored the blocks
 
 
 def token_chain(parent: int | None, tokens: Sequence[int]) -> int:
@@ -83,7 +93,10 @@ def decode_batch(payload: bytes) -> list[KvEvent]:
     events = batch[1] if isinstance(batch, (list, tuple)) and len(batch) >= 2 else []
     out: list[KvEvent] = []
     for ev in events:
+        session: str | None = None
         if isinstance(ev, dict):
+            sid = ev.get("session_id")  # map form only: an array's positions past `medium` vary by release
+            session = sid if isinstance(sid, str) and sid else None
             ev = _map_to_array(ev)
         if not isinstance(ev, (list, tuple)) or not ev:
             continue
@@ -97,6 +110,7 @@ def decode_batch(payload: bytes) -> list[KvEvent]:
                     tuple(ev[3] or ()) if len(ev) > 3 else (),
                     int(ev[4] or 0) if len(ev) > 4 else 0,
                     ev[6] if len(ev) > 6 else None,
+                    session,
                 )
             )
         elif tag == "BlockRemoved":

@@ -127,6 +127,7 @@ class LiveRuntime:
             kv_hints=s.kv_hints,
             request_priority=s.request_priority,
             priority_scheduling=s.engine_priority_scheduling,
+            priority_header=s.engine_priority_header,
         )
         self.executor.adapter = self.adapter
         self.observer.role_is_first_output = self.adapter.role_chunk_is_first_output  # times prefill
@@ -163,6 +164,11 @@ class LiveRuntime:
         adapter, s = self.adapter, self.settings
         self.observer.lane_active = lambda: self.adapter.priority_lane
         self.observer.engine_priority = lambda rank: self.adapter.engine_priority(rank)
+        self.observer.priority_by_header = lambda: self.adapter.priority_by_header
+        self.observer.session_header = s.session_header
+        # the engine knows a conversation by the id the proxy forwarded it with, else by the client's own
+        tags = self.observer.tags
+        self.policy.residency.engine_session_of = lambda key: tags.tag_of(key) or key[1]
         if s.session_priority != "off":
             self.observer.session_lane = SessionLane(s.session_priority, s.session_priority_ageing_s, self.clock())
         log.info(
@@ -295,9 +301,22 @@ class LiveRuntime:
 
     def _on_kv_event(self, ev: KvEvent) -> None:
         """Engine block ids are not the views' ids: only a full clear maps onto the shadow directly
-        (stored/removed events feed the subscriber's own token-keyed residency and the usage figure)."""
+        (stored/removed events feed the subscriber's own token-keyed residency and the usage figure).
+        Stored events with a session id and every GPU removal feed the core's residency by session
+        (`core/session_residency.py`: which blocks of a conversation are resident, exactly), in the
+        views' token units (the calibrated engine-tokens-per-view-token ratio)."""
+        res = self.policy.residency
         if ev.kind == "cleared":
-            self.policy.residency.on_engine_truth(cleared=True)
+            res.on_engine_truth(cleared=True)
+            res.sessions.cleared()
+        elif ev.medium not in (None, "GPU", "gpu"):
+            return
+        elif ev.kind == "stored" and ev.session_id:
+            per = ev.block_size or (len(ev.token_ids) // max(1, len(ev.block_hashes)))
+            ratio = self.observer.token_ratio or 1.0
+            res.sessions.stored(ev.session_id, ev.block_hashes, max(1, round(per / max(0.05, ratio))))
+        elif ev.kind == "removed" and res.sessions and res.sessions.removed(ev.block_hashes):
+            res.epoch += 1  # a conversation lost blocks: the planner's "resident" memos are stale
 
     def _kv_events_usage(self, snap: EngineSnapshot) -> float | None:
         """Share of the engine's blocks holding cached prefixes, counted from KV events (exact, unlike

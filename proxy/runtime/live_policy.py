@@ -42,6 +42,7 @@ from proxy.core.yield_book import YieldBook
 from proxy.engines.routing import routing_key
 from proxy.observability.metrics import ProxyMetrics
 from proxy.runtime.body_rewrite import BodyRewriting, parse_if_hinted
+from proxy.runtime.engine_sessions import EngineSessions
 from proxy.runtime.hint_inputs import request_hints
 from proxy.runtime.live_accounting import UsageAccounting
 from proxy.runtime.live_load import LoadView
@@ -84,8 +85,8 @@ COUNTS = (
 )
 
 
-class LivePolicyObserver(BodyRewriting, UsageAccounting, LoadView):
-    """Implements `contracts.RequestObserver` (and `BodyRewriter`) on top of a ScoutPolicy."""
+class LivePolicyObserver(BodyRewriting, EngineSessions, UsageAccounting, LoadView):
+    """Implements `contracts.RequestObserver` (and `BodyRewriter`, `HeaderAdder`) on top of a ScoutPolicy."""
 
     def __init__(
         self,
@@ -139,6 +140,7 @@ class LivePolicyObserver(BodyRewriting, UsageAccounting, LoadView):
         self.allowed_auth: frozenset[str] = frozenset()  # sha256 hex of allowed auth headers; empty = all
         self._drops_seen: dict[str, int] = {}
         self._skips_seen: dict[str, int] = {}
+        self._init_engine_sessions()  # session ids and priority headers (engine_sessions.py)
 
     def on_request(self, ctx: RequestContext) -> None:
         self._inflight[ctx.request_id] = ctx.started
@@ -301,12 +303,17 @@ class LivePolicyObserver(BodyRewriting, UsageAccounting, LoadView):
         view = st.view
         assert view is not None, "only called from _maybe_observe, once the view is built"
         # the session keeps the context as the body bytes (shared with the forwarder), not parsed JSON
-        kept = (
+        # the session keeps the routing key its request went out with: the client's own, or the
+        # engine session id the proxy added (bound to the conversation below, once it is named)
+        payload = (
             BodyPayload(ctx.path, ctx.body, routing_key(ctx.headers, ctx.json))
             if view.context_payload is not None and isinstance(ctx.body, bytes)
             else None
         )
-        st.observed = self.policy.observe_request(view, ctx.started, kept)
+        st.observed = self.policy.observe_request(view, ctx.started, payload)
+        routed = self._bind_tag(st, view.tenant, st.observed.conversation)
+        if routed is not None and payload is not None:
+            payload.routing = routed
         if not view.is_warmup and ctx.request_id in self._states:
             self.running.add(view.block_hashes, view.block_tokens)
             st.held = True
@@ -390,4 +397,4 @@ class LivePolicyObserver(BodyRewriting, UsageAccounting, LoadView):
                     st.held = False
                     self.running.remove(st.view.block_hashes)
         actions = self.policy.plan(now, self.load())
-        return self.executor.submit(actions) if actions else 0
+        return self.executor.submit(self.route_actions(actions)) if actions else 0

@@ -26,6 +26,7 @@ class RequestState:
         "alone",
         "done",
         "end",
+        "engine_tag",
         "held",
         "hints",
         "observed",
@@ -49,6 +50,7 @@ class RequestState:
         self.parsing = False  # the view is being built on the worker thread
         self.end: tuple[str | None, float] | None = None  # (error, now) once the response ended
         self.done = False  # its response was observed
+        self.engine_tag: str | None = None  # the session id it was forwarded with (engine_sessions.py)
 
 
 def request_state(ctx: RequestContext) -> RequestState | None:

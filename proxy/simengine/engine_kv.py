@@ -100,7 +100,7 @@ class EngineKv:
                     first = index[run[0]]
                     parent = r.chain[first - 1] if first > 0 else None
                     tokens = self._tokens(r, first * bs, (first + len(run)) * bs)
-                    ev.append(("BlockStored", list(run), parent, tokens, bs, None, "GPU"))
+                    ev.append(("BlockStored", list(run), parent, tokens, bs, None, "GPU", r.session_id))
                     run = []
                 if i is not None:
                     run.append(h)

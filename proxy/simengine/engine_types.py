@@ -55,6 +55,7 @@ class EngineRequest:
     salt: str | None = None
     priority: int = 0
     arrival: float = 0.0
+    session_id: str | None = None  # vLLM's request session id: echoed on its BlockStored events
     hashes: list[int] = field(default_factory=list)  # the prompt's full blocks
     admitted_at: float | None = None  # first time scheduled
     cached_tokens: int = 0  # GPU hits + host-tier loads at first scheduling (vLLM num_cached_tokens)

@@ -9,7 +9,11 @@ big-endian), payload]`, payload = msgpack `KVEventBatch` as an array `[ts, event
 data_parallel_rank]` (msgspec `array_like=True`), each event a map tagged by class name under
 `"type"` (msgspec `tag=True`, `omit_defaults=True`): `{"type": "BlockStored", "block_hashes",
 "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name"}`,
-`{"type": "BlockRemoved", "block_hashes", "medium"}`, `{"type": "AllBlocksCleared"}`. (Older vLLM
+`{"type": "BlockRemoved", "block_hashes", "medium"}`, `{"type": "AllBlocksCleared"}`. A
+`BlockStored` also carries `"session_id"` when the request that stored the blocks had one (vLLM PR
+#51381, "Echo session_id on GPU BlockStored events": an optional field, default None, so with
+`omit_defaults` it is absent for requests without a session; the id of the request that triggered
+the store, not an owner list: a block shared by several sessions names the first). (Older vLLM
 releases sent events as tagged arrays; the proxy's subscriber reads both.) The engine records
 events as tuples in the array order; `to_wire` turns each into the map.
 pyzmq and msgpack are optional dependencies (`cachescout[kvevents]`).
@@ -23,11 +27,11 @@ from collections.abc import Sequence
 
 def to_wire(event: tuple) -> dict:
     """One engine event tuple (`("BlockStored", hashes, parent, tokens, block_size, lora_id,
-    medium)`, `("BlockRemoved", hashes, medium)`, `("AllBlocksCleared",)`) as vLLM 0.32's map."""
+    medium[, session_id])`, `("BlockRemoved", hashes, medium)`, `("AllBlocksCleared",)`) as vLLM 0.32's map."""
     tag = event[0]
     if tag == "BlockStored":
-        _, hashes, parent, tokens, block_size, lora_id, medium = event
-        return {
+        _, hashes, parent, tokens, block_size, lora_id, medium, *rest = event
+        out = {
             "type": tag,
             "block_hashes": list(hashes),
             "parent_block_hash": parent,
@@ -37,6 +41,9 @@ def to_wire(event: tuple) -> dict:
             "medium": medium,
             "lora_name": None,
         }
+        if rest and rest[0] is not None:  # omit_defaults: vLLM sends session_id only when set
+            out["session_id"] = rest[0]
+        return out
     if tag == "BlockRemoved":
         return {"type": tag, "block_hashes": list(event[1]), "medium": event[2]}
     return {"type": tag}

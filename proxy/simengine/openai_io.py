@@ -61,6 +61,37 @@ def _int(body: Mapping, key: str, default: int | None, lo: int | None = None) ->
     return v
 
 
+PRIORITY_HEADER = "x-vllm-priority"
+SESSION_HEADER = "x-session-id"
+
+
+def header_priority(headers: Mapping[str, str], body_priority: int) -> int:
+    """vLLM 0.32: `X-Vllm-Priority` (an integer) overrides the body's `priority`; not an integer: 400."""
+    raw = headers.get(PRIORITY_HEADER)
+    if raw is None:
+        return body_priority
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise ApiError(f"'{PRIORITY_HEADER}' header must be an integer, got {raw[:32]!r}", param="priority") from None
+
+
+def request_session_id(body: Any, headers: Mapping[str, str]) -> str | None:
+    """The session id vLLM 0.32 reads: body `session_id`, then `X-Session-ID`, then
+    `vllm_xargs.session_id` (the order among them is this simulator's; vLLM's for requests carrying
+    several different ones was not checked)."""
+    if isinstance(body, Mapping):
+        sid = body.get("session_id")
+        if isinstance(sid, str) and sid:
+            return sid
+    sid = headers.get(SESSION_HEADER)
+    if sid:
+        return sid
+    xargs = body.get("vllm_xargs") if isinstance(body, Mapping) else None
+    sid = xargs.get("session_id") if isinstance(xargs, Mapping) else None
+    return sid if isinstance(sid, str) and sid else None
+
+
 def check_model(body: Any, served: str, required: bool = True) -> None:
     if not isinstance(body, Mapping):
         raise ApiError("request body must be a JSON object")

@@ -162,6 +162,14 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
     async def completions(request: Request, kind: str):
         return await _complete(await _json(request), kind, request=request)
 
+    def _request_extras(body: object, request: Request | None, job: io.Job) -> tuple[int, str | None]:
+        """(priority, session id) as vLLM 0.32 reads them: `X-Vllm-Priority` overrides the body's
+        `priority` (vLLM docs/serving/openai_compatible_server.md, "Extra HTTP Headers": "Its value
+        must be an integer and overrides the priority value in the JSON request body"); the session
+        id from the body's `session_id`, the `X-Session-ID` header or `vllm_xargs.session_id`."""
+        headers = request.headers if request is not None else {}
+        return io.header_priority(headers, job.priority), io.request_session_id(body, headers)
+
     async def _complete(body, kind: str, shape=None, request: Request | None = None):
         """``shape(job, out, n_out, req)``: the response body of a converted API (Responses/Messages)."""
         io.check_model(body, config.model)
@@ -179,8 +187,9 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
             ignore_eos=job.ignore_eos,
             min_tokens=job.min_tokens or 0,
         )
+        priority, session_id = _request_extras(body, request, job)
         try:
-            pending = sim.submit(job.prompt_ids, out, job.salt, job.priority)
+            pending = sim.submit(job.prompt_ids, out, job.salt, priority, session_id)
         except ValueError as exc:
             raise io.ApiError(str(exc)) from exc
         if request is not None:

@@ -145,9 +145,13 @@ class SimService:
         return self._v + elapsed
 
     # ----------------------------------------------------------------- requests
-    def submit(self, prompt_ids: list[int], output: Output, salt: str | None, priority: int) -> Pending:
+    def submit(
+        self, prompt_ids: list[int], output: Output, salt: str | None, priority: int, session_id: str | None = None
+    ) -> Pending:
         self._ensure_loop()
-        req = EngineRequest(next(self._ids), prompt_ids, output.ids, salt=salt, priority=priority)
+        req = EngineRequest(
+            next(self._ids), prompt_ids, output.ids, salt=salt, priority=priority, session_id=session_id
+        )
         self.engine.submit(req, self.now())
         p = Pending(req, output, asyncio.Queue())
         self._pending[req.req_id] = p

@@ -15,6 +15,9 @@ stdout and to OUT/results.json + OUT/table.md.
   7 priority lanes    vLLM with --scheduling-policy priority (its own run: CACHESCOUT_E2E_CHECKS=7):
                       actions at the lowest priority, accepted; tool resumes still warmed; policy vs
                       --no-policy latency in interleaved pairs, reported with 2 SE (check_priority.py)
+  8 sessions to vLLM  same run as 7 (CACHESCOUT_E2E_CHECKS=7,8; vLLM also publishes KV events): an app
+                      without ids; the proxy's ids one per conversation in vLLM's BlockStored.session_id,
+                      lane priority by X-Vllm-Priority, bodies byte-identical (check_sessions.py)
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from check_engine import check_cache_salt, check_exact_warmup, check_tool_pause 
 from check_overload import check_overload  # noqa: E402
 from check_passthrough import check_passthrough  # noqa: E402
 from check_priority import check_priority  # noqa: E402
+from check_sessions import check_sessions  # noqa: E402
 from flow import run_workflow, table  # noqa: E402
 from vclient import labelled, labelled_delta  # noqa: E402
 from workload import Workflow, make_agents  # noqa: E402
@@ -128,6 +132,7 @@ CHECKS = {
     "5": ("cache_salt isolation", check_cache_salt),
     "6": ("overloaded cache: no harm", check_overload),
     "7": ("priority lanes: slack lane on a priority vLLM", check_priority),
+    "8": ("sessions and priority to vLLM by header", check_sessions),
 }
 
 

@@ -87,10 +87,18 @@ wait_http() {  # url pid name timeout
 # Check 7 (priority lanes) needs vLLM with --scheduling-policy priority, which would change the
 # engine under checks 1-6: it runs alone (make e2e-vllm runs it as a second, separate job).
 CHECKS="${CACHESCOUT_E2E_CHECKS:-1,2,3,4,5,6}"
+# Check 8 (sessions and priority by header) shares that run: it needs the same policy, plus vLLM's KV
+# events on a ZMQ port of this run (vLLM binds a "*" endpoint; the check subscribes on 127.0.0.1).
 VLLM_EXTRA=()
-if [[ ",$CHECKS," == *",7,"* ]]; then
-  [[ "$CHECKS" == "7" ]] || die "check 7 runs alone (CACHESCOUT_E2E_CHECKS=7): it restarts vLLM with --scheduling-policy priority"
+if [[ ",$CHECKS," == *",7,"* || ",$CHECKS," == *",8,"* ]]; then
+  [[ "$CHECKS" == "7" || "$CHECKS" == "8" || "$CHECKS" == "7,8" ]] \
+    || die "checks 7 and 8 run alone (CACHESCOUT_E2E_CHECKS=7,8): they restart vLLM with --scheduling-policy priority"
   VLLM_EXTRA=(--scheduling-policy priority)
+fi
+if [[ ",$CHECKS," == *",8,"* ]]; then
+  KV_PORT="$(free_port)"
+  export CACHESCOUT_E2E_KV_ENDPOINT="tcp://127.0.0.1:$KV_PORT"
+  VLLM_EXTRA+=(--kv-events-config "{\"enable_kv_cache_events\":true,\"publisher\":\"zmq\",\"endpoint\":\"tcp://*:$KV_PORT\",\"topic\":\"\"}")
 fi
 VPORT="$(free_port)"
 log "starting vLLM on 127.0.0.1:$VPORT (blocks=$BLOCKS x 32 tokens, max-model-len=$MAX_MODEL_LEN)"

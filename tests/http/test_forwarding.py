@@ -510,3 +510,43 @@ async def test_each_openai_route_is_forwarded_under_its_own_label(path: str) -> 
     assert f'cachescout_requests_total{{code_class="2xx",route="{path}"}} 1.0' in metrics
     assert f'cachescout_upstream_first_byte_seconds_count{{route="{path}"}} 1.0' in metrics
     assert f'cachescout_request_duration_seconds_count{{route="{path}"}} 1.0' in metrics
+
+
+class HeaderRecorder(Recorder):
+    """An observer that also adds headers (`contracts.HeaderAdder`), or fails doing so."""
+
+    def __init__(self, pairs: list[tuple[str, str]] | None, fail_headers: bool = False) -> None:
+        super().__init__()
+        self.pairs = pairs
+        self.fail_headers = fail_headers
+
+    def forward_headers(self, ctx) -> list[tuple[str, str]] | None:
+        if self.fail_headers:
+            raise RuntimeError("policy bug")
+        return self.pairs
+
+
+async def test_added_headers_go_upstream_and_never_replace_the_clients() -> None:
+    router = respx.Router()
+    route = router.post(f"{UPSTREAM}/v1/chat/completions").respond(200, content=b"ok")
+    pairs = [("X-Session-ID", "cs-1"), ("x-vllm-priority", "5"), ("x-bad", "a\r\nb"), ("host", "evil")]
+    async with proxied(router_transport(router), observer=HeaderRecorder(pairs)) as (client, _):
+        await client.post("/v1/chat/completions", content=b'{"a":1}')
+        sent = route.calls.last.request
+        assert sent.headers["x-session-id"] == "cs-1" and sent.headers["x-vllm-priority"] == "5"
+        assert "x-bad" not in sent.headers and sent.headers["host"] != "evil"  # no smuggling, no hop headers
+        assert sent.content == b'{"a":1}'
+        await client.post("/v1/chat/completions", content=b'{"a":1}', headers={"X-Session-ID": "mine"})
+        sent = route.calls.last.request
+        assert sent.headers.get_list("x-session-id") == ["mine"]  # the client's own id, alone
+
+
+async def test_a_failing_header_hook_forwards_the_clients_headers() -> None:
+    router = respx.Router()
+    route = router.post(f"{UPSTREAM}/v1/chat/completions").respond(200, content=b"ok")
+    async with proxied(router_transport(router), observer=HeaderRecorder(None, fail_headers=True)) as (client, _):
+        r = await client.post("/v1/chat/completions", content=b'{"a":1}')
+        metrics = (await client.get("/metrics")).text
+    assert (r.status_code, r.content) == (200, b"ok")
+    assert "x-session-id" not in route.calls.last.request.headers
+    assert "cachescout_policy_errors_total 1.0" in metrics

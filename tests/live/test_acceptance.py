@@ -190,9 +190,9 @@ def test_warmups_never_cross_cache_salt(http):
             adapter = px.live.adapter
             original = adapter.post_json
 
-            async def spy(path, body, *, warmup=True):
+            async def spy(path, body, *, warmup=True, **kw):  # kw: routing, extra_headers
                 sent.append({"path": path, **body})
-                return await original(path, body, warmup=warmup)
+                return await original(path, body, warmup=warmup, **kw)
 
             px.call(lambda: setattr(adapter, "post_json", spy))
             workflow(http, px.url, sessions=4, px=px, salt="tenant-a", tag="a")

@@ -137,3 +137,17 @@ def test_live_proxy_subscribes_to_the_engines_kv_events(http):
             assert sub.residency.counts["cleared"] == 1
             px.call(lambda: None)  # let the loop run the callback
             assert px.live.policy.residency.used_tokens == 0
+
+
+def test_block_stored_session_id_is_read_from_the_map_form():
+    """vLLM's `BlockStored.session_id` (PR #51381; absent when the request had none, omit_defaults)."""
+    msgpack = pytest.importorskip("msgpack")
+    from proxy.runtime.kv_events import decode_batch
+    from proxy.simengine.kv_publisher import to_wire
+
+    with_sid = to_wire(("BlockStored", [5], None, list(range(16)), 16, None, "GPU", "cs-abc"))
+    without = to_wire(("BlockStored", [6], 5, list(range(16)), 16, None, "GPU", None))
+    assert with_sid["session_id"] == "cs-abc" and "session_id" not in without
+    arr = ["BlockStored", [7], None, list(range(16)), 16, None, "GPU", "lora-name-not-a-session"]
+    evs = decode_batch(msgpack.packb([0.0, [with_sid, without, arr], 0], use_bin_type=True))
+    assert [e.session_id for e in evs] == ["cs-abc", None, None]

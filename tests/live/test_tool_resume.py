@@ -96,12 +96,13 @@ def test_tool_calls_pause_the_session_and_its_context_is_warmed(http):
             adapter = px.live.adapter
             original = adapter.post_json
 
-            async def spy(path, body, *, warmup=True):
-                sent.append({"path": path, **body})
-                return await original(path, body, warmup=warmup)
+            async def spy(path, body, *, warmup=True, **kw):  # kw: routing, extra_headers
+                sent.append({"path": path, **body, "_routing": kw.get("routing")})
+                return await original(path, body, warmup=warmup, **kw)
 
             px.call(lambda: setattr(adapter, "post_json", spy))
             first, resumed, recent = resume_run(http, px.url, px, sent)
+            ids = set(px.live.observer.tags._by_key.values())
     messages = [{"role": "system", "content": system}, {"role": "user", "content": "find the answer"}]
     resume_actions = [a for a in recent if a["reason"] == "tool_resume" and a["outcome"] == "ok"]
     assert resume_actions, recent
@@ -111,7 +112,10 @@ def test_tool_calls_pause_the_session_and_its_context_is_warmed(http):
     assert warmed_msgs[:2] == messages  # the session's prompt...
     assert warmed_msgs[-1]["tool_calls"][0]["function"] == first["tool_calls"][0]["function"]  # ...+ its turn
     warm = [b for b in sent if b["path"] == "/v1/completions"][-1]
-    assert warm["user"] == "sess-1"  # the session's routing key (vllm-router consistent_hash reads `user`)
+    # the session's routing key: its requests carried no session id vLLM reads (only `user`), so the
+    # proxy forwarded them with its own X-Session-ID, which vllm-router's consistent_hash reads before
+    # the body's `user`; the warm repeats that header, not the `user` field
+    assert warm["_routing"][0] == "x-session-id" and warm["_routing"][1] in ids and "user" not in warm
     block = 16
     got = resumed["usage"]["prompt_tokens_details"]["cached_tokens"]
     assert got >= (len(warm["prompt"]) // block) * block  # the warmed context is a real hit

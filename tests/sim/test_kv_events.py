@@ -20,7 +20,7 @@ def test_engine_records_stored_removed_cleared():
     a = e.submit(EngineRequest(1, list(range(10, 22)), [7, 8, 9, 5, 6]), 0.0)  # 3 prompt blocks
     t = e.run_until_idle(0.0)
     ev = e.drain_kv_events()
-    assert ev[0] == ("BlockStored", a.hashes, None, list(range(10, 22)), 4, None, "GPU")
+    assert ev[0] == ("BlockStored", a.hashes, None, list(range(10, 22)), 4, None, "GPU", None)
     tail = ev[1]  # the generated block, stored at finish
     assert tail[0] == "BlockStored" and tail[2] == a.hashes[-1] and tail[3] == [7, 8, 9, 5]
     e.submit(EngineRequest(2, list(range(50, 66)), [1]), t)  # 4 new blocks: evicts 2 cached ones
