@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 
-from proxy.demo.workload import DemoSpec, run_workload
 from proxy.harness.router_fleet import MODEL, FleetConfig, _enter_all, find_router, start_fleet, summarise
+from proxy.harness.workload import DemoSpec, run_workload
 
 ARMS = ("no_proxy/no_ids", "proxy/no_ids", "proxy/own_ids", "no_proxy/own_ids")
 
