@@ -17,6 +17,7 @@ from proxy.replay.runner import (
     HINT_POLICIES,
     LANE_POLICIES,
     POLICIES,
+    SESSION_POLICIES,
     ReplaySettings,
     replay,
     resolve_capacity,
@@ -44,7 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="--grid: the priority lanes (issue 24; docs/replay.md 'Lanes on the grid'): slack (adds "
         "scout-proxy-lane to every cell), session (closed-loop session-lane runs at busy 70-90%%), "
-        "slack,session or all; default none (the grid as before)",
+        "sglang (adds SGLang's session-cache policies sglang-session and sglang-session-noclose to every "
+        "cell; docs/sglang-sessions.md), comma-separated, or all (slack,session); default none",
     )
     p.add_argument("--format", default="auto", choices=("auto", *FORMATS), help="trace format (default: detect)")
     p.add_argument("--limit", type=int, default=None, help="read only the first N trace lines")
@@ -77,7 +79,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=",".join(POLICIES),
         help=f"comma list from {','.join(POLICIES)} (lru and belady always run); opt-in, with a "
         f"runtime sending hints: {','.join(HINT_POLICIES)}; with the slack lane: {','.join(LANE_POLICIES)}; "
-        f"the oracle keeper's decomposition: {','.join(BLIND_POLICIES)}",
+        f"the oracle keeper's decomposition: {','.join(BLIND_POLICIES)}; SGLang's session cache: "
+        f"{','.join(SESSION_POLICIES)}",
     )
     p.add_argument("--seed", type=int, default=0, help="workload seed")
     p.add_argument("--sessions", type=int, default=None, help="workload: number of sessions")
@@ -204,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         overrides = parse_overrides(args.scout_set)
         policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-        known = POLICIES + HINT_POLICIES + LANE_POLICIES + BLIND_POLICIES
+        known = POLICIES + HINT_POLICIES + LANE_POLICIES + BLIND_POLICIES + SESSION_POLICIES
         unknown = [p for p in policies if p not in known]
         if unknown:
             raise ValueError(f"unknown policies {unknown}; choose from {list(known)}")

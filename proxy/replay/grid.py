@@ -37,7 +37,15 @@ from pathlib import Path
 
 from proxy.replay import regimes
 from proxy.replay.grid_specs import GRIDS, OWN_PAUSES, GridPreset, GridSpec, cost_for, ref_running_set, spec_for
-from proxy.replay.runner import BLIND_POLICIES, HINT_POLICIES, LANE_POLICIES, POLICIES, ReplaySettings, replay
+from proxy.replay.runner import (
+    BLIND_POLICIES,
+    HINT_POLICIES,
+    LANE_POLICIES,
+    POLICIES,
+    SESSION_POLICIES,
+    ReplaySettings,
+    replay,
+)
 from proxy.replay.workloads import generate
 
 __all__ = [
@@ -59,8 +67,8 @@ MIN_GAIN = 0.01  # a bound's gain below this share of LRU's TTFT is no gap: shar
 
 
 def available_policies(lanes: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
-    known = set(POLICIES) | set(HINT_POLICIES) | set(LANE_POLICIES) | set(BLIND_POLICIES)
-    wanted = WANTED + (LANE_POLICIES if "slack" in lanes else ())
+    known = set(POLICIES) | set(HINT_POLICIES) | set(LANE_POLICIES) | set(BLIND_POLICIES) | set(SESSION_POLICIES)
+    wanted = WANTED + (LANE_POLICIES if "slack" in lanes else ()) + (SESSION_POLICIES if "sglang" in lanes else ())
     return [p for p in wanted if p in known], [p for p in wanted if p not in known]
 
 
@@ -304,16 +312,17 @@ def _lanes_summary(cells: list[dict]) -> dict:
 
 
 def lane_names(spec: str | None) -> tuple[str, ...]:
-    """`--lane slack|session|slack,session|all` → the lanes, in a fixed order."""
+    """`--lane slack|session|sglang|...|all` → the lanes, in a fixed order. `sglang` is not a
+    priority lane: it adds SGLang's session cache policies (sglang_session.py) to every cell."""
     if not spec:
         return ()
     want = {x.strip() for x in spec.split(",") if x.strip()}
     if "all" in want:
-        want = {"slack", "session"}
-    bad = want - {"slack", "session"}
+        want = (want - {"all"}) | {"slack", "session"}
+    bad = want - {"slack", "session", "sglang"}
     if bad:
-        raise ValueError(f"--lane {spec!r}: expected slack, session, slack,session or all")
-    return tuple(x for x in ("slack", "session") if x in want)
+        raise ValueError(f"--lane {spec!r}: expected slack, session, sglang (comma-separated) or all")
+    return tuple(x for x in ("slack", "session", "sglang") if x in want)
 
 
 def run_cli(args: argparse.Namespace, proxy_settings=None) -> int:
