@@ -48,7 +48,7 @@ HINT_POLICIES = (
 # priority; lanes.py): opt-in by name
 LANE_POLICIES = ("scout-proxy-lane",)
 # SGLang's session radix cache driven by the proxy's sessions (sglang_session.py): opt-in by name
-SESSION_POLICIES = ("sglang-session", "sglang-session-noclose")
+SESSION_POLICIES = ("sglang-session", "sglang-session-noclose", "session-oracle")
 DECODE_BATCH = 16  # kept for callers: latencies() no longer uses a nominal decode batch
 
 
@@ -105,6 +105,10 @@ def make_policy(name: str, s: ReplaySettings) -> ReplayPolicy:
         pol = cls(s.scout_overrides, s.use_sessions, s.block_size, settings=settings)
         pol.retention_s = s.retention_s
         return pol
+    if name == "session-oracle":
+        from proxy.replay.session_oracle import SessionOraclePolicy
+
+        return SessionOraclePolicy()
     if name in SESSION_POLICIES:
         from proxy.replay.scout import default_settings
         from proxy.replay.sglang_session import SglangSessionNoClosePolicy, SglangSessionPolicy

@@ -87,6 +87,3 @@ class SglangSessionPolicy(_ScoutBase):
 class SglangSessionNoClosePolicy(SglangSessionPolicy):
     name = "sglang-session-noclose"
     closes = False
-
-
-SESSION_POLICIES = ("sglang-session", "sglang-session-noclose")

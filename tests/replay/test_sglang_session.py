@@ -56,3 +56,15 @@ def test_a_session_ending_in_a_tool_call_is_never_closed():
     pol.close_params = CloseParams(default_idle_s=5.0, min_idle_s=1.0)
     run_policy(pol, reqs, 16, COST)
     assert pol.extra()["closes"] == 1 and pol.extra()["live_sessions_at_end"] == 1
+
+
+def test_session_oracle_keeps_the_session_that_returns():
+    """The reference: the one-shots never come back, so their blocks go before the returning session's."""
+    ctx = list(range(1, 11))
+    reqs = [_blk(0.0, ctx, session_id="s")]
+    reqs += [_blk(1.0 + 2.0 * k, [1000 + 20 * k + j for j in range(4)], session_id=f"o{k}") for k in range(10)]
+    reqs.append(_blk(30.0, [*ctx, 11, 12], session_id="s"))
+    lru = run_policy(make_policy("lru", ReplaySettings()), reqs, 16, COST)
+    rec = run_policy(make_policy("session-oracle", ReplaySettings()), reqs, 16, COST)
+    assert lru.hit_blocks[-1] < 10
+    assert rec.hit_blocks[-1] == 10
