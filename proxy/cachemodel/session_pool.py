@@ -55,7 +55,8 @@ class SessionPool(BlockPool):
         self._where: dict[Hashable, tuple[int, tuple]] = {}  # free block -> (refs, its entry)
         self._seq = 0
         self._holders: dict[Hashable, set[str]] = {}  # block -> live sessions covering it
-        self._leaves: dict[str, dict[Hashable, tuple]] = {}  # session -> leaf block -> its chain
+        # session -> leaf block -> (its chain, length): a truncated leaf shares its chain (no copy)
+        self._leaves: dict[str, dict[Hashable, tuple[tuple, int]]] = {}
         self._gen: dict[str, int] = {}  # live session -> incarnation
         self._incarnation = 0
         self.session_freed = 0  # blocks reclaimed by close (close_mode="free")
@@ -101,7 +102,7 @@ class SessionPool(BlockPool):
         on_path = set(path)
         for leaf in [h for h in leaves if h in on_path]:  # an ancestor leaf: coverage advances
             del leaves[leaf]
-        leaves[path[-1]] = path
+        leaves[path[-1]] = (path, n)
         self._recount(session_id, before, self._covered(session_id))
         return True
 
@@ -129,8 +130,8 @@ class SessionPool(BlockPool):
 
     def _covered(self, session_id: str) -> set:
         out: set = set()
-        for path in self._leaves.get(session_id, {}).values():
-            out.update(path)
+        for path, n in self._leaves.get(session_id, {}).values():
+            out.update(path[:n])
         return out
 
     def _recount(self, session_id: str, before: set, after: set) -> None:
@@ -156,17 +157,24 @@ class SessionPool(BlockPool):
 
     def _drop_coverage(self, h: Hashable) -> None:
         """An evicted block leaves its sessions' coverage: each leaf through it falls back to the
-        part of its chain before it (SGLang `discard_deleted_session_leaf`)."""
+        part of its chain before it (SGLang `discard_deleted_session_leaf`). The usual victim is a
+        leaf's own last block (tails go first): then only that leaf moves up one block."""
         sids = self._holders.pop(h, None)
         for sid in sids or ():
-            before = self._covered(sid)
             leaves = self._leaves.get(sid, {})
-            for leaf, path in list(leaves.items()):
-                if h in path:
-                    del leaves[leaf]
-                    head = path[: path.index(h)]
-                    if head and head[-1] not in leaves:
-                        leaves[head[-1]] = head
+            leaf = leaves.get(h)
+            if leaf is not None and not any(h in p[: k - 1] for key, (p, k) in leaves.items() if key != h):
+                path, n = leaves.pop(h)
+                if n > 1 and path[n - 2] not in leaves:
+                    leaves[path[n - 2]] = (path, n - 1)
+                continue
+            before = self._covered(sid)
+            for key, (path, n) in list(leaves.items()):
+                if h in path[:n]:
+                    del leaves[key]
+                    k = path.index(h)
+                    if k > 0 and path[k - 1] not in leaves:
+                        leaves[path[k - 1]] = (path, k)
             self._recount(sid, before - {h}, self._covered(sid))
 
     # ------------------------------------------------------------------ the free queue

@@ -151,3 +151,15 @@ def test_engine_without_the_flag_has_no_sessions():
     eng = SimEngine(EngineConfig(block_size=4, capacity_blocks=12))
     assert eng.sessions is None and not eng.close_session("S") and not eng.open_session("S")
     _run(eng, 1, range(16), "S", 0.0)  # a session id is ignored
+
+
+def test_an_evicted_tail_moves_the_leaf_up_and_a_middle_block_cuts_the_chain():
+    pool = SessionPool(4)
+    _finish(pool, "a", ["p", "q", "r"], 1.0, sid="S")
+    assert pool.allocate("x", ["x1", "x2"], 2.0) == 0  # 1 empty + 1 eviction: the referenced tail r
+    assert not pool.contains("r") and pool.session_blocks("S") == 2 and pool.refs("q") == 1
+    pool.free("x", 2.0)
+    _finish(pool, "b", ["p", "z"], 3.0, sid="S")  # a branch from p: leaves q and z
+    assert pool.session_blocks("S") == 3
+    pool._drop_coverage("p")  # as if p went: both leaves are cut at it
+    assert pool.session_blocks("S") == 0 and pool.refs("q") == 0 and pool.refs("z") == 0
