@@ -168,6 +168,19 @@ class Settings(BaseSettings):
         description="session lane (continue and las): the most a request can be ordered behind requests that "
         "arrived after it (s); nothing starves longer",
     )
+    # --- i38: SGLang's session radix cache (docs/sglang-sessions.md) -----------------------------------
+    sglang_sessions: bool = Field(
+        False,
+        description="opt-in (alters forwarded bodies): on an SGLang server with --enable-session-radix-cache, add "
+        "the proxy's session as the body's top-level session_id to generation requests that name none, and "
+        "/close_session a session judged finished (a plain stop, then idle past its learned think time)",
+    )
+    sglang_session_close_quantile: float = Field(
+        0.95, gt=0, le=1, description="sglang_sessions: the think-time quantile a session must stay idle past"
+    )
+    sglang_session_default_idle_s: float = Field(
+        300.0, gt=0, description="sglang_sessions: the idle time before any think time is learned (s)"
+    )
     host_tier_tokens: int = Field(
         0,
         ge=0,

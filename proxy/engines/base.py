@@ -39,6 +39,7 @@ CAP_RESET = "reset_prefix_cache"  # engine exposes a cache reset (dev mode)
 CAP_KV_EVENTS = "kv_events"  # exact residency stream (vLLM ZMQ KV events)
 CAP_KV_HINTS = "kv_hints"  # request field accepted (vLLM kv_hints envelope)
 CAP_LMCACHE = "lmcache"  # LMCache controller lookup/pin on the offload tier
+CAP_SESSION_CACHE = "session_cache"  # SGLang --enable-session-radix-cache: body session_id + /close_session
 CAP_SCHED_PRIORITY = "priority_scheduling"  # engine schedules by request priority: the slack lane
 # engine reads a request's priority from the `X-Vllm-Priority` header (vLLM 0.32; overrides the body's
 # field): the lanes set priority there and forward the client's body bytes untouched

@@ -6,6 +6,13 @@ anchor still leaves the anchor's nodes cached. The real lever SGLang adds is ret
 `retention_seconds`), so warmups carry the anchor's survival-derived priority, and — opt-in —
 forwarded client requests can carry one too. The adapter reads `/get_server_info` to find out
 whether the engine runs that way; without it `priority` would only reorder scheduling.
+
+Session cache (`--enable-session-radix-cache`, docs/sglang-sessions.md): the probe reads
+`enable_session_radix_cache` from `/get_server_info` (capability `session_cache`). SGLang takes a
+request's session only from its body's top-level `session_id` (no header), so tagging forwarded
+requests alters the body and is opt-in (`session_tags`): `session_fields()` gives the field, never
+over a client's own `session_id` or `session_params`. `close_session()` posts `/close_session`
+(SGLang answers an empty 200, also for an unknown or closed id); it never raises.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from proxy.core.actions import Action
 from proxy.engines.base import (
     CAP_METRICS,
     CAP_PRIORITY,
+    CAP_SESSION_CACHE,
     CAP_WARM_TOKENS,
     EngineSnapshot,
     WarmResult,
@@ -44,11 +52,14 @@ class SglangAdapter(VllmAdapter):
         *,
         default_model: str = "",
         priority_on_requests: bool = False,
+        session_tags: bool = False,
         timeout_s: float = 30.0,
     ) -> None:
         super().__init__(client, base_url, api_key, default_model=default_model, timeout_s=timeout_s)
         self.priority_on_requests = priority_on_requests
+        self.session_tags = session_tags  # opt-in: add `session_id` to forwarded bodies (alters them)
         self.server_info: dict[str, Any] = {}
+        self.counters.update({"session_closes": 0, "session_close_errors": 0})
 
     async def probe(self) -> None:
         try:
@@ -62,6 +73,12 @@ class SglangAdapter(VllmAdapter):
                 self.enable(CAP_PRIORITY)
             else:
                 self.disable(CAP_PRIORITY, f"radix_eviction_policy={policy or 'unknown'} (needs 'priority')")
+            if self.server_info.get("enable_session_radix_cache"):
+                self.enable(CAP_SESSION_CACHE)
+            else:
+                self.disable(
+                    CAP_SESSION_CACHE, "enable_session_radix_cache is off (needs --enable-session-radix-cache)"
+                )
             self.default_model = self.default_model or str(self.server_info.get("served_model_name") or "")
             status, text = await self.get_text("/metrics")
             if status != 200 or self.metric_prefix not in text:
@@ -138,6 +155,33 @@ class SglangAdapter(VllmAdapter):
             waiting=first(s, "sglang:num_queue_reqs"),
             raw={k: v for k, v in s.items() if k.startswith("sglang:") and "#" not in k and "_bucket" not in k},
         )
+
+    def session_fields(self, session_id: str | None, body: Any) -> dict[str, Any]:
+        """`{"session_id": ...}` to add to a forwarded generation body: only when opted in, the server
+        runs the session cache, the proxy knows the session, and the client named none of its own
+        (`session_id` and `session_params` are SGLang's; they are mutually exclusive)."""
+        if not self.session_tags or CAP_SESSION_CACHE not in self.capabilities or not session_id:
+            return {}
+        if not isinstance(body, dict) or "session_id" in body or body.get("session_params") is not None:
+            return {}
+        return {"session_id": session_id}
+
+    async def close_session(self, session_id: str) -> bool:
+        """POST /close_session; True on a 2xx. Never raises (fail-open: a failed close only leaves
+        the session's KV ranked as live, as if the proxy had not judged it finished)."""
+        if CAP_SESSION_CACHE not in self.capabilities:
+            return False
+        try:
+            status, _ = await self.post_json("/close_session", {"session_id": session_id}, warmup=False)
+        except httpx.HTTPError as exc:
+            self.counters["session_close_errors"] += 1
+            log.warning("engine sglang: /close_session failed (%s)", type(exc).__name__)
+            return False
+        if status >= 300:
+            self.counters["session_close_errors"] += 1
+            return False
+        self.counters["session_closes"] += 1
+        return True
 
     def request_extras(self, survival: float | None) -> dict[str, Any]:
         if not self.priority_on_requests or CAP_PRIORITY not in self.capabilities or survival is None:

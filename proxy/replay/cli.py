@@ -19,6 +19,7 @@ from proxy.replay.runner import (
     LANE_POLICIES,
     POLICIES,
     SESSION_POLICIES,
+    SGLANG_POLICIES,
     ReplaySettings,
     replay,
     resolve_capacity,
@@ -46,7 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="--grid: the priority lanes (issue 24; docs/replay.md 'Lanes on the grid'): slack (adds "
         "scout-proxy-lane to every cell), session (closed-loop session-lane runs at busy 70-90%%), "
-        "slack,session or all; default none (the grid as before)",
+        "sglang (adds SGLang's session-cache policies sglang-session and sglang-session-noclose to every "
+        "cell; docs/sglang-sessions.md), comma-separated, or all (slack,session); default none",
     )
     p.add_argument(
         "--format",
@@ -103,7 +105,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"comma list from {','.join(POLICIES)} (lru and belady always run); opt-in, with a "
         f"runtime sending hints: {','.join(HINT_POLICIES)}; with the slack lane: {','.join(LANE_POLICIES)}; "
         f"the oracle keeper's decomposition: {','.join(BLIND_POLICIES)}; session references: "
-        f"{','.join(SESSION_POLICIES)}",
+        f"{','.join(SESSION_POLICIES)}; SGLang's session cache: {','.join(SGLANG_POLICIES)}",
     )
     p.add_argument("--seed", type=int, default=0, help="workload seed")
     p.add_argument("--sessions", type=int, default=None, help="workload: number of sessions")
@@ -296,7 +298,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         overrides = parse_overrides(args.scout_set)
         policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-        known = POLICIES + HINT_POLICIES + LANE_POLICIES + BLIND_POLICIES + SESSION_POLICIES
+        known = POLICIES + HINT_POLICIES + LANE_POLICIES + BLIND_POLICIES + SESSION_POLICIES + SGLANG_POLICIES
         if args.cache_only:
             from proxy.replay.cache_only import CACHE_ONLY_POLICIES
 

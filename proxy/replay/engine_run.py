@@ -108,6 +108,8 @@ class EngineDriver:
             fcfs_priority="ignore",  # vLLM V1 under fcfs ignores a request's priority (vllm#22997)
             # vLLM --scheduling-policy priority for the lanes (lanes.py); stock fcfs otherwise
             scheduling_policy=getattr(policy, "scheduling", "fcfs"),
+            # SGLang --enable-session-radix-cache (sglang_session.py)
+            session_radix_cache=bool(getattr(policy, "session_cache", False)),
         )
         self.engine = SimEngine(cfg)
         self.full = [full_blocks(r.block_hashes, r.block_tokens, block_size) for r in requests]
@@ -280,6 +282,7 @@ class EngineDriver:
         prompt = max(1, int(r.prompt_tokens))
         er = EngineRequest(i, range(prompt), range(out), priority=self._priority(i, t))
         er.hashes = _named(self.full[i], prompt // self.bs, i)
+        er.radix_session = self.policy.engine_session(i, r, t)
         if not self.engine.fits(prompt, out):
             raise ValueError(
                 f"request {i} needs {self.engine.blocks_needed(prompt, out)} blocks, more than the "

@@ -43,6 +43,7 @@ from proxy.replay.runner import (
     LANE_POLICIES,
     POLICIES,
     SESSION_POLICIES,
+    SGLANG_POLICIES,
     ReplaySettings,
     replay,
 )
@@ -75,8 +76,15 @@ MIN_GAIN = 0.01  # a bound's gain below this share of LRU's TTFT is no gap: shar
 
 
 def available_policies(lanes: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
-    known = set(POLICIES) | set(HINT_POLICIES) | set(LANE_POLICIES) | set(BLIND_POLICIES) | set(SESSION_POLICIES)
-    wanted = WANTED + (LANE_POLICIES if "slack" in lanes else ())
+    known = (
+        set(POLICIES)
+        | set(HINT_POLICIES)
+        | set(LANE_POLICIES)
+        | set(BLIND_POLICIES)
+        | set(SESSION_POLICIES)
+        | set(SGLANG_POLICIES)
+    )
+    wanted = WANTED + (LANE_POLICIES if "slack" in lanes else ()) + (SGLANG_POLICIES if "sglang" in lanes else ())
     return [p for p in wanted if p in known], [p for p in wanted if p not in known]
 
 
@@ -320,16 +328,17 @@ def _lanes_summary(cells: list[dict]) -> dict:
 
 
 def lane_names(spec: str | None) -> tuple[str, ...]:
-    """`--lane slack|session|slack,session|all` → the lanes, in a fixed order."""
+    """`--lane slack|session|sglang|...|all` → the lanes, in a fixed order. `sglang` is not a
+    priority lane: it adds SGLang's session cache policies (sglang_session.py) to every cell."""
     if not spec:
         return ()
     want = {x.strip() for x in spec.split(",") if x.strip()}
     if "all" in want:
-        want = {"slack", "session"}
-    bad = want - {"slack", "session"}
+        want = (want - {"all"}) | {"slack", "session"}
+    bad = want - {"slack", "session", "sglang"}
     if bad:
-        raise ValueError(f"--lane {spec!r}: expected slack, session, slack,session or all")
-    return tuple(x for x in ("slack", "session") if x in want)
+        raise ValueError(f"--lane {spec!r}: expected slack, session, sglang (comma-separated) or all")
+    return tuple(x for x in ("slack", "session", "sglang") if x in want)
 
 
 def run_cli(args: argparse.Namespace, proxy_settings=None) -> int:

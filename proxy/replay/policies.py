@@ -54,6 +54,11 @@ class ReplayPolicy:
         """The engine pool's eviction order (`policy_pool.Evictor`), or None for the stock one."""
         return None
 
+    def engine_session(self, i: int, req: ReplayRequest, now: float) -> str | None:
+        """The session id the request carries to the engine (SGLang's session cache; before
+        `on_request`, before the engine queues it). None: no session."""
+        return None
+
     def on_request(self, i: int, req: ReplayRequest, now: float) -> None:
         """A request arrives (before the engine sees it)."""
 

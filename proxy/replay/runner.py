@@ -49,7 +49,9 @@ HINT_POLICIES = (
 # priority; lanes.py): opt-in by name
 LANE_POLICIES = ("scout-proxy-lane",)
 # session references (session_refs.py; SESSION_POLICIES from cache_only.py): which paused
-# session's context to keep; opt-in by name
+# session's context to keep; in the grid's policies
+# SGLang's session radix cache driven by the proxy's sessions (sglang_session.py): opt-in by name
+SGLANG_POLICIES = ("sglang-session", "sglang-session-noclose")
 
 
 @dataclass
@@ -109,6 +111,14 @@ def make_policy(name: str, s: ReplaySettings) -> ReplayPolicy:
         pol = cls(s.scout_overrides, s.use_sessions, s.block_size, settings=settings)
         pol.retention_s = s.retention_s
         return pol
+    if name in SGLANG_POLICIES:
+        from proxy.replay.scout import default_settings
+        from proxy.replay.sglang_session import SglangSessionNoClosePolicy, SglangSessionPolicy
+
+        scls = SglangSessionPolicy if name == "sglang-session" else SglangSessionNoClosePolicy
+        base = s.proxy_settings
+        settings = default_settings(s.scout_overrides) if base is None else base
+        return scls(s.scout_overrides, s.use_sessions, s.block_size, settings=settings)
     if name in HINT_POLICIES:
         from proxy.replay.scout_hints import make_hint_policy
 
@@ -181,7 +191,7 @@ def replay(
     s = settings or ReplaySettings()
     names = list(dict.fromkeys(["lru", *policies, "belady"]))
     for n in names:
-        known = POLICIES + HINT_POLICIES + LANE_POLICIES + BLIND_POLICIES + SESSION_POLICIES
+        known = POLICIES + HINT_POLICIES + LANE_POLICIES + BLIND_POLICIES + SESSION_POLICIES + SGLANG_POLICIES
         if n not in known:
             raise ValueError(f"unknown policy {n!r}; choose from {known}")
     span = (requests[-1].t - requests[0].t) if requests else 0.0

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from proxy.core.view import RequestView
     from proxy.runtime.offload import ObserveLimits
     from proxy.runtime.session_lane import SessionLane
+    from proxy.runtime.sglang_sessions import SessionCacheDriver
     from proxy.runtime.switchback import SelfEvaluation
 
 HINT_TTL_S = 60.0  # an anchor's action priority is used for forwarded requests this long
@@ -63,11 +64,50 @@ class BodyRewriting:
     extras_for: Callable[[float | None], dict[str, object]]
     _anchor_priority: OrderedDict[str, tuple[int, float]]  # anchor -> (priority, when), see on_action_result
     session_lane: SessionLane | None  # opt-in session lane (LiveRuntime sets it)
+    session_cache: SessionCacheDriver | None  # opt-in SGLang session cache (LiveRuntime sets it)
     lane_active: Callable[[], bool]  # the adapter reports a priority policy now
     engine_priority: Callable[[int], int]  # a lane rank in the engine's sign convention
     priority_by_header: Callable[[], bool]  # the engine reads X-Vllm-Priority (engine_sessions.py)
 
     def rewrite_body(self, ctx: RequestContext) -> bytes | None:
+        """The rewrites below, plus (opt-in `sglang_sessions`) SGLang's `session_id` for the session
+        the request continues (`sglang_sessions.py`). None: forward the original bytes."""
+        out = self._lane_body(ctx)
+        cache = self.session_cache
+        if cache is None:
+            return out
+        extra = self._sglang_session_fields(ctx, cache)
+        if not extra:
+            return out
+        body = json.loads(out) if out is not None else ctx.json
+        if not isinstance(body, dict):
+            return out
+        self.counts["session_tagged"] = self.counts.get("session_tagged", 0) + 1
+        return json.dumps({**body, **extra}, separators=(",", ":"), ensure_ascii=False).encode()
+
+    def _sglang_session_fields(self, ctx: RequestContext, cache: SessionCacheDriver) -> dict[str, object]:
+        """SGLang's `session_id` field for a generation request, from the session it continues (the
+        core's continuation index, as the session lane finds it); {} for a new session's first call."""
+        body = ctx.json
+        if ctx.method != "POST" or ctx.path not in LANE_PATHS or not isinstance(body, dict):
+            return {}
+        if ctx.headers.get(WARMUP_HEADER):
+            return {}
+        st = request_state(ctx)
+        if st is None or st.skip or st.parsing:
+            return {}
+        view = st.view or view_from_openai(
+            ctx.path, body, ctx.headers, block_chars=self.block_chars, chars_per_token=self.chars_per_token
+        )
+        st.view = view
+        if view is None or view.is_warmup:
+            return {}
+        key = self._lane_session(view)
+        if key is None:
+            return {}
+        return cache.fields(key[0], key[1], body)
+
+    def _lane_body(self, ctx: RequestContext) -> bytes | None:
         """The hint rewrite below, plus the opt-in session lane's `priority` (`session_lane.py`) when
         the engine schedules by priority and the client set none. None: forward the original bytes."""
         lane = self.session_lane

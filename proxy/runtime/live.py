@@ -19,9 +19,11 @@ import httpx
 
 from proxy.core.config import PolicyConfig
 from proxy.core.policy import ScoutPolicy
-from proxy.engines.base import EngineSnapshot, HttpEngineAdapter, WarmResult, warm_spec
+from proxy.core.session_close import CloseParams
+from proxy.engines.base import CAP_SESSION_CACHE, EngineSnapshot, HttpEngineAdapter, WarmResult, warm_spec
 from proxy.engines.lmcache import LmcacheClient
 from proxy.engines.select import NoEngineAdapter, build_adapter
+from proxy.engines.sglang import SglangAdapter
 from proxy.runtime.executor import ActionExecutor
 from proxy.runtime.hint_inputs import build_hint_service
 from proxy.runtime.introspection import describe_policy, plain_data
@@ -32,6 +34,7 @@ from proxy.runtime.prefill import PrefillRate
 from proxy.runtime.reload_price import ReloadPrice
 from proxy.runtime.scraper import EngineScraper
 from proxy.runtime.session_lane import SessionLane
+from proxy.runtime.sglang_sessions import SessionCacheDriver, default_engine_id
 from proxy.runtime.state_file import harden_observer as _harden
 from proxy.runtime.state_file import load_learned_state, save_learned_state, tenant_tag
 from proxy.runtime.switchback import SelfEvaluation, switchback_config, yield_config
@@ -146,6 +149,7 @@ class LiveRuntime:
             log.info(
                 "engine hints on forwarded requests: kv_hints=%s request_priority=%s", s.kv_hints, s.request_priority
             )
+        self._wire_session_cache()
         self.scraper = EngineScraper(self.adapter, self.metrics, s.scrape_interval, on_snapshot=self._on_snapshot)
         self.scraper.own = lambda: self.observer.inflight + self.executor.sending
         self.observer.engine_waiting = lambda: self.scraper.waiting if self.scraper else 0
@@ -177,6 +181,33 @@ class LiveRuntime:
             adapter.priority_lane,
             s.session_priority if adapter.priority_lane else f"{s.session_priority} (inactive: no priority policy)",
         )
+
+    def _wire_session_cache(self) -> None:
+        """Opt-in `sglang_sessions`: on an SGLang server whose probe found the session radix cache,
+        tag forwarded requests with the proxy's sessions and close finished ones (docs/sglang-sessions.md).
+        Enables the observer's body rewrite (the one added field)."""
+        s, adapter = self.settings, self.adapter
+        if not s.sglang_sessions:
+            return
+        if not isinstance(adapter, SglangAdapter) or CAP_SESSION_CACHE not in adapter.capabilities:
+            log.warning("sglang_sessions: inactive (engine %s without the session radix cache)", adapter.name)
+            return
+        adapter.session_tags = True
+        idle = s.sglang_session_default_idle_s
+        params = CloseParams(
+            quantile=s.sglang_session_close_quantile,
+            default_idle_s=idle,
+            min_idle_s=min(CloseParams().min_idle_s, idle),
+        )
+        tags = self.observer.tags
+
+        def engine_id(tenant: str, key: str) -> str:
+            # the id X-Session-ID carries for this conversation where the tag book has bound one, so
+            # SGLang's session and the router's affinity name the same thing
+            return tags.tag_of((tenant, key)) or default_engine_id(tenant, key)
+
+        self.observer.session_cache = SessionCacheDriver(adapter, params, engine_id=engine_id)
+        log.info("sglang_sessions: tagging forwarded requests with session_id; closing finished sessions")
 
     async def stop(self) -> None:
         if self._tick is not None:
@@ -220,6 +251,8 @@ class LiveRuntime:
                 self.selfeval.tick(self.clock())
                 self.observer.plan(self.clock())
                 self.observer.update_gauges()
+                if self.observer.session_cache is not None:
+                    self.observer.session_cache.tick(self.clock())
             except Exception:
                 if self.metrics is not None:
                     self.metrics.policy_errors_total.inc()
@@ -363,6 +396,8 @@ class LiveRuntime:
         info["host_tier"] = self.reload.info()
         info["warmup_budget"] = dict(self.budget)
         info["shadow_capacity_tokens"] = self._capacity
+        cache = self.observer.session_cache
+        info["sglang_sessions"] = cache.info() if cache is not None else {"mode": "off"}
         lane = self.observer.session_lane
         info["session_lane"] = (
             dict(lane.info(), active=self.adapter.priority_lane) if lane is not None else {"mode": "off"}

@@ -55,6 +55,7 @@ if TYPE_CHECKING:  # set by LiveRuntime after construction; imported for their t
     from proxy.runtime.hint_inputs import HintService
     from proxy.runtime.prefill import PrefillRate
     from proxy.runtime.session_lane import SessionLane
+    from proxy.runtime.sglang_sessions import SessionCacheDriver
     from proxy.runtime.switchback import SelfEvaluation
 
 log = logging.getLogger("cachescout.live_policy")
@@ -111,6 +112,7 @@ class LivePolicyObserver(BodyRewriting, EngineSessions, UsageAccounting, LoadVie
         self.role_is_first_output = False  # the adapter's role_chunk_is_first_output (response_tap.py)
         self.engine_priority: Callable[[int], int] = lambda rank: rank  # session-lane rank -> engine priority
         self.session_lane: SessionLane | None = None  # opt-in session lane (LiveRuntime sets it)
+        self.session_cache: SessionCacheDriver | None = None  # opt-in SGLang session cache (sglang_sessions)
         self._inflight: dict[int, float] = {}
         self._states: dict[int, RequestState] = {}  # in flight: first token seen yet? (slack)
         self.running = RunningSet()  # distinct view tokens of the requests in flight
@@ -314,6 +316,8 @@ class LivePolicyObserver(BodyRewriting, EngineSessions, UsageAccounting, LoadVie
         routed = self._bind_tag(st, view.tenant, st.observed.conversation)
         if routed is not None and payload is not None:
             payload.routing = routed
+        if self.session_cache is not None and not view.is_warmup:
+            self.session_cache.on_request(view.tenant, st.observed.session_id, ctx.started)
         if not view.is_warmup and ctx.request_id in self._states:
             self.running.add(view.block_hashes, view.block_tokens)
             st.held = True
@@ -375,6 +379,8 @@ class LivePolicyObserver(BodyRewriting, EngineSessions, UsageAccounting, LoadVie
             if not st.view.is_warmup and tap.prompt_tokens:
                 self._learn_from_usage(st, tap, ctx.started)
         self.policy.observe_response(st.observed.request_id, outcome, now)
+        if self.session_cache is not None and not st.view.is_warmup:
+            self.session_cache.on_response(st.view.tenant, st.observed.session_id, outcome.finish_reason, now)
         if self.session_lane is not None and st.observed.session_id and not st.view.is_warmup:
             served = max(0, (outcome.prompt_tokens or 0) - (outcome.cached_tokens or 0)) + (outcome.output_tokens or 0)
             self.session_lane.served((st.view.tenant, st.observed.session_id), served, ctx.started, now)

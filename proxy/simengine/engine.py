@@ -35,6 +35,7 @@ from __future__ import annotations
 from proxy.cachemodel.block_hash import chain_hashes
 from proxy.cachemodel.block_pool import BlockPool
 from proxy.cachemodel.host_tier import HostTier
+from proxy.cachemodel.session_pool import SessionPool
 from proxy.simengine.engine_kv import EngineKv
 from proxy.simengine.engine_types import PRIORITY_REFUSED, EngineConfig, EngineRequest, StepResult
 from proxy.simengine.request_queue import create_request_queue
@@ -48,7 +49,11 @@ class SimEngine(EngineKv):
     def __init__(self, config: EngineConfig | None = None):
         config = config if config is not None else EngineConfig()
         self.config = config
-        self.pool = BlockPool(config.capacity_blocks, config.eviction, config.retention_seconds)
+        self.pool: BlockPool = BlockPool(config.capacity_blocks, config.eviction, config.retention_seconds)
+        if config.session_radix_cache:
+            self.pool = SessionPool(
+                config.capacity_blocks, config.eviction, config.retention_seconds, config.session_close_mode
+            )
         self.waiting = create_request_queue(config.scheduling_policy, config.low_priority_values_first)
         self.running: list[EngineRequest] = []
         self.prompt_tokens_queried = 0  # vllm:prefix_cache_queries (tokens)
@@ -86,8 +91,31 @@ class SimEngine(EngineKv):
         if not req.hashes:  # a caller (the replay) may name the prompt's full blocks itself
             req.hashes = chain_hashes(req.prompt_ids, cfg.block_size, req.salt)
         req.chain = list(req.hashes)
+        pool = self.pool
+        if req.radix_session is not None and isinstance(pool, SessionPool):
+            req.session_gen = pool.ensure_session(req.radix_session)
         self.waiting.add(req)
         return req
+
+    # ----------------------------------------------------------------- sessions (SGLang)
+    @property
+    def sessions(self) -> SessionPool | None:
+        """The session radix cache, when `session_radix_cache` is on (else None)."""
+        pool = self.pool
+        return pool if isinstance(pool, SessionPool) else None
+
+    def open_session(self, session_id: str) -> bool:
+        """SGLang `/open_session` (optional: a request naming a session opens it)."""
+        pool = self.sessions
+        if pool is None:
+            return False
+        pool.open_session(session_id)
+        return True
+
+    def close_session(self, session_id: str) -> bool:
+        """SGLang `/close_session`: False when the cache is off or the session unknown/closed."""
+        pool = self.sessions
+        return pool is not None and pool.close_session(session_id)
 
     @property
     def refuses_priority(self) -> bool:
@@ -339,6 +367,9 @@ class SimEngine(EngineKv):
         self._cache(r, r.computed, now)
         self.pool.free(r.req_id, now)
         self._kv_ctx = None
+        pool = self.pool
+        if r.radix_session is not None and not r.aborted and isinstance(pool, SessionPool):
+            pool.register(r.radix_session, r.session_gen, r.chain[: r.computed // bs])
         if self.host is not None:  # write-through of the blocks this request computed
             chain = r.chain[: r.computed // bs]
             new = self.host.store(chain)

@@ -31,6 +31,8 @@ class EngineConfig:
     low_priority_values_first: bool = False  # SGLang --schedule-low-priority-values-first
     fcfs_priority: str = "refuse"  # vLLM-shaped fcfs + non-zero priority: "refuse" (400) | "ignore"
     reserve_full_isl: bool = True  # vLLM scheduler_reserve_full_isl: admit only if the whole sequence fits
+    session_radix_cache: bool = False  # SGLang --enable-session-radix-cache (cachemodel/session_pool.py)
+    session_close_mode: str = "deref"  # "deref" (SGLang v0.5.17 unified cache) | "free" (PR #27058)
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.capacity_blocks <= 0:
@@ -43,6 +45,8 @@ class EngineConfig:
             raise ValueError(f"scheduling_policy must be one of {POLICIES}, got {self.scheduling_policy!r}")
         if self.fcfs_priority not in ("refuse", "ignore") or self.long_prefill_token_threshold < 0:
             raise ValueError("fcfs_priority must be refuse|ignore and long_prefill_token_threshold >= 0")
+        if self.session_close_mode not in ("deref", "free"):
+            raise ValueError("session_close_mode must be deref|free")
 
 
 @dataclass(slots=True, eq=False)
@@ -69,6 +73,8 @@ class EngineRequest:
     num_preemptions: int = 0
     chain: list[int] = field(default_factory=list)  # hashes of every full block so far (prompt + output)
     hashed_blocks: int = 0  # leading blocks of its current allocation already hashed (cache_full_blocks)
+    radix_session: str | None = None  # SGLang's body `session_id` (session radix cache only)
+    session_gen: int = 0  # the session's incarnation when it was submitted
 
     @property
     def prompt_len(self) -> int:

@@ -43,6 +43,7 @@ class Job:
     tool_choice: Any
     ignore_eos: bool
     min_tokens: int
+    session_id: str | None = None  # SGLang's top-level `session_id` (session radix cache)
 
 
 @overload
@@ -208,6 +209,7 @@ def parse_job(kind: str, body: Mapping, tok: SimTokenizer, max_model_len: int) -
         choice,
         bool(body.get("ignore_eos", False)),
         _int(body, "min_tokens", 0, 0),
+        _session_id(body),
     )
 
 
@@ -245,7 +247,21 @@ def parse_generate(body: Any, tok: SimTokenizer, max_model_len: int) -> Job:
         "none",
         bool(sp.get("ignore_eos", False)),
         _int(sp, "min_new_tokens", 0, 0),
+        _session_id(body),
     )
+
+
+def _session_id(body: Mapping) -> str | None:
+    """SGLang's top-level `session_id` (a non-empty string; `GenerateReqInput.session_id`, also on its
+    OpenAI-compatible requests). SGLang refuses it beside `session_params` (mutually exclusive)."""
+    sid = body.get("session_id")
+    if sid is None:
+        return None
+    if not isinstance(sid, str) or not sid:
+        raise ApiError("'session_id' must be a non-empty string", param="session_id")
+    if body.get("session_params") is not None:
+        raise ApiError("session_id and session_params are mutually exclusive", param="session_id")
+    return sid
 
 
 def usage(prompt: int, completion: int, cached: int, details: bool) -> dict:

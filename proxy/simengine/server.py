@@ -189,7 +189,7 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
         )
         priority, session_id = _request_extras(body, request, job)
         try:
-            pending = sim.submit(job.prompt_ids, out, job.salt, priority, session_id)
+            pending = sim.submit(job.prompt_ids, out, job.salt, priority, session_id, radix_session=job.session_id)
         except ValueError as exc:
             raise io.ApiError(str(exc)) from exc
         if request is not None:
@@ -272,7 +272,7 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
         # off by default); only vLLM's API refuses it, so /generate passes it through as 0 there.
         prio = 0 if sim.engine.refuses_priority else job.priority
         try:
-            pending = sim.submit(job.prompt_ids, out, job.salt, prio)
+            pending = sim.submit(job.prompt_ids, out, job.salt, prio, job.session_id, radix_session=job.session_id)
         except ValueError as exc:
             raise io.ApiError(str(exc)) from exc
         try:
@@ -294,6 +294,8 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
 
     if sim.engine.host is not None:
         _add_lmcache_routes(app, sim)
+    if sim.engine.sessions is not None:
+        _add_session_routes(app, sim, config)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
@@ -329,6 +331,42 @@ def create_sim_app(config: SimConfig | None = None, clock: Callable[[], float] |
 
 LMCACHE_INSTANCE = "sim-0"
 LMCACHE_LOCATION = "LocalCPUBackend"
+
+
+def _add_session_routes(app: FastAPI, sim: SimService, config: SimConfig) -> None:
+    """SGLang's session surface, served only with `session_radix_cache` on (the sim then answers
+    as an SGLang server does for these paths): `/open_session` and `/close_session` take
+    `{"session_id": ...}` (`OpenSessionReqInput` / `CloseSessionReqInput`), and `/get_server_info`
+    reports the flags the SGLang adapter probes."""
+
+    def _sid(body: object) -> str:
+        sid = body.get("session_id") if isinstance(body, dict) else None
+        if not isinstance(sid, str) or not sid:
+            raise io.ApiError("'session_id' must be a non-empty string", param="session_id")
+        return sid
+
+    @app.post("/open_session")
+    async def open_session(request: Request):
+        sid = _sid(await _json(request))
+        sim.engine.open_session(sid)
+        return JSONResponse(sid)
+
+    @app.api_route("/close_session", methods=["GET", "POST"])
+    async def close_session(request: Request):
+        sim.engine.close_session(_sid(await _json(request)))  # unknown / closed ids: a no-op, as SGLang
+        return Response(status_code=200)  # SGLang's http_server answers an empty 200
+
+    @app.get("/get_server_info")
+    async def get_server_info():
+        return {
+            "enable_session_radix_cache": True,
+            "radix_eviction_policy": config.eviction,
+            "enable_priority_scheduling": config.scheduling_policy == "sglang",
+            "schedule_low_priority_values_first": config.low_priority_values_first,
+            "served_model_name": config.model,
+            "page_size": config.block_size,
+            "max_total_num_tokens": config.capacity_blocks * config.block_size,
+        }
 
 
 def _add_lmcache_routes(app: FastAPI, sim: SimService) -> None:

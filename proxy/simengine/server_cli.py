@@ -82,6 +82,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="vLLM: admit a waiting request only when its whole current sequence fits in the free blocks, "
         "not just its first chunk (default on, as in vLLM)",
     )
+    a(
+        "--enable-session-radix-cache",
+        action="store_true",
+        help="SGLang: session-tagged KV (a request's body `session_id`); eviction takes unreferenced blocks "
+        "before a live session's, /close_session dereferences them (docs/sglang-sessions.md)",
+    )
+    a(
+        "--session-close-mode",
+        choices=("deref", "free"),
+        default=_D.session_close_mode,
+        help="what /close_session does: deref = SGLang v0.5.17 (KV stays, evicted first), free = SGLang "
+        "PR #27058 (blocks no other session or request holds are freed at once)",
+    )
     a("--max-model-len", type=int, default=_D.max_model_len, help="context length limit in tokens")
     a("--max-num-batched-tokens", type=int, default=_D.max_num_batched_tokens, help="token budget per step")
     a("--max-num-seqs", type=int, default=_D.max_num_seqs, help="max running requests")
@@ -179,6 +192,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         low_priority_values_first=args.schedule_low_priority_values_first,
         long_prefill_token_threshold=args.long_prefill_token_threshold,
         reserve_full_isl=args.scheduler_reserve_full_isl,
+        session_radix_cache=args.enable_session_radix_cache,
+        session_close_mode=args.session_close_mode,
     )
 
 

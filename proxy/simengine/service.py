@@ -62,6 +62,8 @@ class SimConfig:
     low_priority_values_first: bool = False  # SGLang --schedule-low-priority-values-first
     fcfs_priority: str = "refuse"  # vLLM-shaped fcfs + priority != 0: "refuse" (HTTP 400) | "ignore"
     reserve_full_isl: bool = True  # vLLM --scheduler-reserve-full-isl (default on)
+    session_radix_cache: bool = False  # SGLang --enable-session-radix-cache (docs/sglang-sessions.md)
+    session_close_mode: str = "deref"  # "deref" (SGLang v0.5.17) | "free" (SGLang PR #27058)
 
     def __post_init__(self) -> None:
         if self.speed < 0:
@@ -92,6 +94,8 @@ class SimConfig:
             low_priority_values_first=self.low_priority_values_first,
             fcfs_priority=self.fcfs_priority,
             reserve_full_isl=self.reserve_full_isl,
+            session_radix_cache=self.session_radix_cache,
+            session_close_mode=self.session_close_mode,
         )
 
     def with_(self, **kw) -> SimConfig:
@@ -146,11 +150,26 @@ class SimService:
 
     # ----------------------------------------------------------------- requests
     def submit(
-        self, prompt_ids: list[int], output: Output, salt: str | None, priority: int, session_id: str | None = None
+        self,
+        prompt_ids: list[int],
+        output: Output,
+        salt: str | None,
+        priority: int,
+        session_id: str | None = None,
+        radix_session: str | None = None,
     ) -> Pending:
         self._ensure_loop()
+        # vLLM's session id (any of its three forms) is echoed on KV events; SGLang's body
+        # `session_id` tags the session radix cache, and only with that cache on
+        radix = radix_session if self.engine.sessions is not None else None
         req = EngineRequest(
-            next(self._ids), prompt_ids, output.ids, salt=salt, priority=priority, session_id=session_id
+            next(self._ids),
+            prompt_ids,
+            output.ids,
+            salt=salt,
+            priority=priority,
+            session_id=session_id,
+            radix_session=radix,
         )
         self.engine.submit(req, self.now())
         p = Pending(req, output, asyncio.Queue())

@@ -147,6 +147,7 @@ def test_scout_proxy_without_the_lane_is_unchanged_by_the_lane_policy():
 def test_lane_names():
     assert lane_names(None) == () and lane_names("") == ()
     assert lane_names("session,slack") == ("slack", "session") == lane_names("all")
+    assert lane_names("sglang") == ("sglang",) and lane_names("all,sglang") == ("slack", "session", "sglang")
     with pytest.raises(ValueError):
         lane_names("fast")
 
