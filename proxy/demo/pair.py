@@ -23,12 +23,13 @@ from typing import Any
 
 import httpx
 
-from proxy.demo.report import engine_counters, summarise
+from proxy.demo.report import engine_client_ttft, engine_counters, summarise
 from proxy.demo.scenes import Scene
 from proxy.demo.workload import WorkloadResult, run_workload
 from proxy.harness.child_process import free_port, sim_proxy_command, stop, wait_ready
 
 MODEL = "sim-llama-3.1-8b"
+REQUEST_LOG = 20_000  # engine request log: each client request's virtual-clock TTFT (report.engine_client_ttft)
 EXECUTOR_KEYS = ("ok", "error", "dropped_stale", "dropped_busy", "dropped_full", "deduped")
 
 
@@ -67,6 +68,8 @@ def engine_cmd(scene: Scene, port: int, seed: int, cpu_blocks: int) -> list[str]
         "warning",
         "--cpu-blocks",
         str(cpu_blocks),
+        "--request-log",
+        str(REQUEST_LOG),
     ]
 
 
@@ -126,7 +129,7 @@ def run_pair(
         async def side(name: str, url: str, engine: str) -> tuple[WorkloadResult, dict, dict]:
             before = engine_counters(engine)
             res = await run_workload(url, spec, model=MODEL, tick=lambda: tick(name))
-            return res, before, engine_counters(engine)
+            return res, before, {**engine_counters(engine), **engine_client_ttft(engine)}
 
         async def both() -> list[tuple[WorkloadResult, dict, dict]]:
             return list(await asyncio.gather(side("direct", url1, url1), side("proxy", purl, url2)))
