@@ -37,6 +37,7 @@ from typing import Any
 import httpx
 import xxhash
 
+from proxy.core.config import PolicyConfig
 from proxy.replay.claude_code import BLOCK_SIZE, TOOL_USE, CCRequest, Composition
 
 # one fixed tool, so that tool-call answers and `tool` messages are well formed; its schema is part
@@ -52,6 +53,29 @@ TOOLS: list[dict[str, Any]] = [
     }
 ]
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+# PolicyConfig fields in seconds (multiplied by the time scale) and in per-second rates (divided)
+SCALED_SECONDS = (
+    "session_ttl_s",
+    "continuation_horizon_s",
+    "cooldown_s",
+    "action_ttl_s",
+    "min_lead_s",
+    "sweep_interval_s",
+    "resume_wake_margin_s",
+    "conversion_window_s",
+)
+SCALED_RATES = ("prefill_tokens_per_s",)
+
+
+def scaled_policy(time_scale: float) -> dict[str, float]:
+    """The proxy's PolicyConfig overrides for a time-scaled run (its defaults x scale / scale)."""
+    if time_scale == 1.0:
+        return {}
+    base = PolicyConfig()
+    out = {k: float(getattr(base, k)) * time_scale for k in SCALED_SECONDS}
+    out.update({k: float(getattr(base, k)) / time_scale for k in SCALED_RATES})
+    return out
 
 
 def block_text(block_id: int, tokens: int = BLOCK_SIZE) -> str:

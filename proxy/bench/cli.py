@@ -33,36 +33,12 @@ from typing import Any
 
 import httpx
 
-from proxy.bench.claude_code_live import plan, run_live, summary
+from proxy.bench.claude_code_live import plan, run_live, scaled_policy, summary
 from proxy.harness.child_process import free_port, sim_proxy_command, stop, wait_ready
 from proxy.replay.claude_code import compose, load
 
 MODEL = "sim-claude-code"
-# PolicyConfig fields in seconds (multiplied by the time scale) and in per-second rates (divided)
-SCALED_SECONDS = (
-    "session_ttl_s",
-    "continuation_horizon_s",
-    "cooldown_s",
-    "action_ttl_s",
-    "min_lead_s",
-    "sweep_interval_s",
-    "resume_wake_margin_s",
-    "conversion_window_s",
-)
-SCALED_RATES = ("prefill_tokens_per_s",)
 ARMS = ("direct", "proxy", "passthrough")
-
-
-def scaled_policy(time_scale: float) -> dict[str, float]:
-    """The proxy's PolicyConfig overrides for a time-scaled run (its defaults x scale / scale)."""
-    if time_scale == 1.0:
-        return {}
-    from proxy.core.config import PolicyConfig
-
-    base = PolicyConfig()
-    out = {k: float(getattr(base, k)) * time_scale for k in SCALED_SECONDS}
-    out.update({k: float(getattr(base, k)) / time_scale for k in SCALED_RATES})
-    return out
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

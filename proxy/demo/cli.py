@@ -23,7 +23,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from proxy.demo.pair import PairOptions, run_pair
+from proxy.demo.pair import PairOptions, run_pair, trace_sessions
 from proxy.demo.progress import DualProgress, Progress
 from proxy.demo.report import format_scene, scenes_json
 from proxy.demo.scenes import SCENES, Scene, scaled
@@ -104,6 +104,13 @@ def _overrides(items: list[str]) -> dict[str, float]:
     return out
 
 
+def scene_requests(scene: Scene, seed: int) -> int:
+    """Requests a side of the scene sends (the progress bar's total)."""
+    if scene.trace is not None:
+        return sum(len(v) for v in trace_sessions(scene.trace, seed).values())
+    return expected_requests(scene.spec)
+
+
 def run_group(scene: Scene, seeds: list[int], opts: PairOptions, tick: Callable[[str], None]) -> list[dict[str, Any]]:
     """Each seed's pair (its own two engines and proxy, free ports) at once, one thread each; the
     results in `seeds` order. A pair that fails fails the demo, as one run alone would."""
@@ -136,13 +143,18 @@ def run(args: argparse.Namespace) -> int:
     for g in range(0, len(seeds), width):  # the scenes alternate within each group of seeds
         group = seeds[g : g + width]
         for scene in scenes:
-            total = expected_requests(scene.spec) * len(group)
-            label = f"{scene.name} seed{'s' if len(group) > 1 else ''} {','.join(map(str, group))}"
+            sgroup = group
+            if scene.trace is not None:  # a trace scene: at most its own number of seeds
+                sgroup = [s for s in group if s < seeds[0] + scene.trace.max_seeds]
+                if not sgroup:
+                    continue
+            total = scene_requests(scene, sgroup[0]) * len(sgroup)
+            label = f"{scene.name} seed{'s' if len(sgroup) > 1 else ''} {','.join(map(str, sgroup))}"
             bars = {name: Progress(f"{label} {name}", total, False) for name in ("direct", "proxy")}
             both = DualProgress(bars, show)
-            pairs = run_group(scene, group, opts, both.tick)
+            pairs = run_group(scene, sgroup, opts, both.tick)
             both.close()
-            for seed, pair in zip(group, pairs, strict=True):
+            for seed, pair in zip(sgroup, pairs, strict=True):
                 pair["seed"] = seed
                 results[scene.name].append(pair)
                 if show:
@@ -158,6 +170,19 @@ def run(args: argparse.Namespace) -> int:
     print()
     for i, scene in enumerate(scenes, 1):
         spec = scene.spec
+        if not results[scene.name]:
+            continue
+        if scene.trace is not None:
+            tr, n = scene.trace, len(results[scene.name])
+            head = (
+                f"Scene {i}: {scene.title}\n  {len(list(tr.path.glob('*.json')))} recorded sessions, first "
+                f"{tr.horizon_s:g} s, users start over {tr.window_s:g} s (per seed), time x{tr.time_scale:g}; engine: "
+                f"{scene.cache_blocks} x 16-token cache blocks, prefill {scene.prefill_tps:,.0f} tok/s at speed "
+                f"{scene.speed:g}; {n} seed(s), medians"
+            )
+            print(format_scene(head, results[scene.name]))
+            print()
+            continue
         head = (
             f"Scene {i}: {scene.title}\n  {spec.agents} agents ({spec.tool_agents} with tools), {spec.sessions} "
             f"sessions ({spec.concurrency} at once), tool pauses {spec.tool_seconds[0]:g}-{spec.tool_seconds[1]:g} s; "

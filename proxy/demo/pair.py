@@ -23,10 +23,12 @@ from typing import Any
 
 import httpx
 
+from proxy.bench.claude_code_live import PlannedRequest, plan, run_live
 from proxy.demo.report import engine_client_ttft, engine_counters, summarise
-from proxy.demo.scenes import Scene
-from proxy.demo.workload import WorkloadResult, run_workload
+from proxy.demo.scenes import Scene, TraceWorkload
+from proxy.demo.workload import RequestRecord, WorkloadResult, run_workload
 from proxy.harness.child_process import free_port, sim_proxy_command, stop, wait_ready
+from proxy.replay.claude_code import compose, load
 
 MODEL = "sim-llama-3.1-8b"
 REQUEST_LOG = 20_000  # engine request log: each client request's virtual-clock TTFT (report.engine_client_ttft)
@@ -40,6 +42,41 @@ class PairOptions:
     passthrough: bool = False  # proxy with the policy off
     cpu_blocks_factor: float = 0.0  # host tier = factor x cache blocks (0 = none)
     admin_token: str = "demo"
+
+
+def trace_sessions(trace: TraceWorkload, seed: int) -> dict[str, list[PlannedRequest]]:
+    """The scene's recorded sessions composed at `seed` (the users' start offsets), as requests."""
+    loaded = load(trace.path)
+    comp = compose(loaded.files, users=None, window=trace.window_s, horizon=trace.horizon_s, seed=seed)
+    return plan(comp, trace.max_tokens)
+
+
+async def run_trace(
+    url: str, trace: TraceWorkload, seed: int, *, model: str, tick: Callable[[], None]
+) -> WorkloadResult:
+    """A trace scene's side: the recorded sessions live (`run_live`), as a `WorkloadResult` (a
+    session's span is its first send to its last answer; turns are not defined here)."""
+    live = await run_live(url, trace_sessions(trace, seed), model=model, time_scale=trace.time_scale, tick=tick)
+    out = WorkloadResult(errors=live.errors, wall_s=live.wall_s)
+    spans: dict[str, list[float]] = {}
+    for r in live.records:
+        out.records.append(
+            RequestRecord(
+                "coding-agent",
+                0,
+                r.prompt_tokens,
+                r.cached_tokens,
+                r.ttft_s,
+                r.latency_s,
+                r.finish_reason,
+                r.resumed,
+                r.sent_at,
+            )
+        )
+        span = spans.setdefault(r.session_id, [r.sent_at, r.sent_at + r.latency_s])
+        span[0], span[1] = min(span[0], r.sent_at), max(span[1], r.sent_at + r.latency_s)
+    out.session_latencies = [b - a for a, b in spans.values()]
+    return out
 
 
 def engine_cmd(scene: Scene, port: int, seed: int, cpu_blocks: int) -> list[str]:
@@ -70,6 +107,9 @@ def engine_cmd(scene: Scene, port: int, seed: int, cpu_blocks: int) -> list[str]
         str(cpu_blocks),
         "--request-log",
         str(REQUEST_LOG),
+        "--speed",
+        f"{scene.speed:g}",
+        *(["--max-model-len", str(scene.max_model_len)] if scene.max_model_len else []),
     ]
 
 
@@ -128,7 +168,10 @@ def run_pair(
 
         async def side(name: str, url: str, engine: str) -> tuple[WorkloadResult, dict, dict]:
             before = engine_counters(engine)
-            res = await run_workload(url, spec, model=MODEL, tick=lambda: tick(name))
+            if scene.trace is not None:
+                res = await run_trace(url, scene.trace, seed, model=MODEL, tick=lambda: tick(name))
+            else:
+                res = await run_workload(url, spec, model=MODEL, tick=lambda: tick(name))
             return res, before, {**engine_counters(engine), **engine_client_ttft(engine)}
 
         async def both() -> list[tuple[WorkloadResult, dict, dict]]:
