@@ -1,14 +1,17 @@
-"""`cachescout demo`: where CacheScout pays, and where it stays out of the way — two scenes, seeded, repeated.
+"""`cachescout demo`: where CacheScout pays, and where it stays out of the way — three scenes, seeded, repeated.
 
-Each scene (scenes.py) runs one multi-agent app on two identical simulated engines at once: straight
+Each scene (scenes.py) runs one workload on two identical simulated engines at once: straight
 to one, through a fresh CacheScout proxy (knowing nothing) to the other (pair.py). Every scene runs
-at 3 seeds by default (`--seeds N`, `--quick` = 1), the scenes alternating within each seed, and
-the table gives per row the median over the seeds and the median change with its spread, so that
-one run is not read as a result. The headline hit rate is the workload's *own* (`cached_tokens /
-prompt_tokens` from the engine's usage), since the engine's counters also count the proxy's
-warmups; what the warmups cost is a row of its own. A picture of the TTFT distributions goes to
-`--out` (plot.py; needs the `plots` extra, skipped with a note without it); `--json FILE` writes
-the figures. This module runs the loop; `report.py` computes the figures and the tables.
+at 8 seeds by default (`--seeds N`, `--quick` = 1; the coding-agents scene at most 2), 4 seeds'
+pairs at once (`--parallel`), the scenes alternating within each group of seeds, and the table
+gives per row the median over the seeds and the median change with its spread, so that one run is
+not read as a result (why 8 and 4 at once: docs/results/demo-stability.md). The headline hit rate
+is the workload's *own* (`cached_tokens / prompt_tokens` from the engine's usage), since the
+engine's counters also count the proxy's warmups; what the warmups cost is a row of its own; the
+"engine clock" row is the client requests' TTFT on the engine's virtual clock (no CPU wait of any
+hop in it). A picture of the TTFT distributions goes to `--out` (plot.py; needs the `plots` extra,
+skipped with a note without it); `--json FILE` writes the figures. This module runs the loop;
+`report.py` computes the figures and the tables.
 """
 
 from __future__ import annotations
