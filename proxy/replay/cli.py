@@ -8,6 +8,7 @@ simulated cache at each capacity, and writes report.md, report.json and PNG plot
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 
@@ -17,6 +18,7 @@ from proxy.replay.runner import (
     HINT_POLICIES,
     LANE_POLICIES,
     POLICIES,
+    SESSION_POLICIES,
     ReplaySettings,
     replay,
     resolve_capacity,
@@ -31,7 +33,7 @@ DEFAULT_TRACE_CAPACITY = "0.01,0.05,0.1,0.25"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--workload", choices=sorted(PRESETS), help="generated multi-agent workload preset")
-    src.add_argument("--trace", metavar="FILE", help="jsonl trace file")
+    src.add_argument("--trace", metavar="FILE", help="jsonl trace file (claude-code: a session file or a folder)")
     src.add_argument(
         "--grid",
         choices=("default", "quick", "demo"),
@@ -46,7 +48,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "scout-proxy-lane to every cell), session (closed-loop session-lane runs at busy 70-90%%), "
         "slack,session or all; default none (the grid as before)",
     )
-    p.add_argument("--format", default="auto", choices=("auto", *FORMATS), help="trace format (default: detect)")
+    p.add_argument(
+        "--format",
+        default="auto",
+        choices=("auto", *FORMATS, "claude-code"),
+        help="trace format (default: detect; claude-code: one JSON session document per file, "
+        "composed with --users/--window/--horizon/--seed; docs/claude-code.md)",
+    )
+    p.add_argument("--users", type=int, default=None, help="claude-code: files drawn (default: all)")
+    p.add_argument("--window", type=float, default=1800.0, help="claude-code: users start uniformly in [0, S)")
+    p.add_argument(
+        "--horizon", type=float, default=7200.0, help="claude-code: drop requests arriving after S (0: keep all)"
+    )
+    p.add_argument(
+        "--cache-only",
+        action="store_true",
+        help="request-granular hit rates on a bare cache, no engine timing (the shared traces' reference "
+        "semantics; policies lru, belady, session-oracle, session-oracle-blind, session-pauses)",
+    )
+    p.add_argument(
+        "--engine-preset",
+        default=None,
+        help="simulated engine calibration (proxy/replay/engine_presets.py), e.g. h100x8-70b; "
+        "default: the CostModel defaults",
+    )
     p.add_argument("--limit", type=int, default=None, help="read only the first N trace lines")
     p.add_argument(
         "--capacity",
@@ -77,7 +102,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=",".join(POLICIES),
         help=f"comma list from {','.join(POLICIES)} (lru and belady always run); opt-in, with a "
         f"runtime sending hints: {','.join(HINT_POLICIES)}; with the slack lane: {','.join(LANE_POLICIES)}; "
-        f"the oracle keeper's decomposition: {','.join(BLIND_POLICIES)}",
+        f"the oracle keeper's decomposition: {','.join(BLIND_POLICIES)}; session references: "
+        f"{','.join(SESSION_POLICIES)}",
     )
     p.add_argument("--seed", type=int, default=0, help="workload seed")
     p.add_argument("--sessions", type=int, default=None, help="workload: number of sessions")
@@ -178,6 +204,25 @@ def _stream(args):
         spec = preset(args.workload, **over)
         reqs = generate(spec)
         return reqs, spec.block_size, {"workload": describe(spec, reqs)}, DEFAULT_WORKLOAD_CAPACITY
+    if args.format == "claude-code":
+        from proxy.replay.claude_code import load_trace_cc
+
+        res = load_trace_cc(args.trace, args.users, args.window, args.horizon or None, args.seed)
+        info = {
+            "trace": args.trace,
+            "format": res.format,
+            "files": res.lines,
+            "malformed_files": res.malformed,
+            "users": args.users,
+            "window_s": args.window,
+            "horizon_s": args.horizon,
+            "seed": args.seed,
+        }
+        if res.malformed_examples:
+            info["malformed_examples"] = "; ".join(why for _, why in res.malformed_examples)
+        if res.malformed:
+            print(f"cachescout replay: {res.malformed} malformed file(s) skipped and counted", file=sys.stderr)
+        return res.requests, res.block_size, info, DEFAULT_TRACE_CAPACITY
     res = load_trace(args.trace, args.format, args.limit)
     info = {"trace": args.trace, "format": res.format, "lines": res.lines, "malformed_lines": res.malformed}
     if res.malformed_examples:
@@ -185,6 +230,53 @@ def _stream(args):
     if res.malformed:
         print(f"cachescout replay: {res.malformed} malformed line(s) skipped and counted", file=sys.stderr)
     return res.requests, res.block_size, info, DEFAULT_TRACE_CAPACITY
+
+
+def _replay_clipped(reqs, caps, policies, settings, progress: bool) -> dict:
+    """Engine mode on Claude Code streams: a prompt longer than the cache could never run (a real
+    engine rejects it), and the engine would otherwise be grown to the longest prompt (engine_run.py);
+    so at each capacity a prompt is clipped to its first `capacity - 64` blocks (counted in
+    `clipped_requests`), and each capacity is replayed on its own clipped stream."""
+    out: dict | None = None
+    for cap in caps:
+        lim = max(1, int(cap) - 64)
+        clipped = [
+            dataclasses.replace(
+                r,
+                block_hashes=r.block_hashes[:lim],
+                block_tokens=r.block_tokens[:lim],
+                anchor_blocks=min(r.anchor_blocks, lim),
+            )
+            if len(r.block_hashes) > lim
+            else r
+            for r in reqs
+        ]
+        res = replay(clipped, [cap], policies, settings, progress=progress)
+        res["capacities"][0]["clipped_requests"] = sum(1 for r in reqs if len(r.block_hashes) > lim)
+        if out is None:
+            out = res
+        else:
+            out["capacities"].extend(res["capacities"])
+    assert out is not None
+    return out
+
+
+def _cost(args) -> CostModel:
+    """The engine's cost model: a preset (engine_presets.py) or the defaults, with the host-tier flags."""
+    base = CostModel()
+    if getattr(args, "engine_preset", None):
+        from proxy.replay.engine_presets import engine_preset
+
+        base = engine_preset(args.engine_preset)
+    return dataclasses.replace(
+        base,
+        offload_gbps=args.offload_bandwidth_gbps
+        if args.offload_bandwidth_gbps != CostModel().offload_gbps
+        else base.offload_gbps,
+        kv_bytes_per_token=args.kv_bytes_per_token
+        if args.kv_bytes_per_token != CostModel().kv_bytes_per_token
+        else base.kv_bytes_per_token,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -204,7 +296,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         overrides = parse_overrides(args.scout_set)
         policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-        known = POLICIES + HINT_POLICIES + LANE_POLICIES + BLIND_POLICIES
+        known = POLICIES + HINT_POLICIES + LANE_POLICIES + BLIND_POLICIES + SESSION_POLICIES
+        if args.cache_only:
+            from proxy.replay.cache_only import CACHE_ONLY_POLICIES
+
+            known = tuple(CACHE_ONLY_POLICIES)  # type: ignore[assignment]
         unknown = [p for p in policies if p not in known]
         if unknown:
             raise ValueError(f"unknown policies {unknown}; choose from {list(known)}")
@@ -218,6 +314,10 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"cachescout replay: {exc}", file=sys.stderr)
         return 2
+    if args.cache_only:
+        from proxy.replay.cache_only import run_cache_only
+
+        return run_cache_only(reqs, caps, policies, source, args)
     from proxy.settings import SettingsError, load_settings
 
     try:
@@ -234,7 +334,7 @@ def run(args: argparse.Namespace) -> int:
         use_sessions=not args.no_session_ids,
         engines=args.engines,
         retention_s=args.retention_seconds,
-        cost=CostModel(offload_gbps=args.offload_bandwidth_gbps, kv_bytes_per_token=args.kv_bytes_per_token),
+        cost=_cost(args),
         cpu_capacity=args.cpu_capacity,
     )
     if args.replicas > 1 or args.scale or args.bootstrap_share:
@@ -242,7 +342,10 @@ def run(args: argparse.Namespace) -> int:
 
         return run_fleet(args, reqs, caps, policies, settings)
     t0 = time.perf_counter()
-    results = replay(reqs, caps, policies, settings, progress=not args.no_progress)
+    if args.format == "claude-code":
+        results = _replay_clipped(reqs, caps, policies, settings, progress=not args.no_progress)
+    else:
+        results = replay(reqs, caps, policies, settings, progress=not args.no_progress)
     meta = {
         "title": args.workload or args.trace,
         "source": source,

@@ -37,7 +37,15 @@ from pathlib import Path
 
 from proxy.replay import regimes
 from proxy.replay.grid_specs import GRIDS, OWN_PAUSES, GridPreset, GridSpec, cost_for, ref_running_set, spec_for
-from proxy.replay.runner import BLIND_POLICIES, HINT_POLICIES, LANE_POLICIES, POLICIES, ReplaySettings, replay
+from proxy.replay.runner import (
+    BLIND_POLICIES,
+    HINT_POLICIES,
+    LANE_POLICIES,
+    POLICIES,
+    SESSION_POLICIES,
+    ReplaySettings,
+    replay,
+)
 from proxy.replay.workloads import generate
 
 __all__ = [
@@ -53,13 +61,21 @@ __all__ = [
     "spec_for",
 ]
 
-WANTED = ("lru", "history", "oracle-keeper", "oracle-keeper-blind", "belady", "scout-proxy")
+WANTED = (
+    "lru",
+    "history",
+    "oracle-keeper",
+    "oracle-keeper-blind",
+    *SESSION_POLICIES,  # session references (session_refs.py): which paused session to keep
+    "belady",
+    "scout-proxy",
+)
 LEVEL_KEYS = ("preset", "pause", "busy", "requests", "busy_offered", "busy_offered_steady", "replay_s")
 MIN_GAIN = 0.01  # a bound's gain below this share of LRU's TTFT is no gap: shares are None there
 
 
 def available_policies(lanes: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
-    known = set(POLICIES) | set(HINT_POLICIES) | set(LANE_POLICIES) | set(BLIND_POLICIES)
+    known = set(POLICIES) | set(HINT_POLICIES) | set(LANE_POLICIES) | set(BLIND_POLICIES) | set(SESSION_POLICIES)
     wanted = WANTED + (LANE_POLICIES if "slack" in lanes else ())
     return [p for p in wanted if p in known], [p for p in wanted if p not in known]
 

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from proxy.cachemodel.cost_model import CostModel
+from proxy.replay.cache_only import SESSION_POLICIES
 from proxy.replay.engine_run import run_on_engine
 from proxy.replay.measure import RunRecorder
 from proxy.replay.policies import BeladyPolicy, HistoryPolicy, LruPolicy, ReplayPolicy, TtlPolicy
@@ -47,6 +48,8 @@ HINT_POLICIES = (
 # scout-proxy with the slack lane (engine under vLLM's priority policy, actions at the lowest
 # priority; lanes.py): opt-in by name
 LANE_POLICIES = ("scout-proxy-lane",)
+# session references (session_refs.py; SESSION_POLICIES from cache_only.py): which paused
+# session's context to keep; opt-in by name
 DECODE_BATCH = 16  # kept for callers: latencies() no longer uses a nominal decode batch
 
 
@@ -78,6 +81,10 @@ def make_policy(name: str, s: ReplaySettings) -> ReplayPolicy:
         from proxy.replay.oracle import OracleKeeperPolicy
 
         return OracleKeeperPolicy()
+    if name in SESSION_POLICIES:
+        from proxy.replay.session_refs import SessionRefPolicy
+
+        return SessionRefPolicy(name)
     if name in BLIND_POLICIES:
         from proxy.replay.oracle_blind import GapKeeperPolicy, OracleKeeperBlindPolicy, ToolGapKeeperPolicy
 
@@ -175,7 +182,7 @@ def replay(
     s = settings or ReplaySettings()
     names = list(dict.fromkeys(["lru", *policies, "belady"]))
     for n in names:
-        known = POLICIES + HINT_POLICIES + LANE_POLICIES + BLIND_POLICIES
+        known = POLICIES + HINT_POLICIES + LANE_POLICIES + BLIND_POLICIES + SESSION_POLICIES
         if n not in known:
             raise ValueError(f"unknown policy {n!r}; choose from {known}")
     span = (requests[-1].t - requests[0].t) if requests else 0.0

@@ -11,7 +11,7 @@ import pytest
 
 from proxy.replay import regimes
 from proxy.replay.grid import GRIDS, GridPreset, GridSpec, crossing, run_grid, spec_for
-from proxy.replay.runner import BLIND_POLICIES, POLICIES
+from proxy.replay.runner import BLIND_POLICIES, POLICIES, SESSION_POLICIES
 from proxy.replay.workloads import PAPER_PRESETS, PRESETS, generate, preset
 
 
@@ -140,10 +140,10 @@ def test_grid_json_shape(quick, tmp_path):
     assert json.loads(json.dumps(quick, default=float))  # JSON-ready
     g = GRIDS["quick"]
     assert len(cells) == len(g.presets) * len(g.busy) * len(g.cache_x) * len(g.pauses)
-    wanted = {"lru", "history", "oracle-keeper", "oracle-keeper-blind", "belady", "scout-proxy"}
+    wanted = {"lru", "history", "oracle-keeper", "oracle-keeper-blind", "belady", "scout-proxy", *SESSION_POLICIES}
     ran = set(quick["policies"])
     assert ran | set(quick["unavailable_policies"]) == wanted
-    assert ran == {p for p in wanted if p in POLICIES or p in BLIND_POLICIES}
+    assert ran == {p for p in wanted if p in POLICIES or p in BLIND_POLICIES or p in SESSION_POLICIES}
     for c in cells:
         assert {"preset", "pauses", "busy", "cache_x_running_set", "capacity_blocks", "measured"} <= set(c["params"])
         assert set(c["policies"]) == ran
