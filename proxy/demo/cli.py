@@ -91,6 +91,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run the proxy with the policy off: measures the cost of the extra hop alone",
     )
     parser.add_argument(
+        "--baseline-hop",
+        action="store_true",
+        help="the direct side through the same proxy with its policy off (compares the policy, not the hop)",
+    )
+    parser.add_argument(
         "--tiered", action="store_true", help="give the engines a host-memory (CPU offload) tier of 4x their cache"
     )
     parser.add_argument("--out", default="demo-out", help="directory for the picture (default ./demo-out)")
@@ -131,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
         policy=_overrides(args.policy),
         proxy_sets=tuple(args.proxy_set),
         passthrough=args.passthrough,
+        baseline_hop=args.baseline_hop,
         cpu_blocks_factor=4.0 if args.tiered else 0.0,
         admin_token=secrets.token_hex(16),
     )

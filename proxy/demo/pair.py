@@ -40,6 +40,9 @@ class PairOptions:
     policy: dict[str, float]  # PolicyConfig overrides on top of the scene's
     proxy_sets: tuple[str, ...] = ()  # `cachescout serve --set` items
     passthrough: bool = False  # proxy with the policy off
+    # the baseline side through the same proxy with its policy off (same processes and hops on both
+    # sides, so a loaded machine's CPU wait falls on both alike; docs/results/demo-stability.md)
+    baseline_hop: bool = False
     cpu_blocks_factor: float = 0.0  # host tier = factor x cache blocks (0 = none)
     admin_token: str = "demo"
 
@@ -159,11 +162,17 @@ def run_pair(
         "CACHESCOUT_POLICY_ENABLED": "false" if opts.passthrough else "true",
     }
     auth = {"authorization": f"Bearer {opts.admin_token}"}
+    base_url = url1
     cmds = [
         (engine_cmd(scene, e1, seed, cpu_blocks), url1 + "/health", {}),
         (engine_cmd(scene, e2, seed, cpu_blocks), url2 + "/health", {}),
         (sim_proxy_command(sys.executable, pp, url2, opts.proxy_sets), purl + "/livez", proxy_env),
     ]
+    if opts.baseline_hop:
+        bp = free_port()
+        base_url = f"http://127.0.0.1:{bp}"
+        off = {**proxy_env, "CACHESCOUT_POLICY_ENABLED": "false"}
+        cmds.append((sim_proxy_command(sys.executable, bp, url1, opts.proxy_sets), base_url + "/livez", off))
     with _children(cmds):
 
         async def side(name: str, url: str, engine: str) -> tuple[WorkloadResult, dict, dict]:
@@ -175,7 +184,7 @@ def run_pair(
             return res, before, {**engine_counters(engine), **engine_client_ttft(engine)}
 
         async def both() -> list[tuple[WorkloadResult, dict, dict]]:
-            return list(await asyncio.gather(side("direct", url1, url1), side("proxy", purl, url2)))
+            return list(await asyncio.gather(side("direct", base_url, url1), side("proxy", purl, url2)))
 
         direct, proxied = asyncio.run(both())
         time.sleep(0.3)  # let the last planned actions finish
