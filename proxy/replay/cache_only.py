@@ -75,8 +75,9 @@ def session_hits(
     response_ends: Sequence[float] | None = None,
 ) -> list[int]:
     """Prefix-hit block count per request under a session eviction order (see the module doc).
-    `response_ends[i]`: when request i's response ended (its arrival + API time); defaults to the
-    arrival (used by `session-pauses` to measure how long a session has been away)."""
+    `response_ends[i]`: when request i's response ended (e.g. its arrival + the trace's API time);
+    defaults to the arrival, as requests are instantaneous in this mode (the CLI's default: pauses
+    are then arrival gaps). Only `session-pauses` reads it (how long a session has been away)."""
     if policy not in SESSION_POLICIES:
         raise ValueError(f"unknown session policy {policy!r}; choose from {SESSION_POLICIES}")
     n = len(requests)
