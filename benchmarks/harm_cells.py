@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/harm_cells.py [--seeds 0,1,2] [--jobs 2] [--cells all]
         [--variant NAME='{"disabled_pieces": "session_sweep"}' ...] [--json OUT]
 
-Replays only the cells docs/replay.md "Capture" found systematically harmed (coding-agent `slow`
+Replays only the cells docs/results/replay-capture.md found systematically harmed (coding-agent `slow`
 × 2 busy 0.7 / 0.9, gaia `fast` × 1 busy 0.5; `--cells all` adds the other six of the nine and two
 the fixes left) with
 `lru`, `scout-proxy` and each variant (scout-proxy with PolicyConfig overrides; default: the session

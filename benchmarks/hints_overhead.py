@@ -30,7 +30,7 @@ from proxy.contracts import RequestContext
 from proxy.core.hint_actions import Hint
 from proxy.core.policy import ScoutPolicy
 from proxy.core.view import ResponseOutcome
-from proxy.demo.workload import DemoSpec, build_agents
+from proxy.harness.workload import DemoSpec, build_agents
 from proxy.observability.metrics import ProxyMetrics
 from proxy.runtime.hint_inputs import build_hint_service
 from proxy.runtime.live_policy import LivePolicyObserver

@@ -53,9 +53,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 
-from proxy.demo.workload import DemoSpec, WorkloadResult, run_workload
 from proxy.harness.child_process import child_on_free_port, child_process, free_port, sim_proxy_command
 from proxy.harness.router_fleet import MODEL, FleetConfig, _engine_cmd, _enter_all, find_router, router_cmd
+from proxy.harness.workload import DemoSpec, WorkloadResult, run_workload
 
 ARMS = ("router", "router+ps", "router+ps-tuned", "scout", "lane-continue", "lane-las", "lane+ps")
 START_TIMEOUT_S = 180.0

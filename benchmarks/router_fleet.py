@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from proxy.demo.workload import DemoSpec
 from proxy.harness.router_fleet import FleetConfig, find_router, run_pair
+from proxy.harness.workload import DemoSpec
 
 DEFAULT_CASES = (
     "single",

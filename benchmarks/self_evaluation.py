@@ -43,8 +43,8 @@ from proxy.contracts import RequestContext
 from proxy.core import PolicyConfig, ScoutPolicy
 from proxy.core.switchback_experiment import SwitchbackConfig
 from proxy.core.yield_ledger import YieldConfig
-from proxy.demo.workload import DemoSpec, build_agents
 from proxy.engines.base import WarmResult
+from proxy.harness.workload import DemoSpec, build_agents
 from proxy.observability.metrics import ProxyMetrics
 from proxy.runtime.live_policy import LivePolicyObserver
 from proxy.runtime.switchback import SelfEvaluation

@@ -4,7 +4,7 @@ Why a list: a dashboard query against a misspelt or renamed engine metric silent
 forever. The deploy tests check that every metric a dashboard queries is either defined by
 `proxy.observability.metrics.ProxyMetrics` or listed here, with the engine that exports it and the
 flag it needs. Names and types were read from the engines' code and docs (see
-README.md); the simulated engine (`cachescout sim-engine`) exports the vLLM names and, in
+docs/metrics.md); the simulated engine (`cachescout sim-engine`) exports the vLLM names and, in
 `--eviction priority` mode, some SGLang names, so most engine panels can be checked without a GPU.
 """
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Render the Grafana dashboards (and the generated doc tables) from dashboards/definitions.py.
 
-    python dashboards/generate.py           # rewrite dashboards/*.json and README.md tables
+    python dashboards/generate.py           # rewrite dashboards/*.json and docs/metrics.md tables
     python dashboards/generate.py --check   # exit 1 if any of them is stale (CI)
 
 Why generated: see definitions.py. The doc tables (metrics: name, type, meaning; panels: the
@@ -26,7 +26,7 @@ from dashboards.definitions import DASHBOARDS, Dashboard, Panel  # noqa: E402
 from dashboards.engine_metrics import KNOWN_ENGINE_METRICS  # noqa: E402
 
 DASHBOARD_DIR = REPO_ROOT / "dashboards"
-DOC_PATH = REPO_ROOT / "README.md"
+DOC_PATH = REPO_ROOT / "docs" / "metrics.md"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 SCHEMA_VERSION = 39
 PANEL_WIDTH, PANEL_HEIGHT, GRID_WIDTH = 12, 8, 24

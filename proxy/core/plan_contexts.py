@@ -1,7 +1,7 @@
 """The successor-contexts source: when a session stops (not on a tool call), the context its
 predicted next agent will reuse there.
 
-Why (issue 21 item 5; docs/replay.md "Capture"): in a multi-agent session each agent's prompt is
+Why (issue 21 item 5; docs/results/replay-capture.md): in a multi-agent session each agent's prompt is
 its own anchor followed by its view of the session's history, so the next agent B's call in the
 session extends B's *previous* prompt in that session, not the one that just finished (A's).
 ``Successors`` keeps B's anchor; this keeps the rest of what B's call will reuse, as far as the

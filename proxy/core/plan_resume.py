@@ -11,7 +11,7 @@ then (resident -> nothing; near the LRU tail -> a touch; evicted -> a warm, when
 slack and the price is right). When the pause is planned and a wake is to come, a warm waits for the
 wake: made then (the tick after the response, or the first calm one after it), it lands between the
 other sessions' requests and the rest of their burst evicts it again (CI's e2e check 7,
-docs/replay.md "A tool pause's warm waits for its wake"). Until the agent has
+docs/results/replay-capture.md "A tool pause's warm waits for its wake"). Until the agent has
 ``continuation_min_samples`` pauses of its own, its tenant's pooled tool pauses stand in (in a team
 every agent calls tools; the first pauses of a fresh proxy would otherwise go unplanned). In the
 demo's replay cell (docs/demo.md, 3 seeds) the wakes, the pooled pauses and the shadow's tail

@@ -288,7 +288,7 @@ class SessionSweep:
     waits while the next sweep is still in time (``sweep_in_time``). Sessions paused after any other
     finish (a user's turn, the next agent of a team) are not swept: on the headroom grid keeping
     them made 17 of 288 cell-seeds > 1% slower (chat-agents: human think times outlive the cache,
-    and the touches cost more than they keep) and 1 faster (docs/replay.md "Capture"). Walks the
+    and the touches cost more than they keep) and 1 faster (docs/results/replay-capture.md). Walks the
     most recently active ``sweep_sessions`` sessions only, so a sweep stays O(that)."""
 
     name = SESSION_SWEEP
@@ -301,7 +301,7 @@ class SessionSweep:
         if not t.calm:
             # a paused context is where the shadow and the engine disagree most (the tail zone): its
             # "touch" often re-prefills thousands of tokens, and on an FCFS engine prefilling for
-            # clients that delays them and every arrival behind them (docs/replay.md "Capture")
+            # clients that delays them and every arrival behind them (docs/results/replay-capture.md)
             p_._drop("wait_for_slack", now, REASON_SWEEP)
             return
         woken = bool(cfg.resume_wake_quantiles) and TOOL_RESUME not in t.off

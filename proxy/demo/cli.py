@@ -30,13 +30,13 @@ from proxy.demo.pair import PairOptions, run_pair, trace_sessions
 from proxy.demo.progress import DualProgress, Progress
 from proxy.demo.report import format_scene, scenes_json
 from proxy.demo.scenes import SCENES, Scene, scaled
-from proxy.demo.workload import expected_requests
+from proxy.harness.workload import expected_requests
 
 # Policy settings of the demo's proxy on top of each scene's own (documented in docs/demo.md):
 # none — the proxy runs with the defaults a user gets from `cachescout serve`.
 DEMO_POLICY: dict[str, float] = {}
 
-# Why 8 seeds, 4 at a time (docs/demo.md "Stable figures"): a seed's change proxy vs direct moves by
+# Why 8 seeds, 4 at a time (docs/results/demo-stability.md): a seed's change proxy vs direct moves by
 # ~4 pp between runs of the *same* seed (the live timing decides which requests collide in a batch
 # and which warms land in time; the cache outcomes barely move), so a median over 3 seeds moved
 # by +-4 pp from run to run. More seeds is the fix; the demo idles on its CPUs (tool pauses: ~9 CPU s

@@ -26,8 +26,8 @@ import httpx
 from proxy.bench.claude_code_live import PlannedRequest, plan, run_live
 from proxy.demo.report import engine_client_ttft, engine_counters, summarise
 from proxy.demo.scenes import Scene, TraceWorkload
-from proxy.demo.workload import RequestRecord, WorkloadResult, run_workload
 from proxy.harness.child_process import free_port, sim_proxy_command, stop, wait_ready
+from proxy.harness.workload import RequestRecord, WorkloadResult, run_workload
 from proxy.replay.claude_code import compose, load
 
 MODEL = "sim-llama-3.1-8b"

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from proxy.demo.workload import WorkloadResult
+from proxy.harness.workload import WorkloadResult
 
 
 def engine_counters(url: str) -> dict[str, float]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from proxy.bench.claude_code_live import scaled_policy
-from proxy.demo.workload import DemoSpec
+from proxy.harness.workload import DemoSpec
 
 CLAUDE_CODE_DATA = Path(__file__).parent / "data" / "claude_code"
 

@@ -43,8 +43,8 @@ from typing import Any
 
 import httpx
 
-from proxy.demo.workload import DemoSpec, WorkloadResult, run_workload
 from proxy.harness.child_process import child_on_free_port, child_process, free_port, sim_proxy_command
+from proxy.harness.workload import DemoSpec, WorkloadResult, run_workload
 
 MODEL = "sim-llama-3.1-8b"
 ROUTER_POLICIES = ("round_robin", "consistent_hash", "sticky_least_loaded", "cache_aware", "kv_aware")

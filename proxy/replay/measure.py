@@ -258,6 +258,9 @@ class RunRecorder:
     def _queue(self, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
         """FIFO prefill queue over `engines` servers (real requests and warm jobs share it; the
         servers share one cache, as a disaggregated KV pool does). Returns (request idx, TTFT).
+        Used only by `throughput_at_budget`: every other latency is the engine's. It stays because
+        the engine cannot be re-run at compressed arrivals without changing the hits, and so the
+        `throughput_at_budget_rps` figure every report carries (issue 36 keeps reports identical).
         A request with a host-tier load joins the queue when its load lands (vLLM loads
         asynchronously: the request waits in WAITING_FOR_REMOTE_KVS, the batch runs on), so a load
         adds to its own TTFT but occupies no prefill server."""
@@ -294,9 +297,8 @@ class RunRecorder:
                     ttft.append(end - t)
         return np.array(idx, dtype=np.int64), np.array(ttft)
 
-    def latencies(self, decode_batch: int = 16) -> tuple[np.ndarray, np.ndarray]:
-        """TTFT and per-turn latency per request, as the engine ran them (`decode_batch` is unused:
-        kept for callers of the former FIFO model)."""
+    def latencies(self) -> tuple[np.ndarray, np.ndarray]:
+        """TTFT and per-turn latency per request, as the engine ran them."""
         return self.ttft, self.turn
 
     def throughput_at_budget(self, span_s: float, budget_s: float) -> float:

@@ -33,7 +33,7 @@ import numpy as np
 
 from proxy.core.policy import ScoutPolicy
 from proxy.replay.measure import RunRecorder
-from proxy.replay.runner import DECODE_BATCH, POLICIES, ReplaySettings, make_policy, run_policy
+from proxy.replay.runner import POLICIES, ReplaySettings, make_policy, run_policy
 from proxy.replay.tiers import resolve_cpu_capacity
 from proxy.replay.traces import ReplayRequest, unique_blocks
 
@@ -75,7 +75,7 @@ def _merge(recs: Sequence[RunRecorder], summaries: Sequence[dict], extras: Seque
     prompt = sum(s["prompt_tokens"] for s in summaries)
     hit = sum(s["hit_tokens"] for s in summaries)
     reqs = sum(s["requests"] for s in summaries)
-    ttft = np.concatenate([r.latencies(DECODE_BATCH)[0] for r in recs]) if recs else np.zeros(0)
+    ttft = np.concatenate([r.latencies()[0] for r in recs]) if recs else np.zeros(0)
     out: dict[str, Any] = {
         "requests": reqs,
         "prompt_tokens": prompt,

@@ -50,7 +50,6 @@ HINT_POLICIES = (
 LANE_POLICIES = ("scout-proxy-lane",)
 # session references (session_refs.py; SESSION_POLICIES from cache_only.py): which paused
 # session's context to keep; opt-in by name
-DECODE_BATCH = 16  # kept for callers: latencies() no longer uses a nominal decode batch
 
 
 @dataclass

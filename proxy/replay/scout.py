@@ -219,7 +219,7 @@ class ScoutProxyPolicy(_ScoutBase):
         session sweep that falls due in a quiet stretch is served at the next tick, not at the next
         request. Without the timer the replay left exactly the quiet stretches (where a warm has
         slack) unplanned: the demo's replay cell read -13% mean TTFT for scout-proxy (median of 5
-        seeds), -21% with it (docs/replay.md "Ticks"). Ticks run while requests are to come or the
+        seeds), -21% with it (docs/results/replay-ticks.md). Ticks run while requests are to come or the
         engine has work."""
         d = self.driver
         if d.arrived >= d.n and not d.engine.has_work:

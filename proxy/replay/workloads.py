@@ -35,8 +35,8 @@ from proxy.replay.workload_presets import PAPER_PRESETS, PRESETS, TOPOLOGIES, Wo
 # the presets live in workload_presets.py; importers of this module keep finding them here
 __all__ = ["PAPER_PRESETS", "PRESETS", "TOPOLOGIES", "WorkloadSpec", "generate", "preset", "session_request"]
 
-# decode work per output token in the busy-share rate: one row of a batch of this size (the
-# runner's nominal decode batch; runner.DECODE_BATCH)
+# decode work per output token in the busy-share rate: one row of a batch of this size (a nominal
+# decode batch, fixed so that a preset's arrival rate never depends on the engine model)
 _BUSY_DECODE_BATCH = 16
 
 

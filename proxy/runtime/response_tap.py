@@ -1,7 +1,7 @@
 """Reads a response from the side: what the policy needs, without touching a byte the client gets.
 
 Two shapes: a JSON body (buffered up to a cap, parsed once at the end) and an SSE stream (events
-parsed as they pass, by the incremental `proxy.http.sse.SSEParser`). From either it extracts
+parsed as they pass, by the incremental `proxy.sse.SSEParser`). From either it extracts
 finish_reason, usage (prompt, cached, completion tokens), the first-output time, and the assistant
 turn — text plus tool calls reassembled from their streamed deltas — because a response that ends
 in `tool_calls` pauses its session, and the assistant turn is the part of the next prompt the proxy
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import json
 
-from proxy.http.sse import SSEParser
 from proxy.runtime.api_outcomes import as_chat
+from proxy.sse import SSEParser
 
 MAX_JSON_BYTES = 1024 * 1024  # larger non-stream bodies are not parsed (still forwarded)
 MAX_SSE_LINE_BYTES = 1024 * 1024  # a longer SSE line / event data is skipped

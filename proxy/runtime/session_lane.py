@@ -14,7 +14,7 @@ Ranks are virtual times in ticks of `PRIORITY_TICK_S` since the proxy started (0
   session's later calls go before the calls of sessions that started after it, and a new session's
   first call is ordered behind at most `ageing_s` seconds of later arrivals (the ageing bound). Without
   the bound, an overloaded engine starved new sessions: on the replay grid's cache ×1 cells at busy
-  0.7–0.9 their first-call p99 TTFT grew by up to +10,582% (docs/replay-lanes.md).
+  0.7–0.9 their first-call p99 TTFT grew by up to +10,582% (docs/results/replay-lanes-cells.md).
 - `las`: the arrival time plus a penalty that grows with the tokens the session was served so far
   (prompt tokens computed + output tokens), doubling thresholds from `LAS_QUANTUM_TOKENS`, in
   `LAS_LEVELS` steps up to `ageing_s`. A request is ordered behind at most `ageing_s` seconds of later

@@ -404,7 +404,7 @@ def test_warm_max_inflight_keeps_warms_off_a_busy_engine(workload):
 def test_sweep_leaves_sessions_paused_after_a_plain_stop(workload):
     """A session whose agent always comes back ~2 s after a plain stop (a user's turn, the next
     agent) is not swept, even at the LRU tail with the gate open to it: on the headroom grid those
-    touches cost more than they kept (docs/replay.md "Capture"). The same session paused on a
+    touches cost more than they kept (docs/results/replay-capture.md). The same session paused on a
     tool call is (until its agent's tool pauses are learned; then the wakes re-check it)."""
 
     def swept(finish: str, turns: int) -> list:

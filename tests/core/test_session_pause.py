@@ -4,7 +4,7 @@ When an earlier request of a session ends after a later one was sent (parallel c
 open-loop replay under queueing), the session must not take that earlier answer's finish, end or
 payload: a `stop` answer ending late turned the tool pause after a later `tool_calls` into a
 learned `stop` gap of a minute, and with such samples the session sweep kept touching the contexts
-of sessions that had ended (docs/replay.md "Capture")."""
+of sessions that had ended (docs/results/replay-capture.md)."""
 
 from __future__ import annotations
 

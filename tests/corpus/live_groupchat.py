@@ -7,7 +7,7 @@ it emitted (its own ``/debug/state``). Not a pytest test (it takes a minute or t
     PYTHONPATH=$PWD .venv/bin/python -m tests.corpus.live_groupchat [--sessions 16] [--json out.json]
 
 Each mode gets a fresh engine and a fresh proxy (nothing learned carries over). The group chat is
-the demo's (``proxy.demo.workload``: each agent's instructions as its system message, the task and
+the demo's (``proxy.harness.workload``: each agent's instructions as its system message, the task and
 the shared transcript after it, tool rounds), driven here so the ids can be chosen.
 """
 
@@ -23,8 +23,8 @@ import sys
 
 import httpx
 
-from proxy.demo.workload import DemoSpec, _stream, _words, build_agents, script_order
 from proxy.harness.child_process import child_process, free_port, sim_proxy_command
+from proxy.harness.workload import DemoSpec, _stream, _words, build_agents, script_order
 
 MODES = ("per-session", "none", "constant-user")
 MODEL = "sim-llama-3.1-8b"

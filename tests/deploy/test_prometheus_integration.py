@@ -109,8 +109,8 @@ def run_workload(proxy_url: str, model: str) -> int:
     """The project's multi-agent driver (selector group chat with tool calls), kept small, then one
     follow-up turn per agent: the agents coming back is what turns the proxy's warmups and touches
     into real hits, so the conversion series carry data."""
-    from proxy.demo.workload import DemoSpec, build_agents
-    from proxy.demo.workload import run_workload as drive
+    from proxy.harness.workload import DemoSpec, build_agents
+    from proxy.harness.workload import run_workload as drive
 
     spec = DemoSpec(
         sessions=8,

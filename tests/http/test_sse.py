@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.http.sse import SSEEvent, SSEParser
+from proxy.sse import SSEEvent, SSEParser
 
 STREAM = (
     b'data: {"id":"c1","choices":[{"delta":{"content":"h\xc3\xa9"}}]}\r\n\r\n'

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from proxy.contracts import RequestContext
 from proxy.core.policy import ScoutPolicy
-from proxy.demo.workload import DemoSpec, build_agents
+from proxy.harness.workload import DemoSpec, build_agents
 from proxy.observability.metrics import ProxyMetrics
 from proxy.runtime.live_policy import LivePolicyObserver
 

@@ -67,6 +67,7 @@ def test_mooncake_references_exactly(name):
     assert got == MOONCAKE[name]
 
 
+@pytest.mark.slow  # ~10-15 s of CPU per capacity (three policies on 1,447 requests of ~110k tokens)
 @pytest.mark.parametrize("cap", sorted(CLAUDE_CODE))
 def test_claude_code_table(claude_code_draw, cap):
     reqs = claude_code_draw.requests

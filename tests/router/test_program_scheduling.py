@@ -13,8 +13,8 @@ import contextlib
 import pytest
 
 from benchmarks.program_scheduling import ARMS, _find, arm, figures, mean_2se, start_all, tuned_config
-from proxy.demo.workload import DemoSpec, RequestRecord, WorkloadResult, run_workload
 from proxy.harness.router_fleet import MODEL, FleetConfig, find_router
+from proxy.harness.workload import DemoSpec, RequestRecord, WorkloadResult, run_workload
 
 ROUTER, WHY = find_router()
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.demo.workload import DemoSpec
 from proxy.harness.router_fleet import FleetConfig, find_router, run_pair
+from proxy.harness.workload import DemoSpec
 
 pytestmark = pytest.mark.sockets
 

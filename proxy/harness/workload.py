@@ -1,5 +1,8 @@
 """A live multi-agent workload for `cachescout demo`: an AutoGen-style selector group chat over HTTP.
 
+Why in `harness/`: the demo, the router fleet (`router_fleet.py`), tests and benchmarks all drive
+it, and a helper below them must not import the demo (no upward arrows between rooms).
+
 Why a message-level driver (and not `proxy.replay.workloads`): that generator emits block-hash
 traces for the replay evaluator; the demo needs real OpenAI requests that go through a real proxy
 to a real socket, with streaming, usage, and tool calls the engine decides.

@@ -10,6 +10,10 @@ counted, and so is an event whose data grows past `max_event_bytes` (an observer
 in CPU and bounded in memory, whatever the upstream sends: a stream without separators or line ends
 is neither rescanned nor kept). The unfinished tail is kept as a list of pieces, so a long line
 arriving in many chunks costs O(total) once, not O(total^2). Used by `runtime/response_tap.py`.
+
+Why at the package root (beside `contracts.py`): it was `proxy/http/sse.py`, but only the runtime's
+response tap reads SSE (the forwarder relays the bytes untouched), so the runtime imported the http
+layer above it; a neutral module keeps every arrow pointing down.
 """
 
 from __future__ import annotations
