@@ -15,6 +15,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "sim-engine": ("proxy.simengine.server_cli", "run the simulated engine (OpenAI-compatible, prefix cache model)"),
     "demo": ("proxy.demo.cli", "simulated engine + proxy + multi-agent workload, direct vs proxied"),
     "replay": ("proxy.replay.cli", "replay a workload or trace under several policies in virtual time"),
+    "bench": ("proxy.bench.cli", "live benchmarks over sockets (claude-code: real agent sessions, direct vs proxy)"),
 }
 
 

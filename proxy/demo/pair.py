@@ -23,12 +23,15 @@ from typing import Any
 
 import httpx
 
-from proxy.demo.report import engine_counters, summarise
-from proxy.demo.scenes import Scene
+from proxy.bench.claude_code_live import PlannedRequest, plan, run_live
+from proxy.demo.report import engine_client_ttft, engine_counters, summarise
+from proxy.demo.scenes import Scene, TraceWorkload
 from proxy.harness.child_process import free_port, sim_proxy_command, stop, wait_ready
-from proxy.harness.workload import WorkloadResult, run_workload
+from proxy.harness.workload import RequestRecord, WorkloadResult, run_workload
+from proxy.replay.claude_code import compose, load
 
 MODEL = "sim-llama-3.1-8b"
+REQUEST_LOG = 20_000  # engine request log: each client request's virtual-clock TTFT (report.engine_client_ttft)
 EXECUTOR_KEYS = ("ok", "error", "dropped_stale", "dropped_busy", "dropped_full", "deduped")
 
 
@@ -37,8 +40,46 @@ class PairOptions:
     policy: dict[str, float]  # PolicyConfig overrides on top of the scene's
     proxy_sets: tuple[str, ...] = ()  # `cachescout serve --set` items
     passthrough: bool = False  # proxy with the policy off
+    # the baseline side through the same proxy with its policy off (same processes and hops on both
+    # sides, so a loaded machine's CPU wait falls on both alike; docs/results/demo-stability.md)
+    baseline_hop: bool = False
     cpu_blocks_factor: float = 0.0  # host tier = factor x cache blocks (0 = none)
     admin_token: str = "demo"
+
+
+def trace_sessions(trace: TraceWorkload, seed: int) -> dict[str, list[PlannedRequest]]:
+    """The scene's recorded sessions composed at `seed` (the users' start offsets), as requests."""
+    loaded = load(trace.path)
+    comp = compose(loaded.files, users=None, window=trace.window_s, horizon=trace.horizon_s, seed=seed)
+    return plan(comp, trace.max_tokens)
+
+
+async def run_trace(
+    url: str, trace: TraceWorkload, seed: int, *, model: str, tick: Callable[[], None]
+) -> WorkloadResult:
+    """A trace scene's side: the recorded sessions live (`run_live`), as a `WorkloadResult` (a
+    session's span is its first send to its last answer; turns are not defined here)."""
+    live = await run_live(url, trace_sessions(trace, seed), model=model, time_scale=trace.time_scale, tick=tick)
+    out = WorkloadResult(errors=live.errors, wall_s=live.wall_s)
+    spans: dict[str, list[float]] = {}
+    for r in live.records:
+        out.records.append(
+            RequestRecord(
+                "coding-agent",
+                0,
+                r.prompt_tokens,
+                r.cached_tokens,
+                r.ttft_s,
+                r.latency_s,
+                r.finish_reason,
+                r.resumed,
+                r.sent_at,
+            )
+        )
+        span = spans.setdefault(r.session_id, [r.sent_at, r.sent_at + r.latency_s])
+        span[0], span[1] = min(span[0], r.sent_at), max(span[1], r.sent_at + r.latency_s)
+    out.session_latencies = [b - a for a, b in spans.values()]
+    return out
 
 
 def engine_cmd(scene: Scene, port: int, seed: int, cpu_blocks: int) -> list[str]:
@@ -67,6 +108,11 @@ def engine_cmd(scene: Scene, port: int, seed: int, cpu_blocks: int) -> list[str]
         "warning",
         "--cpu-blocks",
         str(cpu_blocks),
+        "--request-log",
+        str(REQUEST_LOG),
+        "--speed",
+        f"{scene.speed:g}",
+        *(["--max-model-len", str(scene.max_model_len)] if scene.max_model_len else []),
     ]
 
 
@@ -116,20 +162,29 @@ def run_pair(
         "CACHESCOUT_POLICY_ENABLED": "false" if opts.passthrough else "true",
     }
     auth = {"authorization": f"Bearer {opts.admin_token}"}
+    base_url = url1
     cmds = [
         (engine_cmd(scene, e1, seed, cpu_blocks), url1 + "/health", {}),
         (engine_cmd(scene, e2, seed, cpu_blocks), url2 + "/health", {}),
         (sim_proxy_command(sys.executable, pp, url2, opts.proxy_sets), purl + "/livez", proxy_env),
     ]
+    if opts.baseline_hop:
+        bp = free_port()
+        base_url = f"http://127.0.0.1:{bp}"
+        off = {**proxy_env, "CACHESCOUT_POLICY_ENABLED": "false"}
+        cmds.append((sim_proxy_command(sys.executable, bp, url1, opts.proxy_sets), base_url + "/livez", off))
     with _children(cmds):
 
         async def side(name: str, url: str, engine: str) -> tuple[WorkloadResult, dict, dict]:
             before = engine_counters(engine)
-            res = await run_workload(url, spec, model=MODEL, tick=lambda: tick(name))
-            return res, before, engine_counters(engine)
+            if scene.trace is not None:
+                res = await run_trace(url, scene.trace, seed, model=MODEL, tick=lambda: tick(name))
+            else:
+                res = await run_workload(url, spec, model=MODEL, tick=lambda: tick(name))
+            return res, before, {**engine_counters(engine), **engine_client_ttft(engine)}
 
         async def both() -> list[tuple[WorkloadResult, dict, dict]]:
-            return list(await asyncio.gather(side("direct", url1, url1), side("proxy", purl, url2)))
+            return list(await asyncio.gather(side("direct", base_url, url1), side("proxy", purl, url2)))
 
         direct, proxied = asyncio.run(both())
         time.sleep(0.3)  # let the last planned actions finish

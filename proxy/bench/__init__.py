@@ -1,0 +1,1 @@
+"""Live benchmarks over sockets (`cachescout bench ...`)."""
