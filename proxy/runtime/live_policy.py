@@ -138,7 +138,7 @@ class LivePolicyObserver(BodyRewriting, UsageAccounting, LoadView):
         self.tap_budget = TapBudget()
         self.allowed_auth: frozenset[str] = frozenset()  # sha256 hex of allowed auth headers; empty = all
         self._drops_seen: dict[str, int] = {}
-        self._skips_seen: dict[str, int] = {}
+        self._skips_seen: dict[tuple[str, str], int] = {}
 
     def on_request(self, ctx: RequestContext) -> None:
         self._inflight[ctx.request_id] = ctx.started

@@ -5,7 +5,8 @@ request and response end, plan on every event and on the 0.25 s timer), and ever
 planner notes (each ``DecisionLog.note``, before the ring folds repeats) and every action it emits
 is hashed. The digests in ``golden_decisions.json`` were recorded on the tree before the planner's
 pieces became objects (issue 36 item 1): a refactor that claims "no behaviour change" must keep
-them. A deliberate behaviour change regenerates them:
+them (one entry was re-recorded on purpose: ``gaia-no-resident-memo``, the alias of the merged
+``resident`` piece; see its test). A deliberate behaviour change regenerates them:
 
     PYTHONPATH=$PWD .venv/bin/python -m tests.replay.test_decision_golden --write
 
@@ -119,6 +120,15 @@ def test_the_decision_sequence_is_the_recorded_one(case, tmp_path):
     # counts first: a mismatch says which outcome or action reason moved
     assert (got["outcomes"], got["reasons"]) == (want["outcomes"], want["reasons"])
     assert got == want
+
+
+def test_the_old_resident_memo_name_switches_off_the_merged_resident_piece():
+    """``resident_memo`` is an alias of ``resident`` since the two were merged (issue 36): its
+    ablation is the piece's. Before the merge the two ablations emitted the same actions on this
+    stream (the recorded ``actions_sha256``); their decisions differed only in which stage named
+    the resident anchors (``resident`` vs ``not_worth_it``), so the alias's entry was re-recorded."""
+    golden = json.loads(GOLDEN.read_text())
+    assert golden["gaia-no-resident-memo"] == golden["gaia-no-resident"]
 
 
 def test_the_cases_see_every_kind_of_decision():
