@@ -26,7 +26,7 @@ PRUNE_SLACK = 4  # maps keyed by agent/anchor (last-acted times, safe-anchor mem
 # docs/policy.md "Ablation on the headroom grid"). Deployed configurations may still name them: a
 # removed setting in the overrides, or a removed piece in disabled_pieces, is dropped (not an error);
 # the runtime logs one warning naming it (runtime/policy_config.py, removed_names below).
-REMOVED_PIECES = ("warm_too_early", "warm_too_late", "warm_too_big")
+REMOVED_PIECES = ("warm_too_early", "warm_too_big")
 REMOVED_SETTINGS = ("warm_max_cache_share", "warm_lifetime_share", "session_gated")
 
 # The engine's waiting queue gates actions at three points, from strictest to loosest:

@@ -38,6 +38,7 @@ from .plan_piece import AT_SWEEP, FILTER, PER_SESSION, PER_TICK, PICKER, PRICER,
 from .plan_resume import SessionSweep, ToolResume
 from .plan_sources import AnchorSweep, FanoutParents, RuntimeHintsSource, Successors
 from .plan_tick import SessionSource, TickSource
+from .plan_warm_too_late import WarmTooLate
 
 # The registry: one line per piece, in the order they run (sources by cadence, then filters by
 # phase, then vetoes). A source's cadence and a filter's phases are its own class attributes.
@@ -57,6 +58,7 @@ PIECES: tuple[type[Piece], ...] = (
     HostTier,  # residency phase (Resident runs in both)
     Resident,
     WarmAllowed,  # warm phase
+    WarmTooLate,  # ... opt-in (piece_params): no warm that cannot finish before its demand
     ActionGate,  # vetoes
 )
 
