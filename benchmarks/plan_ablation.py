@@ -24,19 +24,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from proxy.core import plan_filters, plan_sources  # noqa: E402
-from proxy.core.config import PIECES  # noqa: E402
+from proxy.core.plan_registry import NAMES as PIECES  # noqa: E402
+from proxy.core.plan_registry import PIECES as REGISTERED  # noqa: E402
 
-# where each piece lives, for its line count (the per-tick/inline ones: the lines that test it)
-IMPL = {
-    "tool_resume": plan_sources.ToolResume,
-    "successors": plan_sources.Successors,
-    "fanout_parents": plan_sources.FanoutParents,
-    "runtime_hints": plan_sources.RuntimeHintsSource,
-    "anchor_sweep": plan_sources.AnchorSweep,
-    "session_sweep": plan_sources.SessionSweep,
-    **dict((*plan_filters.FIRST, *plan_filters.RESIDENCY, *plan_filters.WARM)),
-}
+# where each piece lives, for its line count: its class (plan_registry.PIECES)
+IMPL = {p.name: p for p in REGISTERED}
 
 
 def lines(piece: str) -> int | None:

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import proxy.replay.runner as runner  # noqa: E402
-from proxy.core.config import PIECES  # noqa: E402
+from proxy.core.plan_registry import NAMES as PIECES  # noqa: E402
 from proxy.replay.grid import GRIDS, ref_running_set, spec_for  # noqa: E402
 from proxy.replay.workloads import generate  # noqa: E402
 

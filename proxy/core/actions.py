@@ -15,8 +15,9 @@ WARM = "warm"  # anchor evicted and predicted soon: re-prefill off the critical 
 RETAIN = "retain"  # priority/TTL hint for engines that honour one
 KINDS = (TOUCH, WARM, RETAIN)
 
-# Action reasons: the one definition (metric label values of cachescout_actions_total{reason} and
-# the yield ledger's signals, so their string values are deployed names and stay as they are).
+# Action reasons: the values (metric label values of cachescout_actions_total{reason} and the yield
+# ledger's signals, so their string values are deployed names and stay as they are). Which exist is
+# derived from the sources that carry them (core/plan_registry.ACTION_REASONS).
 REASON_TRANSITION = "transition"  # top-1 predicted next agent of a live session
 # further successors above τ (parallel/branching workflows) AND parents of detected fan-outs: one
 # label value for both (deployed), so one yield signal throttles both
@@ -28,7 +29,9 @@ REASON_SWEEP = "hint"
 # a paused session's predicted next agent's context in it (source successor_contexts, off by
 # default): its own signal, so the yield ledger judges it apart from the anchors' transitions
 REASON_SUCCESSOR_CONTEXT = "successor_context"
-REASONS = (REASON_TRANSITION, REASON_FANOUT, REASON_TOOL_RESUME, REASON_SWEEP, REASON_SUCCESSOR_CONTEXT)
+# the deployed values' order (metric exposition, the yield ledger's signals); which reasons exist is
+# the registered sources' to say (plan_registry.ACTION_REASONS: these first, a new source's after)
+DEPLOYED_ORDER = (REASON_TRANSITION, REASON_FANOUT, REASON_TOOL_RESUME, REASON_SWEEP, REASON_SUCCESSOR_CONTEXT)
 # the successor-driven reasons (transition/fanout) and the sweep: actions on agent anchors
 ANCHOR_REASONS = (REASON_TRANSITION, REASON_FANOUT, REASON_SWEEP)
 
@@ -36,7 +39,7 @@ ANCHOR_REASONS = (REASON_TRANSITION, REASON_FANOUT, REASON_SWEEP)
 @dataclass(frozen=True, slots=True)
 class Action:
     kind: str  # "touch" | "warm" | "retain"
-    reason: str  # REASONS: "transition" | "tool_resume" | "fanout" | "hint" (the sweep) | "successor_context"
+    reason: str  # plan_registry.ACTION_REASONS: transition, tool_resume, fanout, hint (the sweep), successor_context
     tenant: str
     anchor_id: str  # short hex id (safe to log; never prompt text)
     block_hashes: tuple[int, ...]

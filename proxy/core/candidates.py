@@ -1,12 +1,12 @@
-"""The planner's pipeline vocabulary: what a candidate is, what one tick knows, and the protocols
-its pieces are written against (docs/policy.md "The planner pipeline").
+"""The planner's pipeline vocabulary: what a candidate is and who records decisions
+(docs/pieces.md; what one tick offers the sources is plan_tick.Tick).
 
-    sources (plan_sources.py) -> filters (plan_filters.py) -> pricer (economics.assess)
-        -> picker (plan_picker.py) -> vetoes (the runtime's action_gate)
+    sources (plan_sources.py ...) -> filters (plan_filters.py) -> pricer (economics.assess)
+        -> picker (plan_picker.py) -> vetoes (plan_picker.ActionGate)
 
-A source appends ``Candidate``s to ``Tick.out``; every piece that drops one records the stage
-that dropped it (``decisions.SKIP_REASONS``) through ``Recorder``. Why a separate module: the
-pieces import this one and never the planner, so the planner can import them all (no cycle).
+A source appends ``Candidate``s to ``Tick.out``; every piece that drops one records its skip reason
+and its own name through the ``Recorder``. Why a separate module: the pieces import this one and
+never the planner, so the planner can import them all (no cycle).
 """
 
 from __future__ import annotations
@@ -17,14 +17,10 @@ from typing import Protocol
 
 from .action_payload import ActionPayload
 from .actions import Action
-from .agents import Agent, AgentRegistry
-from .config import PolicyConfig
+from .agents import Agent
 from .decisions import ACTED, DecisionLog
 from .economics import Verdict
 from .hints import HintCandidate
-from .lineages import LineageBook
-from .residency import ResidencyShadow
-from .sessions import SessionTracker
 
 # a parked fan-out parent: (agent, parent hashes, their block tokens, payload)
 FanoutParent = tuple[Agent, tuple[int, ...], tuple[int, ...], ActionPayload]
@@ -35,7 +31,7 @@ class Candidate:
     """One prefix worth considering this tick; keyword-only so a source says what each field is."""
 
     score: float
-    reason: str  # the action reason it will carry (actions.REASONS); the decision's ``source``
+    reason: str  # the action reason it will carry (a source's ``reasons``; cachescout_actions_total{reason})
     tenant: str
     anchor_id: str
     hashes: tuple[int, ...]
@@ -47,6 +43,7 @@ class Candidate:
     context: bool = False  # a session's whole context (not an agent anchor)
     session: tuple[str, str] | None = None  # the session it was planned for (re-planned if it waits)
     soon: bool = False  # the demand follows a request still running (its pause is too short)
+    source: str = ""  # the source piece that offered it (its registry name; the decision ring's ``source``)
 
 
 class RuntimeHints(Protocol):
@@ -58,22 +55,52 @@ class RuntimeHints(Protocol):
 
 
 class Recorder:
-    """Counting and noting decisions (mixed into ``Planner``, which owns this state)."""
+    """Counts and notes every decision: a collaborator the planner owns and hands to its pieces
+    (through ``Tick.drop``) and to the picker, never a mixin reading planner attributes.
 
-    skipped: dict[str, int]  # Planner.skipped (SKIP_REASONS)
-    decisions: DecisionLog
-    _r: dict[str, float | None]  # tenant -> gate R this tick
+    ``skipped`` counts by skip reason (``PolicyStats.actions_skipped``, the replay's ``top_skips``),
+    ``by_piece`` by (deciding piece, skip reason) (``cachescout_planner_skips_total{piece, reason}``);
+    ``stage_of`` names each deciding piece's stage (plan_registry.STAGE_OF); ``r`` is the gate's R
+    per tenant this tick (plan_filters.Gate.r), noted with a candidate's decision."""
 
-    def _drop(
-        self, stage: str, now: float, source: str = "", anchor: str = "", tenant: str = "", prob: float | None = None
-    ) -> None:
-        """Count a skip (decisions.SKIP_REASONS) and note it in the ring; no source = a whole tick."""
-        self.skipped[stage] += 1
-        self.decisions.note(now, stage, source, anchor, tenant, "", self._r.get(tenant) if source else None, prob)
+    __slots__ = ("by_piece", "decisions", "r", "skipped", "stage_of")
 
-    def _skip(
+    def __init__(
         self,
-        stage: str,
+        skip_reasons: tuple[str, ...],
+        pairs: tuple[tuple[str, str], ...],
+        stage_of: dict[str, str],
+        r: dict[str, float | None],
+    ) -> None:
+        self.skipped: dict[str, int] = dict.fromkeys(skip_reasons, 0)
+        self.by_piece: dict[tuple[str, str], int] = dict.fromkeys(pairs, 0)
+        self.stage_of = stage_of
+        self.decisions = DecisionLog()  # the recent ones, with the figures compared (decisions.py)
+        self.r = r
+
+    def drop(
+        self,
+        by: str,
+        skip: str,
+        now: float,
+        source: str = "",
+        reason: str = "",
+        anchor: str = "",
+        tenant: str = "",
+        prob: float | None = None,
+    ) -> None:
+        """A skip before a candidate exists (or of a whole tick: no ``reason``), decided by piece
+        ``by`` for source piece ``source`` (an action of reason ``reason``)."""
+        self.skipped[skip] += 1
+        key = (by, skip)
+        self.by_piece[key] = self.by_piece.get(key, 0) + 1
+        r = self.r.get(tenant) if reason else None
+        self.decisions.note(now, skip, self.stage_of[by], by, source, reason, anchor, tenant, "", r, prob)
+
+    def decide(
+        self,
+        by: str,
+        outcome: str,
         c: Candidate,
         now: float,
         v: Verdict | None = None,
@@ -81,15 +108,23 @@ class Recorder:
         kind: str = "",
     ) -> None:
         """A candidate's decision (a skip, counted, or ACTED), with the figures its stage compared."""
-        if stage != ACTED:
-            self.skipped[stage] += 1
-        r = self._r.get(c.tenant)
+        if outcome != ACTED:
+            self.skipped[outcome] += 1
+            key = (by, outcome)
+            self.by_piece[key] = self.by_piece.get(key, 0) + 1
+        r = self.r.get(c.tenant)
+        stage = self.stage_of[by]
         if v is None:
-            self.decisions.note(now, stage, c.reason, c.anchor_id, c.tenant, kind, r, c.prob, missing, c.lead)
+            self.decisions.note(
+                now, outcome, stage, by, c.source, c.reason, c.anchor_id, c.tenant, kind, r, c.prob, missing, c.lead
+            )
         else:
             self.decisions.note(
                 now,
+                outcome,
                 stage,
+                by,
+                c.source,
                 c.reason,
                 c.anchor_id,
                 c.tenant,
@@ -102,50 +137,3 @@ class Recorder:
                 v.cost,
                 v.kept,
             )
-
-
-class PlanState(Protocol):
-    """The planner's state a source reads (``Planner`` is one)."""
-
-    cfg: PolicyConfig
-    registry: AgentRegistry
-    sessions: SessionTracker
-    residency: ResidencyShadow
-    dirty: dict[tuple[str, str], None]
-    fanout: dict[tuple[str, str], FanoutParent]
-    hints: RuntimeHints | None
-    lineages: LineageBook | None  # text views' lineages (lineages.py), when the policy keeps them
-    last_acted: dict[str, float]
-    _safe: dict[str, tuple[int, float]]
-
-    def _drop(
-        self, stage: str, now: float, source: str = "", anchor: str = "", tenant: str = "", prob: float | None = None
-    ) -> None: ...
-
-    def _gate(self, tenant: str, gates: dict[str, bool]) -> bool: ...
-
-
-@dataclass(slots=True)
-class Tick:
-    """One plan() call as its sources see it: the time, the R gates decided so far (one verdict per
-    tenant per tick), the pieces switched off, whether the sweep is due, and the output list."""
-
-    p: PlanState
-    now: float
-    off: frozenset[str]
-    sweep_due: bool
-    gates: dict[str, bool]
-    out: list[Candidate]
-    calm: bool = True  # no client request prefills in the engine, nor waits there (outside the slack lane)
-
-    def gate(self, tenant: str) -> bool:
-        """The tenant's R gate, decided once per tick (``Planner._gate``)."""
-        return self.p._gate(tenant, self.gates)
-
-
-class CandidateSource(Protocol):
-    """A source of candidates once per tick: appends to ``tick.out`` and records what it drops."""
-
-    name: str  # its piece name (PolicyConfig.disabled_pieces)
-
-    def collect(self, tick: Tick) -> None: ...

@@ -6,8 +6,9 @@ all build the same object; nothing in proxy/core reads the environment itself.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 # Bounds of the core's bookkeeping maps, as multiples of the caps below (max_agents, max_sessions),
 # named so that every module uses one figure and the figure says why:
@@ -17,25 +18,15 @@ PRUNE_SLACK = 4  # maps keyed by agent/anchor (last-acted times, safe-anchor mem
 # attributions) are pruned of expired entries only once they hold this many times their cap: one
 # O(n) prune per O(n) inserts keeps them amortised O(1) and their memory a constant multiple of the cap
 
-# The planner's pieces, each switchable off by name (PolicyConfig.disabled_pieces), for ablations
-# (issue 26 item 4): sources (plan_sources.py), filters (plan_filters.py), vetoes (plan_picker.py).
-# Named here, where the config can check them; tests/core/test_plan_registry.py keeps this list and
-# the registries equal.
-SOURCE_PIECES = (
-    "tool_resume", "successors", "successor_contexts", "fanout_parents", "runtime_hints", "anchor_sweep",
-    "session_sweep", "lineage_resume",
-)  # fmt: skip
-FILTER_PIECES = (
-    "duplicate", "cooldown", "resident_memo", "host_tier", "resident", "warm_allowed", "gate", "deferred",
-)  # fmt: skip
-VETO_PIECES = ("action_gate",)
-PIECES = (*SOURCE_PIECES, *FILTER_PIECES, *VETO_PIECES)
+# The planner's pieces are switched off by name (PolicyConfig.disabled_pieces, for ablations); the
+# names are the registered pieces' own (core/plan_registry.py: NAMES and ALIASES), checked when the
+# planner is built (plan_registry.resolve), because the pieces import this module and not back.
 
 # Pieces and settings removed because they earned nothing on the headroom grid (issue 26 item 4,
 # docs/policy.md "Ablation on the headroom grid"). Deployed configurations may still name them: a
 # removed setting in the overrides, or a removed piece in disabled_pieces, is dropped (not an error);
 # the runtime logs one warning naming it (runtime/policy_config.py, removed_names below).
-REMOVED_PIECES = ("warm_too_early", "warm_too_late", "warm_too_big")
+REMOVED_PIECES = ("warm_too_early", "warm_too_big")
 REMOVED_SETTINGS = ("warm_max_cache_share", "warm_lifetime_share", "session_gated")
 
 # The engine's waiting queue gates actions at three points, from strictest to loosest:
@@ -151,9 +142,14 @@ class PolicyConfig:
     # priority for its retention time (SGLang/Dynamo: 300 s) and
     # contexts of finished sessions then crowd out live histories
     conversion_window_s: float = 300.0  # an executed action counts toward a request this long
-    disabled_pieces: tuple[str, ...] = ()  # planner pieces switched off by name (PIECES above), for
-    # ablations only; a comma list is accepted ("tool_resume,cooldown", e.g. --scout-set); unknown
-    # raise, removed ones (REMOVED_PIECES) are dropped
+    disabled_pieces: tuple[str, ...] = ()  # planner pieces switched off by name (plan_registry.NAMES
+    # and their aliases), for ablations only; a comma list is accepted ("tool_resume,cooldown", e.g.
+    # --scout-set); removed ones (REMOVED_PIECES) are dropped; an unknown one raises when the
+    # planner is built (plan_registry.resolve)
+    # parameters of the planner's pieces that have their own (plan_piece.Piece.Params), by piece name:
+    # {"warm_too_late": {"slack": 1.0}}; naming an opt-in piece here switches it on (JSON string or
+    # mapping; docs/pieces.md)
+    piece_params: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     lineage_resume: bool = False  # text views (no chat view, no marked anchor): keep their lineages
     # and offer a paused one's resume (source lineage_resume, issue 23 item 5); off: a wash on the
     # synthetic text traces (docs/replay.md "Text traces")
@@ -175,9 +171,13 @@ class PolicyConfig:
             off = tuple(p.strip() for p in off.split(",") if p.strip())
         if not isinstance(off, tuple):
             off = tuple(off) if isinstance(off, (list, set, frozenset)) else (str(off),)
-        unknown = [p for p in off if p not in PIECES and p not in REMOVED_PIECES]
-        if unknown:
-            raise ValueError(f"unknown disabled_pieces {unknown}; known: {', '.join(PIECES)}")
+        params: object = self.piece_params
+        if isinstance(params, str):  # a --scout-set / policy_overrides value: JSON
+            params = json.loads(params) if params.strip() else {}
+        if not isinstance(params, Mapping) or not all(isinstance(v, Mapping) for v in params.values()):
+            raise ValueError(f"piece_params must map piece names to parameter objects, got {params!r}")
+        if params is not self.piece_params:
+            object.__setattr__(self, "piece_params", params)
         if any(p in REMOVED_PIECES for p in off):
             off = tuple(p for p in off if p not in REMOVED_PIECES)
         if off is not self.disabled_pieces:

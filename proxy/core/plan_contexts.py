@@ -24,10 +24,11 @@ from __future__ import annotations
 from .action_payload import ActionPayload
 from .actions import REASON_SUCCESSOR_CONTEXT
 from .agents import Agent, agent_id_for
-from .candidates import Candidate, Tick
+from .candidates import Candidate
+from .plan_filters import Deferred, Gate
+from .plan_piece import PER_SESSION, SOURCE, Piece
+from .plan_tick import Tick
 from .sessions import AgentContext, Session
-
-SUCCESSOR_CONTEXTS = "successor_contexts"
 
 
 def context_candidate(
@@ -61,25 +62,31 @@ def context_candidate(
     )
 
 
-class SuccessorContexts:
+class SuccessorContexts(Piece):
     """A session paused after a plain stop: its predicted next agents' contexts in it (reason
     ``successor_context``, a session context: ``context=True``)."""
 
-    name = SUCCESSOR_CONTEXTS
+    name = "successor_contexts"
+    kind = SOURCE
+    cadence = PER_SESSION
+    reasons = (REASON_SUCCESSOR_CONTEXT,)
+    settings = ("successor_contexts", "top_k", "tau", "warm_top_k", "min_lead_s")
+
+    def begin(self, t: Tick) -> None:
+        pass
 
     def session(self, t: Tick, s: Session, agent: Agent, paused: bool, lead: float | None) -> None:
         """``paused``: the session's response ended (``lead``: its agent's usual pause left);
         else its request still runs, and the context is offered now only when that pause is too
         short for a warm after the response ends (the same deferral as ``Successors``)."""
-        p_ = t.p
-        cfg = p_.cfg
+        cfg = t.cfg
         if cfg.successor_contexts <= 0 or (paused and s.finish == "tool_calls"):
             return
         tenant = agent.tenant
-        if "gate" not in t.off and not t.gate(tenant):
-            p_._drop("gate_closed", t.now, REASON_SUCCESSOR_CONTEXT, agent.agent_id, tenant)
+        if not t.gate(tenant):
+            t.drop(Gate.name, "gate_closed", self.name, REASON_SUCCESSOR_CONTEXT, agent.agent_id, tenant)
             return
-        ts = p_.registry.tenant(tenant)
+        ts = t.registry.tenant(tenant)
         gap = agent.gap_median
         for rank, (slot, p) in enumerate(ts.learner.successors(agent.slot, cfg.top_k, cfg.tau)):
             if rank >= cfg.warm_top_k:
@@ -87,20 +94,15 @@ class SuccessorContexts:
             nxt = ts.by_slot.get(slot)
             if nxt is None or nxt is agent:
                 continue  # the same agent going on: the session's own context (session_sweep's)
-            c = p_.sessions.context_for(s, nxt)
+            c = t.sessions.context_for(s, nxt)
             if c is None or len(c.hashes) <= len(nxt.anchor_hashes):
                 continue  # nothing beyond the anchor (Successors keeps that)
             aid = agent_id_for(tenant, c.hashes[-1])
-            if (
-                not paused
-                and "deferred" not in t.off
-                and gap is not None
-                and gap >= max(cfg.min_lead_s, cfg.reload_s(sum(c.block_tokens) - nxt.tokens))
-            ):
-                p_._drop("deferred", t.now, REASON_SUCCESSOR_CONTEXT, aid, tenant, p)
+            if not paused and gap is not None and t.defers(gap, cfg.reload_s(sum(c.block_tokens) - nxt.tokens)):
+                t.drop(Deferred.name, "deferred", self.name, REASON_SUCCESSOR_CONTEXT, aid, tenant, p)
                 continue  # planned again when the response ends
-            t.out.append(
-                context_candidate(
-                    c, tenant, p, REASON_SUCCESSOR_CONTEXT, lead=lead, warm_ok=True, session=s.key, soon=not paused
-                )
+            cand = context_candidate(
+                c, tenant, p, REASON_SUCCESSOR_CONTEXT, lead=lead, warm_ok=True, session=s.key, soon=not paused
             )
+            cand.source = self.name
+            t.out.append(cand)

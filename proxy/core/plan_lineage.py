@@ -18,17 +18,24 @@ from __future__ import annotations
 from .action_payload import ActionPayload
 from .actions import REASON_TOOL_RESUME
 from .agents import agent_id_for
-from .candidates import Candidate, Tick
+from .candidates import Candidate
 from .lineages import Lineage, LineageBook
+from .plan_piece import PER_TICK, SOURCE, Piece
+from .plan_tick import Tick
 
-LINEAGE_RESUME = "lineage_resume"
 
+class LineageResume(Piece):
+    """A text view's paused lineage: what its next call re-reads (the module docstring)."""
 
-class LineageResume:
-    name = LINEAGE_RESUME
+    name = "lineage_resume"
+    kind = SOURCE
+    cadence = PER_TICK
+    reasons = (REASON_TOOL_RESUME,)
+    skips = ("resume_unlikely",)
+    settings = ("lineage_resume", "continuation_prior", "continuation_min_samples", "tool_resume_min_p")
 
     def collect(self, t: Tick) -> None:
-        book = t.p.lineages
+        book = t.lineages
         if book is None or not book.lineages:
             return
         cands: dict[int, Candidate] = {}
@@ -39,7 +46,7 @@ class LineageResume:
         # a call that just ended may have left the engine slack for a lineage evicted meanwhile
         recheck = bool(book.paused)
         book.paused.clear()
-        cfg = t.p.cfg
+        cfg = t.cfg
         if (
             recheck
             and cfg.sweep_sessions
@@ -72,12 +79,12 @@ class LineageResume:
         every re-offer)."""
         if ln.inflight or ln.last_end is None or not ln.expect or ln.payload is None:
             return
-        cfg, now = t.p.cfg, t.now
+        cfg, now = t.cfg, t.now
         p = book.probability(ln, now, cfg.continuation_horizon_s, cfg.continuation_prior, cfg.continuation_min_samples)
         aid = agent_id_for(ln.tenant, ln.expect[-1])
         if p < cfg.tool_resume_min_p:
             if first:
-                t.p._drop("resume_unlikely", now, REASON_TOOL_RESUME, aid, ln.tenant, p)
+                t.drop(self.name, "resume_unlikely", self.name, REASON_TOOL_RESUME, aid, ln.tenant, p)
             return
         med, elapsed = book.gap_median(ln.tenant), now - ln.last_end
         out[ln.lid] = Candidate(
@@ -92,4 +99,5 @@ class LineageResume:
             lead=med - elapsed if med is not None and elapsed < med else None,
             warm_ok=True,
             context=True,
+            source=self.name,
         )

@@ -1,40 +1,36 @@
-"""The planner's candidate sources, one class each, and their registry (``SOURCES``).
+"""The planner's candidate sources that read the agents' transitions and the runtime: the
+successors of a session that changed, parked fan-out parents, runtime hints and the survival sweep
+of anchors; and ``SessionLoop``, which offers each changed session to the per-session sources.
 
-Each source turns one kind of evidence into ``Candidate``s (candidates.py) and records, by name,
-every candidate it does not offer (``Tick.p._drop``). Why classes behind one protocol: adding a
-signal is one class here (or in a module of its own), its test (tests/core/test_plan_sources.py)
-and one line in ``SOURCES``; ``PolicyConfig.disabled_pieces`` switches any of them off by name.
+Each source is a piece (plan_piece.py): a class with its name, the skip reasons it records, the
+action reasons its candidates carry and its state, registered by one line in
+``plan_registry.PIECES``; it talks to the planner only through the ``Tick`` (plan_tick.py). The
+other sources have modules of their own: the tool resume and the session sweep (plan_resume.py),
+the successor contexts (plan_contexts.py), the lineage resume (plan_lineage.py).
 
 Order matters and is the registry's order: the sessions that just changed first (each one's own
-tool resume, then its predicted successors), parked fan-out parents, runtime hints (``SOURCES``),
-then, when the sweep is due, the survival sweep of anchors and the paused-session sweep
-(``SWEEP_SOURCES``). Candidates are sorted by
-score afterwards (a stable sort: the registry order breaks ties).
+tool resume, then its predicted successors, then their contexts), parked fan-out parents, runtime
+hints, lineage resumes, then, when the sweep is due, the survival sweep of anchors and the
+paused-session sweep. Candidates are sorted by score afterwards (a stable sort: the registry order
+breaks ties).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .actions import REASON_FANOUT, REASON_SWEEP, REASON_TOOL_RESUME, REASON_TRANSITION
 from .agents import Agent, agent_id_for
-from .candidates import Candidate, CandidateSource, Tick
+from .candidates import Candidate
 from .config import PolicyConfig
-from .plan_contexts import SUCCESSOR_CONTEXTS, SuccessorContexts
-from .plan_lineage import LINEAGE_RESUME, LineageResume
-from .plan_resume import TOOL_RESUME, ToolResume, offer_pause, pause_lead, wake_gaps
-
-__all__ = ["SOURCES", "SWEEP_SOURCES", "CandidateSource"]
+from .plan_filters import Cooldown, Deferred, Gate, Resident
+from .plan_piece import AT_SWEEP, PER_SESSION, PER_TICK, SESSIONS, SOURCE, Piece
+from .plan_resume import pause_lead
 from .plan_sweep import reachable_agents
+from .plan_tick import SessionSource, Tick
 from .sessions import Session
 from .survival import anchor_score
-
-# piece names (PolicyConfig.disabled_pieces; docs/policy.md)
-SUCCESSORS = "successors"
-FANOUT_PARENTS = "fanout_parents"
-RUNTIME_HINTS = "runtime_hints"
-ANCHOR_SWEEP = "anchor_sweep"
-SESSION_SWEEP = "session_sweep"
 
 
 def anchor_candidate(agent: Agent, p: float, reason: str, now: float, cfg: PolicyConfig, **kw: Any) -> Candidate:
@@ -53,65 +49,46 @@ def anchor_candidate(agent: Agent, p: float, reason: str, now: float, cfg: Polic
     )
 
 
-class Successors:
+class Successors(Piece):
     """The predicted next agents of a session that just changed: the top-1 (``transition``) and
     further successors with P >= τ (``fanout``, touch only beyond ``warm_top_k``). Behind the R gate.
 
-    The cooldown, the resident memo and the deferral are checked here, before a candidate is
-    built, because this loop runs for nearly every request; they are the same verdicts the
-    filters use (switched off by the same names)."""
+    Asks ``Cooldown``, ``Resident`` (its memo) and ``Deferred`` before a candidate is built,
+    because this loop runs for nearly every request: the same pieces the pipeline runs later,
+    switched off by the same names."""
 
-    name = SUCCESSORS
-    _tick: tuple[
-        float, PolicyConfig, dict[str, bool] | None, dict[str, float], dict[str, tuple[int, float]], bool, int,
-        float, list[Candidate],
-    ]  # fmt: skip
+    name = "successors"
+    kind = SOURCE
+    cadence = PER_SESSION
+    reasons = (REASON_TRANSITION, REASON_FANOUT)
+    settings = ("top_k", "tau", "warm_top_k", "plan_trigger", "delta", "age_lambda")
 
     def begin(self, t: Tick) -> None:
-        """This tick's constants, read once (the per-session loop below runs for nearly every
-        request)."""
-        p_, off = t.p, t.off
-        res = p_.residency
-        self._tick = (
-            t.now,
-            p_.cfg,
-            t.gates if "gate" not in off else None,
-            p_.last_acted if "cooldown" not in off else {},
-            p_._safe if "resident_memo" not in off else {},
-            "deferred" not in off,
-            res.epoch,
-            res.inserted_tokens,
-            t.out,
-        )
+        pass
 
     def session(self, t: Tick, s: Session, agent: Agent, paused: bool, lead: float | None) -> None:
-        now, cfg, gates, last_acted, safe, defer, epoch, inserted, out = self._tick
-        p_ = t.p
+        now, cfg = t.now, t.cfg
         tenant = agent.tenant
-        if gates is not None:
-            g = gates.get(tenant)
-            if g is None:
-                g = p_._gate(tenant, gates)
-            if not g:  # the most common no-op: counted like any other skip
-                p_._drop("gate_closed", now, REASON_TRANSITION, agent.agent_id, tenant)
-                return
-        ts = p_.registry.tenant(tenant)
+        name = self.name
+        if not t.gate(tenant):  # the most common no-op: counted like any other skip
+            t.drop(Gate.name, "gate_closed", name, REASON_TRANSITION, agent.agent_id, tenant)
+            return
+        ts = t.registry.tenant(tenant)
         trigger = cfg.plan_trigger
         by_slot = ts.by_slot
-        cooldown = cfg.cooldown_s
+        memo = t.on(Resident.name)
+        res = t.residency
         for rank, (slot, p) in enumerate(ts.learner.successors(agent.slot, cfg.top_k, cfg.tau)):
             nxt = by_slot.get(slot)
             if nxt is None or nxt.payload is None or not nxt.anchor_hashes:
                 continue
             reason = REASON_TRANSITION if rank == 0 else REASON_FANOUT
             aid = nxt.agent_id
-            last = last_acted.get(aid)
-            if last is not None and now - last < cooldown:
-                p_._drop("cooldown", now, reason, aid, tenant, p)
+            if t.cooling(aid):
+                t.drop(Cooldown.name, "cooldown", name, reason, aid, tenant, p)
                 continue
-            memo = safe.get(aid)
-            if memo is not None and memo[0] == epoch and inserted < memo[1]:
-                p_._drop("resident", now, reason, aid, tenant, p)
+            if memo and t.resident.remembered(aid, res):
+                t.drop(Resident.name, "resident", name, reason, aid, tenant, p)
                 continue
             if rank >= cfg.warm_top_k:
                 warm_ok = False  # lower-ranked successors are only kept, not re-made
@@ -120,49 +97,36 @@ class Successors:
             if not paused and trigger == "auto":
                 # act now only if the pause after this response is too short for a warm then
                 gap = agent.gap_median
-                if defer and gap is not None and gap >= max(cfg.min_lead_s, cfg.reload_s(nxt.tokens)):
-                    p_._drop("deferred", now, reason, aid, tenant, p)
+                if gap is not None and t.defers(gap, cfg.reload_s(nxt.tokens)):
+                    t.drop(Deferred.name, "deferred", name, reason, aid, tenant, p)
                     continue  # planned again when the response ends
                 warm_ok = rank < cfg.warm_top_k
-            out.append(
-                anchor_candidate(nxt, p, reason, now, cfg, lead=lead, warm_ok=warm_ok, session=s.key, soon=not paused)
-            )
+            out = anchor_candidate(nxt, p, reason, now, cfg, lead=lead, warm_ok=warm_ok, session=s.key, soon=not paused)
+            out.source = name
+            t.out.append(out)
 
 
-class DirtySessions:
-    """The sessions that changed since the last tick (``Planner.dirty``), each offered in turn to
-    its per-session sources: its tool resume, then its successors, then its successors' contexts in
-    it (plan_contexts.py)."""
+class SessionLoop:
+    """The sessions that changed since the last tick (``Tick.dirty``), each offered in turn to the
+    enabled per-session sources (registry order: its tool resume, its successors, its successors'
+    contexts). Not a piece: it only walks the sessions; the sources it calls are switched off by
+    their own names. A session whose agent is gone is dropped here (stage ``sessions``)."""
 
-    name = "dirty_sessions"  # not a piece of its own: switch off tool_resume / successors
-
-    def __init__(self) -> None:
-        self.tool_resume = ToolResume()
-        self.successors = Successors()
-        self.successor_contexts = SuccessorContexts()
-
-    def collect(self, t: Tick) -> None:
-        p_ = t.p
-        tool_on = TOOL_RESUME not in t.off
-        if tool_on and self.tool_resume.wakes:
-            self.tool_resume.due(t)
-        if not p_.dirty:
+    def collect(self, t: Tick, sources: Sequence[SessionSource]) -> None:
+        for src in sources:
+            src.begin(t)
+        if not t.dirty:
             return
-        sessions = p_.sessions.sessions
-        registry = p_.registry
+        sessions = t.sessions.sessions
+        registry = t.registry
         now = t.now
-        succ_on = SUCCESSORS not in t.off
-        swept = SESSION_SWEEP not in t.off and p_.cfg.sweep_sessions > 0
-        ctx_on = SUCCESSOR_CONTEXTS not in t.off and p_.cfg.successor_contexts > 0
-        if succ_on:
-            self.successors.begin(t)
-        for key in p_.dirty:
+        for key in t.dirty:
             s = sessions.get(key)
             if s is None:
                 continue
             agent = s.agent
             if agent is None or registry.by_id.get(agent.agent_id) is not agent:  # registry.alive
-                p_._drop("no_agent", now, REASON_TRANSITION)
+                t.drop(SESSIONS, "no_agent", "", REASON_TRANSITION)
                 continue
             paused = s.inflight == 0 and s.last_end is not None
             lead = None
@@ -170,29 +134,22 @@ class DirtySessions:
                 tool = s.finish == "tool_calls"
                 elapsed = now - s.last_end if s.last_end is not None else 0.0  # (paused: it is set)
                 lead = pause_lead(agent.tool_gap_median if tool else agent.gap_median, elapsed)
-                if tool and tool_on:
-                    # a warm waits for the pause's wakes or the session sweep when one comes later:
-                    # planned now (the pause's start, or the first tick calm enough after it), a warm
-                    # lands mid-burst and the rest of the burst evicts it again before the resume
-                    woken = self.tool_resume.schedule(t, s, agent)
-                    later = woken > 0 or (
-                        swept and wake_gaps(registry, agent, p_.cfg) is None and sweep_in_time(p_.cfg, lead, s)
-                    )
-                    self.tool_resume.session(t, s, agent, elapsed, lead, warm_ok=not later)
-            if succ_on:
-                self.successors.session(t, s, agent, paused, lead)
-            if ctx_on:
-                self.successor_contexts.session(t, s, agent, paused, lead)
+            for src in sources:
+                src.session(t, s, agent, paused, lead)
 
 
-class FanoutParents:
-    """Parents of fan-outs the policy detected (``Planner.fanout``): a fact (the siblings are
+class FanoutParents(Piece):
+    """Parents of fan-outs the policy detected (``Tick.fanout``): a fact (the siblings are
     running on it), so not gated; touch/retain only."""
 
-    name = FANOUT_PARENTS
+    name = "fanout_parents"
+    kind = SOURCE
+    cadence = PER_TICK
+    reasons = (REASON_FANOUT,)
+    settings = ("fanout_enabled", "fanout_max_bytes")
 
     def collect(self, t: Tick) -> None:
-        for agent, hashes, toks, payload in t.p.fanout.values():
+        for agent, hashes, toks, payload in t.fanout.values():
             t.out.append(
                 Candidate(
                     score=float(sum(toks)),
@@ -206,18 +163,23 @@ class FanoutParents:
                     lead=None,
                     warm_ok=False,
                     context=True,
+                    source=self.name,
                 )
             )
 
 
-class RuntimeHintsSource:
+class RuntimeHintsSource(Piece):
     """Runtime hints (core.hint_actions.HintDriver): facts and trusted predictions, each with its
-    own timing (the driver defers far ones), so imminent."""
+    own timing (the driver defers far ones), so imminent. Its candidates carry the reason of what
+    they predict."""
 
-    name = RUNTIME_HINTS
+    name = "runtime_hints"
+    kind = SOURCE
+    cadence = PER_TICK
+    reasons = (REASON_TRANSITION, REASON_FANOUT, REASON_TOOL_RESUME)
 
     def collect(self, t: Tick) -> None:
-        hints = t.p.hints
+        hints = t.hints
         if hints is None:
             return
         for h in hints.candidates(t.now):
@@ -236,111 +198,39 @@ class RuntimeHintsSource:
                     context=h.context,
                     session=None,
                     soon=True,
+                    source=self.name,
                 )
             )
 
 
-class AnchorSweep:
-    """The survival sweep (reason ``sweep``): every ``sweep_interval_s``, the ``sweep_top_n``
-    anchors nearest a live session's current agent (survival.p_surv), kept where they are."""
+class AnchorSweep(Piece):
+    """The survival sweep (reason ``hint``, a deployed label value): every ``sweep_interval_s``,
+    the ``sweep_top_n`` anchors nearest a live session's current agent (survival.p_surv), kept
+    where they are."""
 
-    name = ANCHOR_SWEEP
+    name = "anchor_sweep"
+    kind = SOURCE
+    cadence = AT_SWEEP
+    reasons = (REASON_SWEEP,)
+    settings = ("sweep_interval_s", "sweep_top_n", "max_hops", "tau")
 
     def collect(self, t: Tick) -> None:
         if not t.sweep_due:
             return
-        p_, now = t.p, t.now
-        cfg = p_.cfg
+        now, cfg = t.now, t.cfg
         scored: list[Candidate] = []
-        gated = "gate" not in t.off
 
         def admit(tenant: str) -> bool:
-            if not gated or t.gate(tenant):
+            if t.gate(tenant):
                 return True
-            p_._drop("gate_closed", now, REASON_SWEEP, "", tenant)  # the tenant's whole sweep
+            t.drop(Gate.name, "gate_closed", self.name, REASON_SWEEP, "", tenant)  # the tenant's whole sweep
             return False
 
-        for a, p in reachable_agents(p_.registry, p_.sessions.on_agent, cfg.max_hops, cfg.tau, admit):
+        for a, p in reachable_agents(t.registry, t.sessions.on_agent, cfg.max_hops, cfg.tau, admit):
             if a.payload is None or not a.anchor_hashes:
                 continue
-            scored.append(anchor_candidate(a, p, REASON_SWEEP, now, cfg, lead=None))
+            c = anchor_candidate(a, p, REASON_SWEEP, now, cfg, lead=None)
+            c.source = self.name
+            scored.append(c)
         scored.sort(key=lambda c: c.score, reverse=True)
         t.out.extend(scored[: cfg.sweep_top_n])
-
-
-def sweep_in_time(cfg: PolicyConfig, lead: float | None, s: Session) -> bool:
-    """The next session sweep still lands a warm of ``s``'s context before its expected resume
-    (``lead`` seconds away): a warm now would only give the traffic longer to evict it again. The
-    next sweep comes an interval later at the earliest and may slip by up to another (it runs on a
-    calm tick, and the live runtime ticks on a timer): two intervals to spare. (e2e check 7 with
-    one interval: a 5 s pause's warm went at +4.97 s, 30 ms before the resume.)"""
-    return lead is not None and lead - 2.0 * cfg.sweep_interval_s > cfg.reload_s(sum(s.block_tokens))
-
-
-class SessionSweep:
-    """Sessions paused on a tool call keep their context until their agent's tool pauses are learned.
-
-    The tool resume plans a pause when it starts, when the context was just used (resident); its
-    wakes re-check it at the agent's learned pause quantiles (plan_resume.py). Until an agent (or
-    its tenant) has ``continuation_min_samples`` pauses, or with the wakes off, this sweep is what
-    re-checks the pause, every ``sweep_interval_s`` on calm ticks: a fresh proxy's first tool
-    resumes depend on it (``tests/live/test_tool_resume.py``). With a pause median known, a warm
-    waits while the next sweep is still in time (``sweep_in_time``). Sessions paused after any other
-    finish (a user's turn, the next agent of a team) are not swept: on the headroom grid keeping
-    them made 17 of 288 cell-seeds > 1% slower (chat-agents: human think times outlive the cache,
-    and the touches cost more than they keep) and 1 faster (docs/results/replay-capture.md). Walks the
-    most recently active ``sweep_sessions`` sessions only, so a sweep stays O(that)."""
-
-    name = SESSION_SWEEP
-
-    def collect(self, t: Tick) -> None:
-        cfg = t.p.cfg
-        if not t.sweep_due or not cfg.sweep_sessions:
-            return
-        p_, now = t.p, t.now
-        if not t.calm:
-            # a paused context is where the shadow and the engine disagree most (the tail zone): its
-            # "touch" often re-prefills thousands of tokens, and on an FCFS engine prefilling for
-            # clients that delays them and every arrival behind them (docs/results/replay-capture.md)
-            p_._drop("wait_for_slack", now, REASON_SWEEP)
-            return
-        woken = bool(cfg.resume_wake_quantiles) and TOOL_RESUME not in t.off
-        scored: list[Candidate] = []
-        for k, s in enumerate(reversed(p_.sessions.sessions.values())):
-            if k >= cfg.sweep_sessions:
-                break
-            agent = s.agent
-            if s.inflight or s.last_end is None or s.finish != "tool_calls":
-                continue
-            if woken and agent is not None and wake_gaps(p_.registry, agent, cfg) is not None:
-                continue  # the tool resume's wakes re-check it (plan_resume.py)
-            if agent is None or agent.forgotten:
-                p_._drop("no_agent", now, REASON_TOOL_RESUME)
-                continue
-            elapsed = now - s.last_end
-            lead = pause_lead(agent.tool_gap_median, elapsed)
-            offer_pause(t, s, agent, elapsed, lead, not sweep_in_time(cfg, lead, s), scored)
-        scored.sort(key=lambda c: c.score, reverse=True)
-        t.out.extend(scored[: cfg.sweep_top_n])
-
-
-# The registry: one line per source, in the order their candidates are collected; the sweep
-# sources run only at the sweep cadence (sweep_interval_s), after the others.
-SOURCES: tuple[type[CandidateSource], ...] = (
-    DirtySessions,  # ToolResume, Successors, then SuccessorContexts, per session that changed
-    FanoutParents,
-    RuntimeHintsSource,
-    LineageResume,  # text views: a paused lineage's resume (plan_lineage.py)
-)
-SWEEP_SOURCES: tuple[type[CandidateSource], ...] = (AnchorSweep, SessionSweep)
-# per-session sources inside DirtySessions, and every source's piece name
-SOURCE_NAMES = (
-    TOOL_RESUME,
-    SUCCESSORS,
-    SUCCESSOR_CONTEXTS,
-    FANOUT_PARENTS,
-    RUNTIME_HINTS,
-    ANCHOR_SWEEP,
-    SESSION_SWEEP,
-    LINEAGE_RESUME,
-)

@@ -26,16 +26,21 @@ with a shut gate the planner does nothing else.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 from .actions import TOUCH, Action
 from .agents import AgentRegistry, TenantState
-from .candidates import FanoutParent, RuntimeHints, Tick
+from .candidates import FanoutParent, Recorder, RuntimeHints
 from .config import PRUNE_SLACK, PolicyConfig
-from .decisions import SKIP_REASONS, DecisionLog
+from .decisions import DecisionLog
 from .economics import Market
 from .lineages import LineageBook
-from .plan_picker import Picker
-from .plan_sources import SOURCES, SWEEP_SOURCES, CandidateSource
+from .plan_filters import Gate, Look, Resident
+from .plan_picker import ActionGate, Picker, Spend
+from .plan_piece import TICK
+from .plan_registry import SKIP_PAIRS, SKIP_REASONS, STAGE_OF, Enabled, Pipeline, resolve
+from .plan_sources import SessionLoop
+from .plan_tick import Tick
 from .residency import ResidencyShadow
 from .sessions import SessionTracker
 from .view import EngineLoad
@@ -44,7 +49,12 @@ TOUCH_EWMA = 0.2  # weight of one measured touch in the touch-prefill estimate (
 DIRTY_SLACK = 2  # dirty sessions kept across busy ticks before dead ones are filtered out (x max_sessions)
 
 
-class Planner(Picker):
+class Planner:
+    """The pipeline's owner: its state (sessions that changed, parked fan-out parents), its pieces
+    (``pipeline``: one instance of each registered piece), and its collaborators, each explicit:
+    the ``Recorder`` (counts and the decision ring), the ``Spend`` (bucket, in-flight actions,
+    last-acted times) and the ``Picker`` (filters, pricer, picker, vetoes)."""
+
     def __init__(
         self, config: PolicyConfig, registry: AgentRegistry, sessions: SessionTracker, residency: ResidencyShadow
     ) -> None:
@@ -56,45 +66,112 @@ class Planner(Picker):
         self.dirty: dict[tuple[str, str], None] = {}
         # session -> (agent, parent hashes, their block tokens, payload)
         self.fanout: dict[tuple[str, str], FanoutParent] = {}
-        self.bucket = config.warm_budget()[1]
         self._refilled: float | None = None
-        self.inflight: dict[tuple[str, float], tuple[float, tuple[int, ...]]] = {}
-        self.last_acted: dict[str, float] = {}
-        self._safe: dict[str, tuple[int, float]] = {}  # anchor -> (shadow epoch, inserted-tokens horizon)
         self._last_sweep = float("-inf")
         self._now: float | None = None
         self._budget_cfg: PolicyConfig | None = None
         self._budget = (0.0, 0.0)
-        self.emitted: dict[str, int] = {}
         self.failed = 0
-        self.declined = 0  # candidates the economics found not worth acting on
-        # why candidates (or whole ticks) produced no action: a fixed set of keys (SKIP_REASONS),
-        # counted so /debug/state can say why a predicted request was not prepared
-        self.skipped: dict[str, int] = dict.fromkeys(SKIP_REASONS, 0)
-        self.decisions = DecisionLog()  # the recent ones, with the figures compared (decisions.py)
-        self._r: dict[str, float | None] = {}  # tenant -> its gate's R this tick (None: too few steps)
         self.touch_prefill = float(config.touch_cost_tokens)  # measured tokens a touch prefills (EWMA)
-        self.overflow_ticks = 0  # plan() calls skipped: the running set alone overflows the cache
+        self.overflow_ticks = 0  # plan() calls skipped: the running set overflows the cache
         self._overflow_until = float("-inf")  # ... or did within the last cache lifetime
-        # the one outside veto (runtime wiring): (reason, kind, now) -> may this action be emitted?
-        # Observe-only windows and throttled signals (core/yield_ledger.py) answer False.
-        self.action_gate: Callable[[str, str, float], bool] | None = None
         self.hints: RuntimeHints | None = None  # runtime hints (core.hint_actions.HintDriver): a source
         self.lineages: LineageBook | None = None  # text views' lineages (ScoutPolicy feeds them)
-        # the pipeline's sources (plan_sources.SOURCES), and the pieces switched off (disabled_pieces)
-        self.sources: list[CandidateSource] = [cls() for cls in SOURCES]
-        self.sweep_sources: list[CandidateSource] = [cls() for cls in SWEEP_SOURCES]  # at the sweep cadence
-        self._off: frozenset[str] = frozenset(config.disabled_pieces)
-        self._pieces_cfg: PolicyConfig | None = None  # the config _off and _active were read from
-        self._active: list[CandidateSource] = self.sources
-        self._active_sweep: list[CandidateSource] = self.sweep_sources
-        self._filters = self._enabled_filters(self._off)
+        # the registered pieces (plan_registry.PIECES), one instance each; those a source asks by name
+        self.pipeline = Pipeline.build()
+        self.gates = cast(Gate, self.pipeline.pieces[Gate.name])
+        self.resident = cast(Resident, self.pipeline.pieces[Resident.name])
+        self._action_gate = cast(ActionGate, self.pipeline.pieces[ActionGate.name])
+        # why candidates (or whole ticks) produced no action, by skip reason and by deciding piece:
+        # fixed sets of keys (plan_registry), so /debug/state and /metrics say why
+        self.rec = Recorder(SKIP_REASONS, SKIP_PAIRS, STAGE_OF, self.gates.r)
+        self.spend = Spend(bucket=config.warm_budget()[1])
+        self.picker = Picker(self.rec, self.spend)
+        self._loop = SessionLoop()
+        self._pieces_cfg: PolicyConfig | None = None  # the config _on was read from
+        self._on: Enabled = self._pieces()  # the pieces this config leaves on (disabled_pieces)
+
+    # --- the collaborators' state, by its old names -------------------------------------------------
+    @property
+    def skipped(self) -> dict[str, int]:
+        return self.rec.skipped
+
+    @property
+    def decisions(self) -> DecisionLog:
+        return self.rec.decisions
+
+    @property
+    def bucket(self) -> float:
+        return self.spend.bucket
+
+    @bucket.setter
+    def bucket(self, v: float) -> None:
+        self.spend.bucket = v
+
+    @property
+    def inflight(self) -> dict[tuple[str, float], tuple[float, tuple[int, ...]]]:
+        return self.spend.inflight
+
+    @property
+    def last_acted(self) -> dict[str, float]:
+        return self.spend.last_acted
+
+    @property
+    def emitted(self) -> dict[str, int]:
+        return self.spend.emitted
+
+    @property
+    def declined(self) -> int:
+        return self.spend.declined
+
+    @property
+    def action_gate(self) -> Callable[[str, str, float], bool] | None:
+        """The one outside veto (runtime wiring): (reason, kind, now) -> may this action be
+        emitted? Observe-only windows and throttled signals (core/yield_ledger.py) answer False."""
+        return self._action_gate.hook
+
+    @action_gate.setter
+    def action_gate(self, hook: Callable[[str, str, float], bool] | None) -> None:
+        self._action_gate.hook = hook
+
+    # --- pieces -------------------------------------------------------------------------------------
+    def _pieces(self) -> Enabled:
+        """The pieces the current config leaves on (cfg may be swapped: re-read when it is)."""
+        if self._pieces_cfg is not self.cfg:
+            self._pieces_cfg = self.cfg
+            cfg = self.cfg
+            self._on = self.pipeline.enabled(resolve(cfg.disabled_pieces, cfg.piece_params), cfg.piece_params)
+        return self._on
+
+    def enabled(self, piece: str) -> bool:
+        """Is the piece (its registry name) switched on in the current config?"""
+        return piece not in self._pieces().off
+
+    def tick(self, now: float, sweep_due: bool = False, calm: bool = True) -> Tick:
+        """What the sources see of one tick (plan_tick.Tick)."""
+        return Tick(
+            now,
+            self.cfg,
+            self.registry,
+            self.sessions,
+            self.residency,
+            self.dirty,
+            self.fanout,
+            self.hints,
+            self.lineages,
+            self._pieces().off,
+            self.rec,
+            self.gates,
+            self.resident,
+            self.spend.last_acted,
+            sweep_due,
+            calm,
+        )
 
     # --- gate ------------------------------------------------------------------------------------
     def gate_r(self, ts: TenantState, now: float | None = None) -> float | None:
         """The gate's R; None while too few transitions are learned (a shut gate)."""
-        learner = ts.learner
-        return None if learner.steps < self.cfg.r_min_transitions else learner.predictability(now=now)
+        return Gate.r_of(ts, self.cfg, now)
 
     def gate_open(self, ts: TenantState, now: float | None = None) -> bool:
         r = self.gate_r(ts, now)
@@ -104,18 +181,19 @@ class Planner(Picker):
     def _refill(self, now: float) -> None:
         if self._budget_cfg is not self.cfg:  # cfg may be swapped (measured rate)
             self._budget_cfg, self._budget = self.cfg, self.cfg.warm_budget()
+        spend = self.spend
         if self._refilled is not None and now > self._refilled:
             rate, burst = self._budget
-            self.bucket = min(burst, self.bucket + (now - self._refilled) * rate)
+            spend.bucket = min(burst, spend.bucket + (now - self._refilled) * rate)
         if self._refilled is None or now > self._refilled:
             self._refilled = now
-        if self.inflight:
+        if spend.inflight:
             grace = self.cfg.action_ttl_s
-            for key in [k for k, (deadline, _) in self.inflight.items() if deadline + grace < now]:
-                del self.inflight[key]  # never answered: stop counting it against concurrency
-        if len(self.last_acted) > PRUNE_SLACK * (self.cfg.max_agents + self.cfg.max_sessions):
+            for key in [k for k, (deadline, _) in spend.inflight.items() if deadline + grace < now]:
+                del spend.inflight[key]  # never answered: stop counting it against concurrency
+        if len(spend.last_acted) > PRUNE_SLACK * (self.cfg.max_agents + self.cfg.max_sessions):
             horizon = now - self.cfg.cooldown_s
-            self.last_acted = {k: t for k, t in self.last_acted.items() if t >= horizon}
+            spend.last_acted = {k: t for k, t in spend.last_acted.items() if t >= horizon}
 
     def finish(self, action: Action, ok: bool, computed_tokens: float | None = None) -> tuple[int, ...] | None:
         entry = self.inflight.pop((action.anchor_id, action.created), None)
@@ -146,7 +224,7 @@ class Planner(Picker):
             if len(self.dirty) > DIRTY_SLACK * cfg.max_sessions:  # amortised O(1): refiltered rarely
                 live = self.sessions.sessions
                 self.dirty = {k: None for k in self.dirty if k in live}
-            self._drop("tick_engine_shared" if shared and not queued else "tick_engine_busy", now)
+            self.rec.drop(TICK, "tick_engine_shared" if shared and not queued else "tick_engine_busy", now)
             return []
         slots = min(cfg.max_actions_per_tick, cfg.max_concurrent - len(self.inflight))
         if slots <= 0:
@@ -155,23 +233,20 @@ class Planner(Picker):
             self.dirty.clear()
             self.fanout.clear()
             self.overflow_ticks += 1
-            self._drop("tick_overflow", now)
+            self.rec.drop(TICK, "tick_overflow", now)
             return []
-        self._r.clear()
-        if self._pieces_cfg is not cfg:  # cfg may be swapped (measured rate): re-read what is off
-            self._pieces_cfg, off = cfg, frozenset(cfg.disabled_pieces)
-            self._off, self._active = off, [src for src in self.sources if src.name not in off]
-            self._active_sweep = [src for src in self.sweep_sources if src.name not in off]
-            self._filters = self._enabled_filters(off)
+        self.gates.begin()  # one R-gate verdict per tenant per tick
+        on = self._pieces()
         sweep_due = now - self._last_sweep >= cfg.sweep_interval_s
         if sweep_due:
             self._last_sweep = now
         calm = load.prefilling <= 0 and load.waiting <= 0
-        tick = Tick(self, now, self._off, sweep_due, {}, [], calm)
-        for src in self._active:
+        tick = self.tick(now, sweep_due, calm)
+        self._loop.collect(tick, on.per_session)
+        for src in on.per_tick:
             src.collect(tick)
         if sweep_due:
-            for src in self._active_sweep:
+            for src in on.at_sweep:
                 src.collect(tick)
         # a dirty session is planned once; a parked fan-out parent is only worth acting on now
         self.dirty.clear()
@@ -181,7 +256,8 @@ class Planner(Picker):
             return []
         cands.sort(key=lambda c: c.score, reverse=True)
         busy = 0 < cfg.warm_max_inflight < load.inflight or load.waiting > cfg.warm_max_waiting
-        actions = self._select(cands, now, slots, busy, self.market(load))
+        x = Look(cfg, self.residency, self.host_residency, now, busy, self.spend.last_acted)
+        actions = self.picker.select(cands, x, on.phases, slots, self.market(load), self.sessions, self.dirty)
         if self.hints is not None and actions:
             self.hints.note(actions)  # a hint pays for one warm
         return actions
@@ -194,13 +270,6 @@ class Planner(Picker):
             life = min(cap / rate, self.cfg.continuation_horizon_s) if rate and rate > 0 else 0.0
             self._overflow_until = max(self._overflow_until, now + life)
         return cap > 0 and (cap <= load.running_tokens or now < self._overflow_until)
-
-    def _gate(self, tenant: str, gates: dict[str, bool]) -> bool:
-        g = gates.get(tenant)
-        if g is None:  # one verdict per tenant per tick (Tick.gate)
-            r = self._r[tenant] = self.gate_r(self.registry.tenant(tenant), self._now)
-            g = gates[tenant] = r is not None and r >= self.cfg.r_min
-        return g
 
     def market(self, load: EngineLoad) -> Market:
         """The engine as the economics sees it now: the shadow's turnover and tail reuse, the load."""

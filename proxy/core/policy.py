@@ -15,6 +15,8 @@ from .actions import REASON_TRANSITION, Action, ObservedRequest, PolicyStats
 from .agents import Agent, AgentRegistry
 from .config import PENDING_PER_SESSION, PRUNE_SLACK, PolicyConfig
 from .lineages import LineageBook
+from .plan_filters import Deferred
+from .plan_sources import Successors
 from .planner import Planner
 from .residency import ResidencyShadow
 from .session_tags import peek_conversation
@@ -145,11 +147,13 @@ class ScoutPolicy:
             # the planner would defer every successor to the response end anyway: skip the work
             cfg = self.config
             ts = self.agents.tenant(agent.tenant)
-            soon = agent.gap_median < max(cfg.min_lead_s, ts.max_anchor_tokens / cfg.prefill_tokens_per_s)
-            if soon or "deferred" in cfg.disabled_pieces:  # (the deferral switched off: an ablation)
+            soon = not Deferred.holds(agent.gap_median, ts.max_anchor_tokens / cfg.prefill_tokens_per_s, cfg)
+            if soon or not self.planner.enabled(Deferred.name):  # (the deferral switched off: an ablation)
                 self.planner.dirty[session.key] = None
             else:  # planned when the response ends (a skip with a name, like the planner's own)
-                self.planner._drop("deferred", now, REASON_TRANSITION, agent.agent_id, agent.tenant)
+                self.planner.rec.drop(
+                    Deferred.name, "deferred", now, Successors.name, REASON_TRANSITION, agent.agent_id, agent.tenant
+                )
         elif trigger != "response":
             self.planner.dirty[session.key] = None
         return ObservedRequest(

@@ -17,14 +17,7 @@ from collections import Counter as _Tally
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from proxy.core.actions import (
-    REASON_FANOUT,
-    REASON_SUCCESSOR_CONTEXT,
-    REASON_SWEEP,
-    REASON_TOOL_RESUME,
-    REASON_TRANSITION,
-)
-from proxy.core.decisions import SKIP_REASONS as PLANNER_SKIP_REASONS
+from proxy.core.plan_registry import ACTION_REASONS, SKIP_PAIRS
 
 KNOWN_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings", "/v1/models")
 OTHER_ROUTE = "other"
@@ -32,10 +25,9 @@ CODE_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 UPSTREAM_ERROR_KINDS = ("connect", "timeout", "protocol", "other")
 ACTION_OUTCOMES = ("ok", "error", "dropped_stale", "dropped_busy", "dropped_full", "unsupported")
 ACTION_KINDS = ("touch", "warm", "retain")
-# the action reasons (defined once, core/actions.py), in their exposition order
-ACTION_REASONS = (REASON_TRANSITION, REASON_TOOL_RESUME, REASON_FANOUT, REASON_SWEEP, REASON_SUCCESSOR_CONTEXT)
+# the action reasons: the registered sources' (core/plan_registry.ACTION_REASONS), imported above
 # why a client request was not learned from (cachescout_policy_skipped_total{reason}); not the
-# planner's skip reasons (core/decisions.SKIP_REASONS, cachescout_planner_skips_total{reason})
+# planner's skip reasons (core/plan_registry.SKIP_PAIRS, cachescout_planner_skips_total{reason, piece})
 REQUEST_SKIP_REASONS = ("rejected", "not_allowed", "body_too_large", "offload_full", "parse_budget")
 MEMORY_STORES = ("sessions", "fanout", "tap", "agents")
 # What the client-facing connection limits did (proxy/http/server_limits.py counts here, process-wide:
@@ -208,15 +200,16 @@ class ProxyMetrics:
         # --- why the planner did not act (core/decisions.py; issue 26) ------------------------
         self.planner_skips_total = Counter(
             "cachescout_planner_skips_total",
-            "Candidates (or whole ticks) the planner dropped, by the stage that dropped them "
-            "(gate_closed, cooldown, resident, deferred, warm_*, not_worth_it, no_slot, budget, vetoed, ...)",
-            ("reason",),
+            "Candidates (or whole ticks) the planner dropped, by skip reason (gate_closed, cooldown, "
+            "resident, deferred, warm_*, not_worth_it, no_slot, budget, vetoed, ...) and the piece that "
+            "dropped them (core/plan_registry.py names; tick, sessions, pricer, picker for the built-in stages)",
+            ("reason", "piece"),
             registry=r,
         )
         for reason in REQUEST_SKIP_REASONS:
             self.policy_skipped_total.labels(reason)
-        for reason in PLANNER_SKIP_REASONS:
-            self.planner_skips_total.labels(reason)
+        for piece, reason in SKIP_PAIRS:
+            self.planner_skips_total.labels(reason, piece)
         for store in MEMORY_STORES:
             self.memory_drops_total.labels(store)
 

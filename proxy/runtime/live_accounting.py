@@ -49,7 +49,7 @@ class UsageAccounting:
     _anchor_priority: OrderedDict[str, tuple[int, float]]
     _yield_book: YieldBook
     _drops_seen: dict[str, int]
-    _skips_seen: dict[str, int]
+    _skips_seen: dict[tuple[str, str], int]
 
     def _learn_from_usage(self, st: RequestState, tap: ResponseTap, started: float) -> None:
         """A client response's engine usage: counted (and conversion), and the engine truths it
@@ -145,13 +145,14 @@ class UsageAccounting:
         self.metrics.sessions.set(s.sessions)
 
     def _planner_skips(self, m: ProxyMetrics) -> None:
-        """Planner.skipped (fixed keys: core/decisions.SKIP_REASONS) -> counter increments since the last tick."""
+        """Planner.rec.by_piece ((piece, skip reason) pairs: core/plan_registry.SKIP_PAIRS) -> counter
+        increments since the last tick."""
         seen = self._skips_seen
-        for reason, n in self.policy.planner.skipped.items():
-            was = seen.get(reason, 0)
+        for key, n in self.policy.planner.rec.by_piece.items():
+            was = seen.get(key, 0)
             if n > was:
-                m.planner_skips_total.labels(reason).inc(n - was)
-            seen[reason] = n
+                m.planner_skips_total.labels(key[1], key[0]).inc(n - was)
+            seen[key] = n
 
     def _memory_metrics(self, m: ProxyMetrics) -> None:
         """Byte budgets -> metrics: drops since the last tick as counter increments, kept bytes as gauges."""

@@ -141,7 +141,7 @@ class LivePolicyObserver(BodyRewriting, EngineSessions, UsageAccounting, LoadVie
         self.tap_budget = TapBudget()
         self.allowed_auth: frozenset[str] = frozenset()  # sha256 hex of allowed auth headers; empty = all
         self._drops_seen: dict[str, int] = {}
-        self._skips_seen: dict[str, int] = {}
+        self._skips_seen: dict[tuple[str, str], int] = {}
         self._init_engine_sessions()  # session ids and priority headers (engine_sessions.py)
 
     def on_request(self, ctx: RequestContext) -> None:

@@ -16,7 +16,7 @@ import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from proxy.core.actions import REASONS
+from proxy.core.plan_registry import ACTION_REASONS
 from proxy.core.switchback_experiment import Switchback, SwitchbackConfig
 from proxy.core.yield_ledger import YieldConfig, YieldLedger
 
@@ -71,7 +71,7 @@ class SelfEvaluation:
         self.clock = clock
         self.turnover_s = turnover_s
         self.experiment = Switchback(switchback, random.Random(seed), clock())
-        self.ledger = YieldLedger(yields, REASONS)
+        self.ledger = YieldLedger(yields, ACTION_REASONS)
         self._active = self.experiment.active()
         self._throttled: dict[str, bool] = {}
         self._yields_at = float("-inf")

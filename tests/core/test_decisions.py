@@ -8,14 +8,15 @@ import sys
 
 from proxy.core import EngineLoad, ResponseOutcome, ScoutPolicy
 from proxy.core.actions import REASON_TRANSITION
-from proxy.core.decisions import ACTED, ENTRY_BYTES_MAX, SKIP_REASONS, STAGES, DecisionLog
+from proxy.core.decisions import ACTED, ENTRY_BYTES_MAX, DecisionLog
+from proxy.core.plan_registry import OUTCOMES, SKIP_REASONS
 
 from .conftest import Workload, quiet_config
 from .test_planner import PIPE, fresh, learn
 
 
-def rows(w: Workload, stage: str) -> list[dict[str, object]]:
-    return [r for r in w.policy.planner.decisions.rows() if r["stage"] == stage]
+def rows(w: Workload, outcome: str) -> list[dict[str, object]]:
+    return [r for r in w.policy.planner.decisions.rows() if r["outcome"] == outcome]
 
 
 def test_a_shut_r_gate_is_counted_and_says_its_r(workload):
@@ -28,7 +29,9 @@ def test_a_shut_r_gate_is_counted_and_says_its_r(workload):
     assert w.policy.plan(now + 1.1) == []
     assert w.policy.planner.skipped["gate_closed"] == before + 1
     last = rows(w, "gate_closed")[-1]
-    assert last["source"] == REASON_TRANSITION and last["anchor"] == obs.agent_id
+    assert last["reason"] == REASON_TRANSITION and last["anchor"] == obs.agent_id
+    # the ring says which piece: offered by the successors source, dropped by the gate filter
+    assert (last["source"], last["stage"], last["by"]) == ("successors", "filter", "gate")
     assert isinstance(last["r"], float) and last["r"] < 0.3
     assert last["r"] == round(w.policy.stats().predictability, 4)
 
@@ -49,7 +52,8 @@ def test_acted_carries_the_economics_figures(workload):
     w.step(0, "live", now + 1)
     (action,) = w.policy.plan(now + 1.2)
     (row,) = [r for r in rows(w, ACTED) if r["anchor"] == action.anchor_id]
-    assert row["kind"] == "warm" == action.kind and row["source"] == REASON_TRANSITION
+    assert row["kind"] == "warm" == action.kind and row["reason"] == REASON_TRANSITION
+    assert (row["source"], row["stage"], row["by"]) == ("successors", "picker", "picker")
     assert row["missing"] == action.tokens and row["saving"] > row["cost"] >= 0
     assert 0 < row["p_kept"] <= 1 and 0 < row["p"] <= 1 and row["r"] >= w.policy.config.r_min
     assert ACTED not in w.policy.planner.skipped  # an action is not a skip
@@ -129,18 +133,22 @@ def test_tick_skips_are_noted_without_a_candidate(workload):
     for k in range(3):
         assert w.policy.plan(now + 1.1 + k, EngineLoad(waiting=5)) == []
     last = w.policy.planner.decisions.rows()[-1]
-    assert last["stage"] == "tick_engine_busy" and last["source"] == last["anchor"] == "" and last["count"] == 3
+    assert last["outcome"] == "tick_engine_busy" and last["source"] == last["anchor"] == "" and last["count"] == 3
+    assert last["stage"] == last["by"] == "tick"
 
 
-def test_every_counted_reason_is_a_stage():
-    assert set(ScoutPolicy(quiet_config()).planner.skipped) == set(SKIP_REASONS) == set(STAGES) - {ACTED}
+def test_every_counted_reason_is_an_outcome():
+    assert set(ScoutPolicy(quiet_config()).planner.skipped) == set(SKIP_REASONS) == set(OUTCOMES) - {ACTED}
 
 
 def test_the_ring_is_bounded_and_holds_no_salt():
     log = DecisionLog(size=64)
     salt = "tenant-secret-salt"
     for i in range(10_000):
-        log.note(float(i), "not_worth_it", "transition", f"{i:012x}", salt, "warm", 0.9, 0.5, 100.0, 2.0, 3.0, 4.0, 0.7)
+        log.note(
+            float(i), "not_worth_it", "pricer", "pricer", "successors", "transition", f"{i:012x}", salt, "warm",
+            0.9, 0.5, 100.0, 2.0, 3.0, 4.0, 0.7,
+        )  # fmt: skip
     assert len(log.ring) == 64
     size = sum(sys.getsizeof(e) + sum(sys.getsizeof(x) for x in e) for e in log.ring)
     assert size <= 64 * ENTRY_BYTES_MAX
@@ -153,7 +161,7 @@ def test_the_ring_is_bounded_and_holds_no_salt():
 def test_repeats_fold_into_one_entry():
     log = DecisionLog(size=4)
     for i in range(5):
-        log.note(float(i), "resident", "hint", "abc")
-    log.note(5.0, "acted", "hint", "abc", kind="touch")
-    assert [(r["stage"], r["count"], r["at"]) for r in log.rows()] == [("resident", 5, 4.0), ("acted", 1, 5.0)]
+        log.note(float(i), "resident", "filter", "resident", "anchor_sweep", "hint", "abc")
+    log.note(5.0, "acted", "picker", "picker", "anchor_sweep", "hint", "abc", kind="touch")
+    assert [(r["outcome"], r["count"], r["at"]) for r in log.rows()] == [("resident", 5, 4.0), ("acted", 1, 5.0)]
     assert log.top() == [("resident", 5), ("acted", 1)]

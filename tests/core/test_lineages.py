@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from proxy.core import EngineLoad, ScoutPolicy
 from proxy.core.actions import REASON_TOOL_RESUME
-from proxy.core.candidates import Tick
 from proxy.core.config import PolicyConfig
 from proxy.core.lineages import FIRST, LATER, LineageBook
 from proxy.core.plan_lineage import LineageResume
@@ -113,18 +112,18 @@ def test_the_source_offers_a_paused_lineage_once_its_resumes_are_learned():
         _call(sp, base, 10.0 * k, 10.0 * k + 0.5)
         _call(sp, chain(base, tuple(range(100 * k + 50, 100 * k + 60))), 10.0 * k + 3.0, 10.0 * k + 3.5)
     assert len(sp.sessions) == 1 and len(sp.lineages) == 4 and sp.lineages.resumes == 4
-    t = Tick(sp.planner, 40.0, frozenset(), False, {}, [])
+    t = sp.planner.tick(40.0)
     src.collect(t)  # the last lineage paused at 33.5: its LATER share is 0 of 4 -> unlikely
     assert not t.out and sp.planner.skipped["resume_unlikely"] >= 1
     new = chain(ANCHOR, tuple(range(901, 911)))
     _call(sp, new, 41.0, 41.5)  # a first call: FIRST share 4 of 4 (then 4 of 5 with this one)
-    t = Tick(sp.planner, 42.0, frozenset(), False, {}, [])
+    t = sp.planner.tick(42.0)
     src.collect(t)
     assert len(t.out) == 1
     c = t.out[0]
     assert c.reason == REASON_TOOL_RESUME and c.context and c.warm_ok and c.hashes == new
     assert cfg.tool_resume_min_p <= c.prob <= 1.0
-    t = Tick(sp.planner, 42.1, frozenset(), False, {}, [])
+    t = sp.planner.tick(42.1)
     src.collect(t)  # offered once per pause (the sweep asks again)
     assert not t.out
 

@@ -10,7 +10,7 @@ from proxy.core.action_payload import ActionPayload
 from proxy.core.actions import REASON_SWEEP, REASON_TRANSITION
 from proxy.core.candidates import Candidate
 from proxy.core.config import PolicyConfig
-from proxy.core.plan_filters import Look, cooldown, duplicate, host_tier, resident, resident_memo, warm_allowed
+from proxy.core.plan_filters import Cooldown, Duplicate, HostTier, Look, Resident, WarmAllowed
 
 from .conftest import quiet_config
 from .test_decisions import rows
@@ -35,19 +35,29 @@ def look(cfg: PolicyConfig | None = None, cap: int = 16 * 100, busy: bool = Fals
     host = ResidencyShadow(cap, stride=1) if shadow.get("host") else None
     if host is not None:
         host.on_forward(view_from_blocks("", list(HASHES), 16), 0.0)
-    return Look(cfg or PolicyConfig(), res, host, 10.0, busy, {}, {})
+    return Look(cfg or PolicyConfig(), res, host, 10.0, busy, {})
+
+
+# the filter pieces, each a fresh instance (the resident piece keeps its memo)
+duplicate, cooldown, host_tier, warm_allowed = (
+    Duplicate().first,
+    Cooldown().first,
+    HostTier().residency,
+    WarmAllowed().warm,
+)
 
 
 def test_duplicate_and_cooldown_and_the_resident_memo():
     c, x = cand(), look()
+    res = Resident()
     x.first(c)
-    assert duplicate(c, x) is None and cooldown(c, x) is None and resident_memo(c, x) is None
+    assert duplicate(c, x) is None and cooldown(c, x) is None and res.first(c, x) is None
     x.seen.add("a")
     assert duplicate(c, x) == "duplicate"
     x.last_acted["a"] = 9.9  # within cooldown_s (0.5) of now = 10
     assert cooldown(c, x) == "cooldown"
-    x.safe["a"] = (x.res.epoch, x.res.inserted_tokens + 1)
-    assert resident_memo(c, x) == "resident"
+    res.memo["a"] = (x.res.epoch, x.res.inserted_tokens + 1)
+    assert res.first(c, x) == "resident"
 
 
 def test_resident_skips_a_safe_anchor_and_writes_the_memo():
@@ -55,12 +65,13 @@ def test_resident_skips_a_safe_anchor_and_writes_the_memo():
     x.first(c)
     x.judge(c)
     assert x.full and not x.near and x.missing == 0
-    assert resident(c, x) == "resident" and "a" in x.safe
+    res = Resident()
+    assert res.residency(c, x) == "resident" and "a" in res.memo
     sweep = cand(reason=REASON_SWEEP)
     x = look(PolicyConfig(retain_enabled=True), cached=True)
     x.first(sweep)
     x.judge(sweep)
-    assert x.retainable and resident(sweep, x) is None  # the pricer retains it
+    assert x.retainable and res.residency(sweep, x) is None  # the pricer retains it
 
 
 def test_host_tier_times_the_load_back():

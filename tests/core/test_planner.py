@@ -32,7 +32,7 @@ def fresh(w: Workload, now):
     p = w.policy.planner
     p.last_acted.clear()
     p.inflight.clear()
-    p._safe.clear()
+    p.resident.memo.clear()
     p.bucket = w.policy.config.warm_budget()[1]
     p._refilled = now
     return now

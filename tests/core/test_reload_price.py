@@ -38,7 +38,7 @@ def _paused(prefill_tokens_per_s, **kw):
     now += 200
     p.last_acted.clear()
     p.inflight.clear()
-    p._safe.clear()
+    p.resident.memo.clear()
     p.bucket = w.policy.config.warm_budget()[1]
     p._refilled = now
     w.step(0, "live", now, finish="tool_calls", dur=0.1)

@@ -277,22 +277,27 @@ def test_no_agent_ids_or_prompt_text_in_metrics(proxied_run):
 
 
 def test_debug_state_says_why_the_planner_did_or_did_not_act(proxied_run):
-    """/debug/state -> decisions: the recent decisions, each with the stage that dropped it (or
-    "acted") and the figures it compared; the same stages counted on /metrics."""
-    from proxy.core.decisions import ACTED, DECISION_RING, STAGES
+    """/debug/state -> decisions: the recent decisions, each with its outcome (the skip reason, or
+    "acted"), the stage and the registered piece that decided it and the source piece that offered
+    it, and the figures it compared; the same reasons and pieces counted on /metrics."""
+    from proxy.core.decisions import ACTED, DECISION_RING
+    from proxy.core.plan_registry import OUTCOMES, SKIP_PAIRS, SOURCES
 
     state, metrics = proxied_run["state"], proxied_run["metrics"]
     rows = state["decisions"]
     assert 0 < len(rows) <= DECISION_RING
-    assert all(r["stage"] in STAGES and r["s_ago"] >= 0 and r["count"] >= 1 for r in rows)
+    assert all(r["outcome"] in OUTCOMES and r["s_ago"] >= 0 and r["count"] >= 1 for r in rows)
+    pairs, sources = set(SKIP_PAIRS), {p.name for p in SOURCES} | {""}
+    assert all((r["by"], r["outcome"]) in pairs and r["source"] in sources for r in rows if r["outcome"] != ACTED)
     ids = {a["id"] for a in state["agents"]}
-    acted = [r for r in rows if r["stage"] == ACTED]
+    acted = [r for r in rows if r["outcome"] == ACTED]
     assert acted and all(r["kind"] in ("touch", "warm", "retain") for r in acted)
     priced = [r for r in acted if "saving" in r]
     assert priced and all(r["saving"] > r["cost"] >= 0 and 0 <= r["p_kept"] <= 1 for r in priced)
-    assert all("r" in r and r["r"] >= 0.0 for r in acted if r["source"] == "transition")
+    assert all("r" in r and r["r"] >= 0.0 for r in acted if r["reason"] == "transition")
     assert any(r["anchor"] in ids for r in rows)  # the short agent ids /debug/state shows elsewhere
     # the gate was shut until enough transitions were learned: counted like any other skip
     assert state["stats"]["actions_skipped"]["gate_closed"] > 0
-    line = next(x for x in metrics.splitlines() if x.startswith('cachescout_planner_skips_total{reason="gate_closed"}'))
+    prefix = 'cachescout_planner_skips_total{piece="gate",reason="gate_closed"}'
+    line = next(x for x in metrics.splitlines() if x.startswith(prefix))
     assert float(line.split()[-1]) > 0
