@@ -66,6 +66,18 @@ def flood_template(k: int, size: int) -> bytes:
     return json.dumps({"model": "m", "user": f"flood-{k}#NNNNNN#", "max_tokens": 8, "messages": msgs}).encode()
 
 
+def hostile_template(k: int, shape: str) -> tuple[str, bytes]:
+    """Issue 39's hostile bodies: 40k items, 3-4.5 MB, as a Responses `input` or a Messages list."""
+    if shape == "responses":
+        items = [
+            {"type": "message", "role": ("user", "assistant")[i % 2], "content": f"#NNNNNN# {i} " + "y" * 12}
+            for i in range(40_000)
+        ]
+        return "/v1/responses", json.dumps({"model": "m", "max_output_tokens": 4, "input": items}).encode()
+    msgs = [{"role": ("user", "assistant")[i % 2], "content": f"#NNNNNN# {i} " + "y" * 12} for i in range(40_000)]
+    return "/v1/messages", json.dumps({"model": "m", "max_tokens": 4, "messages": msgs}).encode()
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -87,9 +99,14 @@ def children_rss_mb(pid: int) -> float:
     return total
 
 
-async def flood(url: str, clients: int, seconds: float, sizes: list[int]) -> tuple[int, int]:
+async def flood(url: str, clients: int, seconds: float, sizes: list[int], shape: str = "chat") -> tuple[int, int]:
     bad = 0
-    templates = {(k, i): flood_template(k, size) for k in range(clients) for i, size in enumerate(sizes)}
+    path = "/v1/chat/completions"
+    if shape == "chat":
+        templates = {(k, i): flood_template(k, size) for k in range(clients) for i, size in enumerate(sizes)}
+    else:
+        path, body = hostile_template(0, shape)
+        templates = {(k, i): body for k in range(clients) for i in range(len(sizes))}
     async with httpx.AsyncClient(timeout=120) as c:
 
         async def client(k: int) -> int:
@@ -97,7 +114,7 @@ async def flood(url: str, clients: int, seconds: float, sizes: list[int]) -> tup
             n = 0
             while time.monotonic() < until:
                 body = templates[(k, (k + n) % len(sizes))].replace(b"#NNNNNN#", b"%08d" % n)
-                r = await c.post(url + "/v1/chat/completions", content=body, headers=GOOD)
+                r = await c.post(url + path, content=body, headers=GOOD)
                 bad += r.status_code != 200
                 n += 1
             return n
@@ -116,6 +133,12 @@ def main() -> int:
     ap.add_argument("--settle", type=float, default=10.0, help="seconds after the flood before 'after' RSS")
     ap.add_argument("--set", action="append", default=[], help="extra `--set name=value` for the proxy")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--shape",
+        choices=("chat", "responses", "messages"),
+        default="chat",
+        help="chat: 1-4 MiB chat bodies; responses/messages: 40k-item hostile bodies (issue 39 item 3)",
+    )
     a = ap.parse_args()
     sizes = [(1 << 20) + i * (3 << 20) // 7 for i in range(8)]  # 1 .. 4 MiB
     eport, pport = free_port(), free_port()
@@ -150,7 +173,7 @@ def main() -> int:
         )
         time.sleep(0.3)
         t0 = time.monotonic()
-        sent, bad = asyncio.run(flood(url, a.clients, a.seconds, sizes))
+        sent, bad = asyncio.run(flood(url, a.clients, a.seconds, sizes, a.shape))
         wall = time.monotonic() - t0
         stop.touch()
         lat = json.loads(probe.communicate(timeout=60)[0] or "[]")
@@ -176,6 +199,7 @@ def main() -> int:
     load = os.getloadavg()[0]
     out = {
         "policy": a.policy,
+        "shape": a.shape,
         "tree": str(a.tree),
         "seconds": round(wall, 1),
         "sent": sent,
@@ -194,7 +218,7 @@ def main() -> int:
         "load_avg_1m": round(load, 1),
     }
     print(
-        f"policy {a.policy}: {sent} bodies in {wall:.0f} s ({bad} non-200); /livez n={len(times)} "
+        f"policy {a.policy}, {a.shape}: {sent} bodies in {wall:.0f} s ({bad} non-200); /livez n={len(times)} "
         f"p50 {out['livez_p50_ms']} p99 {out['livez_p99_ms']} max {out['livez_max_ms']} ms "
         f"({out['livez_non_200']} non-200); RSS idle {out['rss_idle_mb']} peak {out['rss_peak_mb']} "
         f"after {out['rss_after_mb']} MB (children {out['children_rss_mb']} MB); kept MB {kept}; skipped {skipped}; "
