@@ -106,7 +106,7 @@ class ProxyMetrics:
         self.upstream_retries_total = Counter(
             "cachescout_upstream_retries_total",
             "Requests sent once more on a new connection because the engine closed or reset a reused "
-            "keep-alive connection before any response byte (reason closed|reset; outcome: the resend "
+            "keep-alive connection before any response byte (reason: closed or reset; outcome: the resend "
             "answered, or failed and the client got the 502/504)",
             ("reason", "outcome"),
             registry=r,
