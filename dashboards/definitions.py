@@ -229,8 +229,15 @@ OVERVIEW = Dashboard(
                 Panel(
                     "Upstream errors",
                     "Is the engine reachable? Connect failures, timeouts and protocol errors seen by the "
-                    "forwarder (clients got 502/504).",
-                    (Target(rate("cachescout_upstream_errors_total", "kind"), "{{kind}}"),),
+                    "forwarder (clients got 502/504), and requests resent once because the engine dropped a "
+                    "reused connection unanswered (an idle timeout shorter than upstream_keepalive_s).",
+                    (
+                        Target(rate("cachescout_upstream_errors_total", "kind"), "{{kind}}"),
+                        Target(
+                            rate("cachescout_upstream_retries_total", "reason,outcome"),
+                            "resent {{reason}}, {{outcome}}",
+                        ),
+                    ),
                     unit="ops",
                 ),
                 Panel(

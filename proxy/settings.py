@@ -53,6 +53,12 @@ class Settings(BaseSettings):
         "own keep-alive (vLLM and SGLang serve with uvicorn's 5 s), or a request sent as the engine closes the "
         "idle connection fails with a 502",
     )
+    upstream_retry_idle_close: bool = Field(
+        True,
+        description="send a request once more, on a new connection, when the engine closed or reset a reused "
+        "keep-alive connection before any response byte (an engine or load balancer idle timeout shorter than "
+        "upstream_keepalive_s); inference routes and idempotent methods only, never twice (docs/hardening.md)",
+    )
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1, description="largest request body accepted (413 above)")
 
     # --- operations --------------------------------------------------------------------------

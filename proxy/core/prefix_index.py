@@ -65,6 +65,7 @@ child is merged into it, and empty tenant roots go. Agent nodes are never evicte
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 from typing import Generic, TypeVar, cast
 
@@ -83,7 +84,7 @@ class PrefixIndex(TreeMemory, Generic[A]):
         self.min_sources_below = min_sources_below
         self.min_children = min_children
         self.roots: dict[str, Node] = {}
-        self.bytes = 0
+        self.counted = 0  # nodes, hashes and children dicts (see prefix_memory.TreeMemory.bytes)
         self.nodes = 0
         self.evicted = 0
         self._leaves: OrderedDict[Node, None] = OrderedDict()  # LRU of leaves (eviction order)
@@ -103,13 +104,17 @@ class PrefixIndex(TreeMemory, Generic[A]):
         ch = parent.children
         if ch is None:
             ch = parent.children = {}
+            before = 0
             self._leaves.pop(parent, None)
+        else:
+            before = sys.getsizeof(ch)
         ch[edge[0]] = leaf
+        self.counted += sys.getsizeof(ch) - before  # a dict's real size: grows in steps, kept on pops
         parent.gen += 1
         leaf.last_gen = parent.gen
         if not parent.template:
             is_template(parent)
-        self.bytes += NODE_BYTES + HASH_BYTES * len(edge)
+        self.counted += NODE_BYTES + HASH_BYTES * len(edge)
         self.nodes += 1
         self._leaves[leaf] = None
         return leaf
@@ -126,7 +131,7 @@ class PrefixIndex(TreeMemory, Generic[A]):
         parent.children[e[0]] = mid  # type: ignore[index]
         child.edge = e[k:]
         child.parent = mid
-        self.bytes += NODE_BYTES  # the hashes just moved between the two edges
+        self.counted += NODE_BYTES + sys.getsizeof(mid.children)  # the hashes just moved between the two edges
         self.nodes += 1
         return mid
 
@@ -288,7 +293,7 @@ class PrefixIndex(TreeMemory, Generic[A]):
                 agent_node = cand
         elif agent_node is not None and agent_node.template and agent_node.agents_below:
             retired = self._agents_under(agent_node)  # promoted before it was known a template
-        if self.bytes > self.max_bytes:
+        if self.bytes > self.max_bytes:  # (a property: counted + the leaf LRU's and roots' real sizes)
             self._evict(now)
         return agent_node, promoted, retired, repeat, shared  # an Observation's fields
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-# Estimated bytes, fitted to tracemalloc (issue 22; tests/core/test_memory_accounting.py): a node is
-# the slotted object, its edge tuple, its source tuples and ints, its entry in the parent's children
-# dict and in the index's leaf LRU (~540 B with the lineage fields); a hash is a 64-bit int plus its tuple slot (~44 B).
+# Estimated bytes, fitted to tracemalloc (issues 22, 39; tests/core/test_memory_accounting.py): a node
+# is the slotted object, its edge tuple, its source tuples and ints (~350 B with the lineage fields);
+# a hash is a 64-bit int plus its tuple slot (~44 B). The dicts a node sits in (its parent's
+# children dict, the leaf LRU) are charged at their real size by prefix_memory.TreeMemory (issue 39:
+# as 540 B a node, all included, star-shaped sets were 6-11% over the count, branchy ones 7% under).
 # The old 200 B a node under-counted node-heavy (adversarial) trees by 2x.
-NODE_BYTES = 540
+NODE_BYTES = 350
 HASH_BYTES = 44
 MAX_SOURCES = 3
 

@@ -22,8 +22,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
 from prometheus_client import CollectorRegistry
+from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from proxy.contracts import RequestObserver
@@ -31,7 +33,7 @@ from proxy.http.forwarder import Forwarder
 from proxy.http.health import ReadinessProbe
 from proxy.http.observer import NullObserver
 from proxy.http.routes import OWN_PATHS, add_forwarded_routes, add_own_routes
-from proxy.http.upstream import build_client, build_transport, client_timeout
+from proxy.http.upstream import build_client, build_retry_transport, build_transport, client_timeout
 from proxy.observability.metrics import ProxyMetrics
 from proxy.settings import Settings, load_settings
 
@@ -72,6 +74,15 @@ def _build_live(
         return None
 
 
+async def _client_disconnected(request: Request, exc: Exception) -> Response:
+    """A client that left before its request body was complete, on any route of the proxy's own
+    (the hints route reads bodies; the server's 408 for a lying Content-Length ends the same way).
+    One line, never a traceback: the client did this, not the proxy, and nothing was applied. The
+    response goes nowhere (uvicorn drops writes to a closed connection); 499 is nginx's convention."""
+    log.info("client disconnected before its request body was complete: %s %s", request.method, request.url.path)
+    return Response(status_code=499)
+
+
 def create_app(
     settings: Settings | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
@@ -100,6 +111,9 @@ def create_app(
         upstream_transport = transport if transport is not None else build_transport(settings)
         client = build_client(settings, upstream_transport)
         forwarder.transport = upstream_transport
+        # the one resend after an engine dropped a reused connection unanswered (not with a test transport)
+        retry_transport = build_retry_transport(settings) if transport is None else None
+        forwarder.retry_transport = retry_transport
         app.state.client = client
         live_obj = live
         if live_obj is None and observer is None and settings.policy_enabled:
@@ -137,8 +151,12 @@ def create_app(
                 except Exception as exc:  # noqa: BLE001
                     log.error("cache policy failed to stop cleanly: %s", exc)
             await client.aclose()
+            if retry_transport is not None:
+                forwarder.retry_transport = None
+                await retry_transport.aclose()
 
     app = ProxyApp(title="CacheScout", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_exception_handler(ClientDisconnect, _client_disconnected)
     app.forwarder = forwarder
     app.state.settings = settings
     app.state.metrics = metrics

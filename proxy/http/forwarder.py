@@ -9,7 +9,10 @@ response bytes chunk by chunk as they arrive (no buffering, no re-encoding: `ait
 Guarantees (tested in tests/http):
 - the body goes upstream exactly as received; response status/body/headers come back unchanged
   except hop-by-hop headers; the client's auth headers are forwarded untouched;
-- no retries, so a request is never duplicated; an upstream failure before the response started
+- one retry only, and only when the engine provably never answered: a reused keep-alive connection
+  closed or reset before any response byte (an engine/LB idle timeout shorter than ours), on an
+  inference route or an idempotent method, resent once on a new connection (`RETRY_POST_PATHS`,
+  docs/hardening.md "Engine idle timeouts"); any other upstream failure before the response started
   becomes an OpenAI-style 502 (unreachable) / 504 (timeout); after it started, the client
   connection is cut (a truncated stream must not look complete);
 - a client disconnect cancels the upstream request promptly (a watcher task waits on `receive()`,
@@ -34,11 +37,36 @@ from proxy.contracts import BodyRewriter, HeaderAdder, RequestContext, RequestOb
 from proxy.http.errors import UPSTREAM_FAILURES, classify_upstream_error, describe_upstream_error, send_error
 from proxy.http.headers import REQUEST_DROP, RESPONSE_DROP, content_length, filter_headers
 from proxy.http.observer import NullObserver
+from proxy.http.upstream import UPSTREAM_ATTEMPT, UpstreamAttempt
 from proxy.observability.metrics import ProxyMetrics, route_label
 
 log = logging.getLogger("cachescout.forwarder")
 
 CLIENT_GONE = 499  # nginx's convention, recorded in metrics only (the client is not there to see it)
+
+
+# POST routes whose request only asks the engine to compute (generation, embedding, tokenising,
+# scoring): resending one the engine never answered cannot change anything but its cache. Other
+# POSTs (LoRA loading, cache resets, profiling, sleep/wake) change engine state and are not resent.
+RETRY_POST_PATHS = frozenset(
+    {
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/responses",
+        "/v1/messages",
+        "/v1/embeddings",
+        "/v1/score",
+        "/v1/rerank",
+        "/rerank",
+        "/score",
+        "/pooling",
+        "/classify",
+        "/tokenize",
+        "/detokenize",
+        "/generate",
+    }
+)
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})  # RFC 9110 9.2.2
 
 
 class BodyTooLarge(Exception):
@@ -60,6 +88,9 @@ class Forwarder:
         self.metrics = metrics
         self.clock = clock
         self.transport: httpx.AsyncBaseTransport | None = None  # the client's transport, set by the lifespan
+        # A new connection per request, for the one resend after the engine dropped a reused
+        # connection without answering; None: no resends (the httpx transport, or turned off).
+        self.retry_transport: httpx.AsyncBaseTransport | None = None
         # A hand-built httpx.Request does not inherit the client's timeouts: pass them explicitly.
         self.timeout_ext: dict = httpx.Timeout(5.0, read=600.0).as_dict()
         self._observer: RequestObserver = NullObserver()  # replaced by the lifespan when a policy runs
@@ -216,30 +247,88 @@ class Forwarder:
         headers = filter_headers(scope["headers"], REQUEST_DROP)
         if extra:
             headers.extend(extra)
-        content: Any = body
         if isinstance(body, _ChunkedBody):
             # an explicit Content-Length keeps httpx (and aiohttp below it) from switching to chunked
             headers.append((b"content-length", str(body.size).encode()))
-            content = body.stream()
-        request = httpx.Request(
+        attempt = UpstreamAttempt() if self.retry_transport is not None else None
+        token = UPSTREAM_ATTEMPT.set(attempt) if attempt is not None else None
+        response: httpx.Response | None = None
+        failure: Exception | None = None
+        try:
+            response = await transport.handle_async_request(self._request(scope, headers, body))
+        except Exception as exc:  # noqa: BLE001 - every failure of our hop maps to 502/504
+            failure = exc
+        finally:
+            if token is not None:
+                UPSTREAM_ATTEMPT.reset(token)
+        if failure is not None:
+            reason = attempt.retry_reason(failure) if attempt is not None else None
+            if reason is not None and self._may_resend(scope):
+                response, failure = await self._resend(scope, headers, body, reason)
+            if response is None:
+                assert failure is not None
+                return await self._upstream_failed(scope, send, ctx, flags, failure)
+        assert response is not None
+        return await self._relay_response(scope, send, response, ctx, route, started, flags)
+
+    def _request(self, scope: Scope, headers: list, body: bytes | bytearray | _ChunkedBody) -> httpx.Request:
+        content: Any = body.stream() if isinstance(body, _ChunkedBody) else body  # a bytearray too, uncopied
+        return httpx.Request(
             scope["method"],
             self._url(scope),
             headers=headers,
             content=content,
             extensions={"timeout": self.timeout_ext},
         )
-        try:
-            response = await transport.handle_async_request(request)
-        except Exception as exc:  # noqa: BLE001 - every failure of our hop maps to 502/504
-            kind = classify_upstream_error(exc)
-            self.metrics.upstream_error(kind)
-            status, type_, code = UPSTREAM_FAILURES[kind]
-            detail = describe_upstream_error(exc)
-            log.warning("upstream %s error for %s %s: %s", kind, scope["method"], scope["path"], detail)
-            self._end(ctx, f"upstream_{kind}", flags)
-            await send_error(send, status, f"upstream {kind} error: {detail}", type_, code)
-            return status
 
+    def _may_resend(self, scope: Scope) -> bool:
+        method = scope["method"]
+        return method in IDEMPOTENT_METHODS or (method == "POST" and scope["path"] in RETRY_POST_PATHS)
+
+    async def _resend(
+        self, scope: Scope, headers: list, body: bytes | bytearray | _ChunkedBody, reason: str
+    ) -> tuple[httpx.Response | None, Exception | None]:
+        """The one resend, on a new connection (the retry transport never reuses one, so this
+        attempt is never resent again). Logged at info: the client loses nothing."""
+        retry = self.retry_transport
+        assert retry is not None
+        log.info(
+            "engine %s a reused connection before answering %s %s; resent once on a new connection",
+            reason,
+            scope["method"],
+            scope["path"],
+        )
+        try:
+            response = await retry.handle_async_request(self._request(scope, headers, body))
+        except Exception as exc:  # noqa: BLE001 - reported like any first failure
+            self.metrics.upstream_retry(reason, answered=False)
+            return None, exc
+        self.metrics.upstream_retry(reason, answered=True)
+        return response, None
+
+    async def _upstream_failed(
+        self, scope: Scope, send: Callable, ctx: RequestContext | None, flags: dict, exc: BaseException
+    ) -> int:
+        """The client's 502/504 for a failure before the response started."""
+        kind = classify_upstream_error(exc)
+        self.metrics.upstream_error(kind)
+        status, type_, code = UPSTREAM_FAILURES[kind]
+        detail = describe_upstream_error(exc)
+        log.warning("upstream %s error for %s %s: %s", kind, scope["method"], scope["path"], detail)
+        self._end(ctx, f"upstream_{kind}", flags)
+        await send_error(send, status, f"upstream {kind} error: {detail}", type_, code)
+        return status
+
+    async def _relay_response(
+        self,
+        scope: Scope,
+        send: Callable,
+        response: httpx.Response,
+        ctx: RequestContext | None,
+        route: str,
+        started: float,
+        flags: dict,
+    ) -> int:
         try:
             now = self.clock()
             self.metrics.observe_first_byte(route, now - started)

@@ -23,6 +23,7 @@ KNOWN_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1
 OTHER_ROUTE = "other"
 CODE_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 UPSTREAM_ERROR_KINDS = ("connect", "timeout", "protocol", "other")
+UPSTREAM_RETRY_REASONS = ("closed", "reset")
 ACTION_OUTCOMES = ("ok", "error", "dropped_stale", "dropped_busy", "dropped_full", "unsupported")
 ACTION_KINDS = ("touch", "warm", "retain")
 # the action reasons: the registered sources' (core/plan_registry.ACTION_REASONS), imported above
@@ -92,6 +93,14 @@ class ProxyMetrics:
             "cachescout_upstream_errors_total",
             "Upstream failures seen by the forwarder, by kind",
             ("kind",),
+            registry=r,
+        )
+        self.upstream_retries_total = Counter(
+            "cachescout_upstream_retries_total",
+            "Requests sent once more on a new connection because the engine closed or reset a reused "
+            "keep-alive connection before any response byte (reason: closed or reset; outcome: the resend "
+            "answered, or failed and the client got the 502/504)",
+            ("reason", "outcome"),
             registry=r,
         )
 
@@ -241,6 +250,11 @@ class ProxyMetrics:
         self._durations = {rt: self.request_duration_seconds.labels(rt) for rt in routes}
         self._first_bytes = {rt: self.upstream_first_byte_seconds.labels(rt) for rt in routes}
         self._upstream_errors = {k: self.upstream_errors_total.labels(k) for k in UPSTREAM_ERROR_KINDS}
+        self._upstream_retries = {
+            (reason, outcome): self.upstream_retries_total.labels(reason, outcome)
+            for reason in UPSTREAM_RETRY_REASONS
+            for outcome in ("answered", "failed")
+        }
         for outcome in ("hit", "miss"):
             self.prediction_total.labels(outcome)
         # The action series are a fixed, bounded set: create them all so rates read 0, not "no data".
@@ -361,6 +375,9 @@ class ProxyMetrics:
 
     def upstream_error(self, kind: str) -> None:
         self._upstream_errors[kind if kind in self._upstream_errors else "other"].inc()
+
+    def upstream_retry(self, reason: str, answered: bool) -> None:
+        self._upstream_retries[(reason, "answered" if answered else "failed")].inc()
 
     def render(self) -> tuple[bytes, str]:
         seen = self._connection_events_seen

@@ -64,14 +64,26 @@ def _chains(shape: str, n: int, rng: random.Random) -> Iterator[tuple[int, ...]]
             if rng.random() < 0.3:
                 pool.append(chain + tuple(h(64) for _ in range(3)))
             yield chain
+    elif shape.startswith("star"):  # one stem, every prompt its own tail of 1..N blocks (issue 39's probe)
+        stem = tuple(h(64) for _ in range(4))
+        tail = int(shape.removeprefix("star"))
+        for _ in range(n):
+            yield stem + tuple(h(64) for _ in range(rng.randrange(1, tail + 1)))
+    elif shape == "adversarial":  # tests/fault: branches off a 64-block stem at every block
+        stem = tuple(h(64) for _ in range(64))
+        for k in range(n):
+            yield stem[: (k * 7919) % 64] + (h(64),)
     else:  # long chains: hash-dominated
         for _ in range(n):
             yield tuple(h(64) for _ in range(rng.randrange(1, 200)))
 
 
-@pytest.mark.parametrize("shape", ["one_block", "branchy", "long"])
+@pytest.mark.parametrize("shape", ["one_block", "branchy", "long", "star1", "star4", "star16", "star64", "adversarial"])
 def test_prefix_index_counted_bytes_match_real_bytes(shape):
-    """Before (200 B a node): 16 MiB counted was 32-38 MB real for node-heavy trees."""
+    """Before (200 B a node): 16 MiB counted was 32-38 MB real for node-heavy trees. Issue 39: with
+    540 B a node (dict entries included) star-shaped sets were 6-11% over the count; the dicts are
+    now charged at their real size: within 5% on every shape but the synthetic branchy one, which
+    is over-counted by 5-6% (the safe side: its nodes carry fewer source ints)."""
     budget = 1 << 20
 
     def build() -> PrefixIndex:  # the chains are made in here: the hashes the index keeps are traced
@@ -84,7 +96,8 @@ def test_prefix_index_counted_bytes_match_real_bytes(shape):
     assert isinstance(stats, dict)
     counted = stats["bytes"]
     assert counted <= budget and stats["evicted"] > 0
-    assert 0.85 < real / counted < 1.15, (shape, counted, real, stats)
+    low = 0.92 if shape == "branchy" else 0.95
+    assert low < real / counted < 1.05, (shape, counted, real, stats)
 
 
 def _agent_body(a: int, r: int, size: int) -> bytes:

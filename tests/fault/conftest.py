@@ -54,7 +54,9 @@ def upstream(waiting: int = 0) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def proxy(upstream_url: str, tmp_path: Path, *sets: str, engine: str = "none") -> Iterator[Proxy]:
+def proxy(
+    upstream_url: str, tmp_path: Path, *sets: str, engine: str = "none", log_level: str = "warning"
+) -> Iterator[Proxy]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = tmp_path / f"proxy-{port}.log"
@@ -68,7 +70,7 @@ def proxy(upstream_url: str, tmp_path: Path, *sets: str, engine: str = "none") -
         "--port",
         str(port),
         "--log-level",
-        "warning",
+        log_level,
         "--set",
         f"engine={engine}",
         "--set",
