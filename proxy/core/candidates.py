@@ -58,12 +58,13 @@ class Recorder:
     """Counts and notes every decision: a collaborator the planner owns and hands to its pieces
     (through ``Tick.drop``) and to the picker, never a mixin reading planner attributes.
 
-    ``skipped`` counts by skip reason (``PolicyStats.actions_skipped``, the replay's ``top_skips``),
-    ``by_piece`` by (deciding piece, skip reason) (``cachescout_planner_skips_total{piece, reason}``);
-    ``stage_of`` names each deciding piece's stage (plan_registry.STAGE_OF); ``r`` is the gate's R
-    per tenant this tick (plan_filters.Gate.r), noted with a candidate's decision."""
+    ``by_piece`` counts by (deciding piece, skip reason) (``cachescout_planner_skips_total{piece,
+    reason}``), pre-initialised from the registry's pairs; ``skipped`` sums it by skip reason
+    (``PolicyStats.actions_skipped``, the replay's ``top_skips``); ``r`` is the gate's R per tenant
+    this tick (plan_filters.Gate.r), noted with a candidate's decision. The ring stores the deciding
+    piece; its stage is looked up when the ring is read (``stage_of``)."""
 
-    __slots__ = ("by_piece", "decisions", "r", "skipped", "stage_of")
+    __slots__ = ("by_piece", "decisions", "r", "skip_reasons")
 
     def __init__(
         self,
@@ -72,11 +73,18 @@ class Recorder:
         stage_of: dict[str, str],
         r: dict[str, float | None],
     ) -> None:
-        self.skipped: dict[str, int] = dict.fromkeys(skip_reasons, 0)
+        self.skip_reasons = skip_reasons
         self.by_piece: dict[tuple[str, str], int] = dict.fromkeys(pairs, 0)
-        self.stage_of = stage_of
-        self.decisions = DecisionLog()  # the recent ones, with the figures compared (decisions.py)
+        self.decisions = DecisionLog(stage_of=stage_of)  # the recent ones, with the figures compared
         self.r = r
+
+    @property
+    def skipped(self) -> dict[str, int]:
+        """Skips by reason (every registered skip reason, zeros included)."""
+        out = dict.fromkeys(self.skip_reasons, 0)
+        for (_, skip), n in self.by_piece.items():
+            out[skip] = out.get(skip, 0) + n
+        return out
 
     def drop(
         self,
@@ -91,11 +99,10 @@ class Recorder:
     ) -> None:
         """A skip before a candidate exists (or of a whole tick: no ``reason``), decided by piece
         ``by`` for source piece ``source`` (an action of reason ``reason``)."""
-        self.skipped[skip] += 1
         key = (by, skip)
         self.by_piece[key] = self.by_piece.get(key, 0) + 1
         r = self.r.get(tenant) if reason else None
-        self.decisions.note(now, skip, self.stage_of[by], by, source, reason, anchor, tenant, "", r, prob)
+        self.decisions.note(now, skip, by, source, reason, anchor, tenant, "", r, prob)
 
     def decide(
         self,
@@ -109,20 +116,17 @@ class Recorder:
     ) -> None:
         """A candidate's decision (a skip, counted, or ACTED), with the figures its stage compared."""
         if outcome != ACTED:
-            self.skipped[outcome] += 1
             key = (by, outcome)
             self.by_piece[key] = self.by_piece.get(key, 0) + 1
         r = self.r.get(c.tenant)
-        stage = self.stage_of[by]
         if v is None:
             self.decisions.note(
-                now, outcome, stage, by, c.source, c.reason, c.anchor_id, c.tenant, kind, r, c.prob, missing, c.lead
+                now, outcome, by, c.source, c.reason, c.anchor_id, c.tenant, kind, r, c.prob, missing, c.lead
             )
         else:
             self.decisions.note(
                 now,
                 outcome,
-                stage,
                 by,
                 c.source,
                 c.reason,

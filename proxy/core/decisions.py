@@ -12,7 +12,7 @@ and the action reason it would have carried (``reason``). The ring keeps the las
 R (the tenant's gate), P (the predicted demand's probability), the missing tokens and lead time,
 and, once priced, the economics' saving, cost and P(kept) (``economics.Verdict``).
 
-Why bounded this way: each entry is one tuple of at most 17 scalars (an anchor id is a 16-hex
+Why bounded this way: each entry is one tuple of at most 16 scalars (an anchor id is a 16-hex
 string, outcomes, stages, pieces and reasons come from fixed sets, the tenant is kept as its
 length only, never the salt), so the ring's memory is ``DECISION_RING`` × a fixed record size (``ENTRY_BYTES_MAX``);
 consecutive repeats of one decision are folded into one entry with a count, so a busy engine's
@@ -28,17 +28,17 @@ ACTED = "acted"  # the candidate became an action (every other outcome is a skip
 DECISION_RING = 256
 ENTRY_BYTES_MAX = 1024  # generous upper bound of one entry (tuple + floats + a 16-char id)
 
-# one entry: (at, outcome, stage, by, source, reason, anchor_id, tenant_len, kind, r, prob, missing,
-# lead, saving, cost, kept, count)
+# one entry: (at, outcome, by, source, reason, anchor_id, tenant_len, kind, r, prob, missing, lead,
+# saving, cost, kept, count); the stage is the deciding piece's (``stage_of``), looked up in rows()
 Entry = tuple[
-    float, str, str, str, str, str, str, int, str, float | None, float | None, float | None, float | None,
+    float, str, str, str, str, str, int, str, float | None, float | None, float | None, float | None,
     float | None, float | None, float | None, int,
 ]  # fmt: skip
 FIELDS = (
-    "at", "outcome", "stage", "by", "source", "reason", "anchor", "tenant", "kind", "r", "p", "missing", "lead",
+    "at", "outcome", "by", "source", "reason", "anchor", "tenant", "kind", "r", "p", "missing", "lead",
     "saving", "cost", "p_kept", "count",
 )  # fmt: skip
-COUNT: Final = 16  # the entry's count field
+COUNT: Final = 15  # the entry's count field
 
 
 def _fig(x: float | None) -> float | None:
@@ -48,16 +48,16 @@ def _fig(x: float | None) -> float | None:
 class DecisionLog:
     """The ring. ``note`` is on the planner's hot path: one tuple, no formatting."""
 
-    __slots__ = ("ring",)
+    __slots__ = ("ring", "stage_of")
 
-    def __init__(self, size: int = DECISION_RING) -> None:
+    def __init__(self, size: int = DECISION_RING, stage_of: dict[str, str] | None = None) -> None:
         self.ring: deque[Entry] = deque(maxlen=max(1, size))
+        self.stage_of = stage_of or {}  # deciding piece -> its stage (plan_registry.STAGE_OF)
 
     def note(
         self,
         at: float,
         outcome: str,
-        stage: str = "",
         by: str = "",
         source: str = "",
         reason: str = "",
@@ -78,17 +78,17 @@ class DecisionLog:
             last = ring[-1]
             if (
                 last[1] == outcome
-                and last[6] == anchor
-                and last[3] == by
-                and last[4] == source
-                and last[5] == reason
-                and last[8] == kind
+                and last[5] == anchor
+                and last[2] == by
+                and last[3] == source
+                and last[4] == reason
+                and last[7] == kind
             ):
                 ring.pop()  # the same decision again: one entry, the latest figures, counted
                 count = last[COUNT] + 1
         ring.append(
-            (at, outcome, stage, by, source, reason, anchor, len(tenant), kind, r, prob, missing, lead, saving, cost,
-             kept, count)
+            (at, outcome, by, source, reason, anchor, len(tenant), kind, r, prob, missing, lead, saving, cost, kept,
+             count)
         )  # fmt: skip
 
     def rows(self, now: float | None = None) -> list[dict[str, object]]:
@@ -99,16 +99,16 @@ class DecisionLog:
             row: dict[str, object] = {
                 "s_ago" if now is not None else "at": round(now - e[0] if now is not None else e[0], 3),
                 "outcome": e[1],
-                "stage": e[2],
-                "by": e[3],
-                "source": e[4],
-                "reason": e[5],
-                "anchor": e[6],
-                "tenant": f"salt:{e[7]}c" if e[7] else "",
-                "kind": e[8],
+                "stage": self.stage_of.get(e[2], ""),
+                "by": e[2],
+                "source": e[3],
+                "reason": e[4],
+                "anchor": e[5],
+                "tenant": f"salt:{e[6]}c" if e[6] else "",
+                "kind": e[7],
                 "count": e[COUNT],
             }
-            for name, v in zip(FIELDS[9:16], e[9:16], strict=True):
+            for name, v in zip(FIELDS[8:15], e[8:15], strict=True):
                 if v is not None:
                     row[name] = _fig(v)
             out.append(row)

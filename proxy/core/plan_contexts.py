@@ -25,6 +25,7 @@ from .action_payload import ActionPayload
 from .actions import REASON_SUCCESSOR_CONTEXT
 from .agents import Agent, agent_id_for
 from .candidates import Candidate
+from .config import PolicyConfig
 from .plan_filters import Deferred, Gate
 from .plan_piece import PER_SESSION, SOURCE, Piece
 from .plan_tick import Tick
@@ -71,6 +72,10 @@ class SuccessorContexts(Piece):
     cadence = PER_SESSION
     reasons = (REASON_SUCCESSOR_CONTEXT,)
     settings = ("successor_contexts", "top_k", "tau", "warm_top_k", "min_lead_s")
+
+    @classmethod
+    def idle(cls, cfg: PolicyConfig) -> bool:
+        return cfg.successor_contexts <= 0  # the tracker keeps no contexts then
 
     def begin(self, t: Tick) -> None:
         pass

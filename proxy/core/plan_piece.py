@@ -59,6 +59,12 @@ class Piece:
     Params: ClassVar[type[Any] | None] = None
     opt_in: ClassVar[bool] = False  # off unless PolicyConfig.piece_params names it
 
+    @classmethod
+    def idle(cls, cfg: Any) -> bool:
+        """Nothing to do under this config (e.g. a source whose setting is 0): left out of the
+        pipeline's lists, as if switched off, so the planner does not call it to return at once."""
+        return False
+
     def configure(self, params: Any) -> None:
         """Its ``Params`` for the current config (called whenever the config changes)."""
         self.params = params

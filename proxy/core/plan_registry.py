@@ -122,23 +122,28 @@ class Pipeline:
     def build(cls) -> Pipeline:
         return cls({p.name: p() for p in PIECES})
 
-    def enabled(self, off: frozenset[str], params: Mapping[str, Mapping[str, object]] | None = None) -> Enabled:
+    def enabled(
+        self, off: frozenset[str], params: Mapping[str, Mapping[str, object]] | None = None, cfg: object = None
+    ) -> Enabled:
+        """The lists the planner runs for pieces ``off`` switched off; a piece ``idle`` under
+        ``cfg`` is left out of them too (it would return at once)."""
         on = [p for p in self.pieces.values() if p.name not in off]
+        lists_on = [p for p in on if cfg is None or not p.idle(cfg)]
         for p in on:
             if p.Params is not None:  # its parameters for this config (unknown keys raise)
                 p.configure(p.Params(**(params or {}).get(p.name, {})))
-        per_session = [cast(SessionSource, p) for p in on if p.kind == SOURCE and p.cadence == PER_SESSION]
-        per_tick = [cast(TickSource, p) for p in on if p.kind == SOURCE and p.cadence == PER_TICK]
-        at_sweep = [cast(TickSource, p) for p in on if p.kind == SOURCE and p.cadence == AT_SWEEP]
+        per_session = [cast(SessionSource, p) for p in lists_on if p.kind == SOURCE and p.cadence == PER_SESSION]
+        per_tick = [cast(TickSource, p) for p in lists_on if p.kind == SOURCE and p.cadence == PER_TICK]
+        at_sweep = [cast(TickSource, p) for p in lists_on if p.kind == SOURCE and p.cadence == AT_SWEEP]
         by: dict[CandidateCheck, str] = {}
         lists: dict[str, list[CandidateCheck]] = {FIRST: [], RESIDENCY: [], WARM: []}
-        for f in on:
+        for f in lists_on:
             if isinstance(f, Filter):
                 for phase in f.phases:
                     check: CandidateCheck = getattr(f, phase)
                     lists[phase].append(check)
                     by[check] = f.name
-        vetoes = tuple(p for p in on if isinstance(p, Veto))
+        vetoes = tuple(p for p in lists_on if isinstance(p, Veto))
         phases = Phases(tuple(lists[FIRST]), tuple(lists[RESIDENCY]), tuple(lists[WARM]), vetoes, by)
         return Enabled(off, per_session, per_tick, at_sweep, phases)
 

@@ -68,15 +68,22 @@ class Successors(Piece):
 
     def session(self, t: Tick, s: Session, agent: Agent, paused: bool, lead: float | None) -> None:
         now, cfg = t.now, t.cfg
+        drop = t.rec.drop  # Tick.drop without its frame: this loop runs for nearly every request
         tenant = agent.tenant
         name = self.name
-        if not t.gate(tenant):  # the most common no-op: counted like any other skip
-            t.drop(Gate.name, "gate_closed", name, REASON_TRANSITION, agent.agent_id, tenant)
+        g = t.gates.verdicts.get(tenant)  # the Gate piece's verdict this tick, decided once per tenant
+        if not (t.gate(tenant) if g is None else g):  # the most common no-op: counted like any other skip
+            drop(Gate.name, "gate_closed", now, name, REASON_TRANSITION, agent.agent_id, tenant)
             return
         ts = t.registry.tenant(tenant)
         trigger = cfg.plan_trigger
         by_slot = ts.by_slot
-        memo = t.on(Resident.name)
+        # the maps the Cooldown and Resident pieces read (None: switched off); a piece's rule is
+        # asked only for an anchor it holds an entry for (the common miss costs one lookup)
+        off = t.off
+        last_acted = t.last_acted if Cooldown.name not in off else None
+        resident = t.resident
+        memo = resident.memo if Resident.name not in off else None
         res = t.residency
         for rank, (slot, p) in enumerate(ts.learner.successors(agent.slot, cfg.top_k, cfg.tau)):
             nxt = by_slot.get(slot)
@@ -84,11 +91,11 @@ class Successors(Piece):
                 continue
             reason = REASON_TRANSITION if rank == 0 else REASON_FANOUT
             aid = nxt.agent_id
-            if t.cooling(aid):
-                t.drop(Cooldown.name, "cooldown", name, reason, aid, tenant, p)
+            if last_acted and aid in last_acted and Cooldown.cooling(last_acted, aid, now, cfg.cooldown_s):
+                drop(Cooldown.name, "cooldown", now, name, reason, aid, tenant, p)
                 continue
-            if memo and t.resident.remembered(aid, res):
-                t.drop(Resident.name, "resident", name, reason, aid, tenant, p)
+            if memo and aid in memo and resident.remembered(aid, res):
+                drop(Resident.name, "resident", now, name, reason, aid, tenant, p)
                 continue
             if rank >= cfg.warm_top_k:
                 warm_ok = False  # lower-ranked successors are only kept, not re-made
@@ -98,7 +105,7 @@ class Successors(Piece):
                 # act now only if the pause after this response is too short for a warm then
                 gap = agent.gap_median
                 if gap is not None and t.defers(gap, cfg.reload_s(nxt.tokens)):
-                    t.drop(Deferred.name, "deferred", name, reason, aid, tenant, p)
+                    drop(Deferred.name, "deferred", now, name, reason, aid, tenant, p)
                     continue  # planned again when the response ends
                 warm_ok = rank < cfg.warm_top_k
             out = anchor_candidate(nxt, p, reason, now, cfg, lead=lead, warm_ok=warm_ok, session=s.key, soon=not paused)

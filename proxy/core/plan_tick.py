@@ -50,6 +50,9 @@ class Tick:
 
     def gate(self, tenant: str) -> bool:
         """The tenant's R gate, decided once per tick; open when the gate is switched off."""
+        g = self.gates.verdicts.get(tenant)  # decided already this tick (the common case)
+        if g is not None:
+            return g
         return Gate.name in self.off or self.gates.verdict(tenant, self.registry, self.cfg, self.now)
 
     def defers(self, gap: float | None, need_s: float) -> bool:

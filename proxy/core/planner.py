@@ -140,7 +140,7 @@ class Planner:
         if self._pieces_cfg is not self.cfg:
             self._pieces_cfg = self.cfg
             cfg = self.cfg
-            self._on = self.pipeline.enabled(resolve(cfg.disabled_pieces, cfg.piece_params), cfg.piece_params)
+            self._on = self.pipeline.enabled(resolve(cfg.disabled_pieces, cfg.piece_params), cfg.piece_params, cfg)
         return self._on
 
     def enabled(self, piece: str) -> bool:
@@ -216,7 +216,8 @@ class Planner:
         # loses (docs/replay.md "Lanes on the grid")
         queued = load.waiting > cfg.max_engine_waiting
         shared = load.external > 0 and not load.priority_lane
-        if queued or shared or len(self.inflight) >= cfg.max_concurrent:
+        inflight = self.spend.inflight
+        if queued or shared or len(inflight) >= cfg.max_concurrent:
             # per-tick clears run whether or not this tick acts (a queued engine must not grow
             # them): parked fan-out parents are only worth acting on now; dirty sessions are kept
             # for a calmer tick, minus those the tracker already dropped
@@ -226,7 +227,7 @@ class Planner:
                 self.dirty = {k: None for k in self.dirty if k in live}
             self.rec.drop(TICK, "tick_engine_shared" if shared and not queued else "tick_engine_busy", now)
             return []
-        slots = min(cfg.max_actions_per_tick, cfg.max_concurrent - len(self.inflight))
+        slots = min(cfg.max_actions_per_tick, cfg.max_concurrent - len(inflight))
         if slots <= 0:
             return []
         if self._overflowing(now, load):  # anything kept now is evicted: observe only
@@ -236,12 +237,29 @@ class Planner:
             self.rec.drop(TICK, "tick_overflow", now)
             return []
         self.gates.begin()  # one R-gate verdict per tenant per tick
-        on = self._pieces()
+        on = self._on if self._pieces_cfg is cfg else self._pieces()
         sweep_due = now - self._last_sweep >= cfg.sweep_interval_s
         if sweep_due:
             self._last_sweep = now
         calm = load.prefilling <= 0 and load.waiting <= 0
-        tick = self.tick(now, sweep_due, calm)
+        tick = Tick(
+            now,
+            cfg,
+            self.registry,
+            self.sessions,
+            self.residency,
+            self.dirty,
+            self.fanout,
+            self.hints,
+            self.lineages,
+            on.off,
+            self.rec,
+            self.gates,
+            self.resident,
+            self.spend.last_acted,
+            sweep_due,
+            calm,
+        )
         self._loop.collect(tick, on.per_session)
         for src in on.per_tick:
             src.collect(tick)

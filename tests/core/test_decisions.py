@@ -146,7 +146,7 @@ def test_the_ring_is_bounded_and_holds_no_salt():
     salt = "tenant-secret-salt"
     for i in range(10_000):
         log.note(
-            float(i), "not_worth_it", "pricer", "pricer", "successors", "transition", f"{i:012x}", salt, "warm",
+            float(i), "not_worth_it", "pricer", "successors", "transition", f"{i:012x}", salt, "warm",
             0.9, 0.5, 100.0, 2.0, 3.0, 4.0, 0.7,
         )  # fmt: skip
     assert len(log.ring) == 64
@@ -161,7 +161,7 @@ def test_the_ring_is_bounded_and_holds_no_salt():
 def test_repeats_fold_into_one_entry():
     log = DecisionLog(size=4)
     for i in range(5):
-        log.note(float(i), "resident", "filter", "resident", "anchor_sweep", "hint", "abc")
-    log.note(5.0, "acted", "picker", "picker", "anchor_sweep", "hint", "abc", kind="touch")
+        log.note(float(i), "resident", "resident", "anchor_sweep", "hint", "abc")
+    log.note(5.0, "acted", "picker", "anchor_sweep", "hint", "abc", kind="touch")
     assert [(r["outcome"], r["count"], r["at"]) for r in log.rows()] == [("resident", 5, 4.0), ("acted", 1, 5.0)]
     assert log.top() == [("resident", 5), ("acted", 1)]
