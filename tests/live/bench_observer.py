@@ -19,6 +19,8 @@ obs = LivePolicyObserver(ScoutPolicy(), ProxyMetrics(CollectorRegistry()), time.
 
 
 class Ex:
+    sending = 0  # the executor's actions in flight (read by the observer's alone-check)
+
     def submit(self, a):
         return len(a)
 
