@@ -80,7 +80,8 @@ class Recorder:
 
     @property
     def skipped(self) -> dict[str, int]:
-        """Skips by reason (every registered skip reason, zeros included)."""
+        """Skips by reason (every registered skip reason, zeros included): a new dict each call, summed
+        from the per-piece counts (`by_piece`), so a caller that watches it over time reads it again."""
         out = dict.fromkeys(self.skip_reasons, 0)
         for (_, skip), n in self.by_piece.items():
             out[skip] = out.get(skip, 0) + n
