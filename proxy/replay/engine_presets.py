@@ -36,27 +36,23 @@ on the bf16 one, 32 users of 110k-token contexts saturate the node (LRU mean TTF
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from proxy.cachemodel.cost_model import CostModel
 
+_H100X8_70B = CostModel(
+    step_base_s=0.010,
+    prefill_token_s=44e-6,
+    attn_token2_s=8.2e-10,
+    decode_seq_s=1.3e-3,
+    kv_bytes_per_token=327_680,
+    offload_gbps=3200.0,
+    offload_latency_s=0.002,
+)
 PRESETS: dict[str, CostModel] = {
-    "h100x8-70b": CostModel(
-        step_base_s=0.010,
-        prefill_token_s=44e-6,
-        attn_token2_s=8.2e-10,
-        decode_seq_s=1.3e-3,
-        kv_bytes_per_token=327_680,
-        offload_gbps=3200.0,
-        offload_latency_s=0.002,
-    ),
-    "h100x8-70b-fp8": CostModel(
-        step_base_s=0.008,
-        prefill_token_s=22e-6,
-        attn_token2_s=6.6e-10,
-        decode_seq_s=1.3e-3,
-        kv_bytes_per_token=327_680,
-        offload_gbps=3200.0,
-        offload_latency_s=0.002,
-    ),
+    "h100x8-70b": _H100X8_70B,
+    # fp8 weights: the linear layers twice as fast, attention as it was (bf16), a lighter step
+    "h100x8-70b-fp8": replace(_H100X8_70B, step_base_s=0.008, prefill_token_s=22e-6, attn_token2_s=6.6e-10),
 }
 
 
